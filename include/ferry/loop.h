@@ -1,0 +1,170 @@
+/* ferry/loop.h - the event loop: run, stop, call_soon, call_later, time.
+ *
+ * A loop runs on one thread: the thread that created it.  Every function
+ * here that takes a loop must be called on that thread, otherwise it
+ * returns -EPERM.  To reach a loop from another thread, see ferry/bridge.h.
+ */
+#ifndef FERRY_LOOP_H
+#define FERRY_LOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct event_base;
+
+typedef struct ferry_loop ferry_loop;
+typedef struct ferry_timer ferry_timer;
+typedef void (*ferry_cb)(void *arg);
+
+/* ---- Time ------------------------------------------------------------ */
+
+/* Monotonic nanoseconds.  Durations and deadlines are int64_t nanoseconds. */
+#define FERRY_NSEC(n) ((int64_t)(n))
+#define FERRY_USEC(n) ((int64_t)(n) * 1000)
+#define FERRY_MSEC(n) ((int64_t)(n) * 1000000)
+#define FERRY_SEC(n)  ((int64_t)(n) * 1000000000)
+/* A deadline that never passes. */
+#define FERRY_NEVER   INT64_MAX
+
+/*
+ * The monotonic clock (CLOCK_MONOTONIC) in nanoseconds.
+ * Thread: any.  Suspends: no.
+ */
+int64_t ferry_now(void);
+
+/* ---- Loop ------------------------------------------------------------ */
+
+typedef struct ferry_loop_opts {
+    /* An event_base the application already runs, or NULL to let the loop
+     * create and own one.  An attached loop drives its tasks from events of
+     * its own in that base, interleaved with the application's events. */
+    struct event_base *base;
+    /* Default stack size of tasks, in bytes; 0 means FERRY_STACK_DEFAULT. */
+    size_t stack_size;
+    /* Number of free stacks kept for reuse; 0 means 1024. */
+    size_t stack_cache;
+    /* I/O and timers are polled at least once every this many task steps;
+     * 0 means 128. */
+    unsigned io_interval;
+} ferry_loop_opts;
+
+/*
+ * Create a loop bound to the calling thread.
+ * Thread: any, not in a task.  Suspends: no.
+ * Owns:   the caller; free with ferry_loop_free().
+ * Returns: 0; -ENOMEM (nothing allocated); -EINVAL (bad opts).
+ */
+int ferry_loop_new(ferry_loop **out /* OUT */, const ferry_loop_opts *opts);
+
+/*
+ * Cancel every live task, let each finish its cleanup, run every accepted
+ * callback (also those posted from other threads), then free the loop.  An
+ * attached event_base is left to its owner.  NULL is ignored.
+ * Thread: loop, not in a task.  A task that ignores cancellation forever
+ * keeps this call from returning.
+ */
+void ferry_loop_free(ferry_loop *loop);
+
+/* ferry_loop_run() modes. */
+enum {
+    FERRY_RUN_DEFAULT = 0, /* until stopped, or no task, callback, timer or reference is left */
+    FERRY_RUN_FOREVER = 1, /* until ferry_loop_stop() */
+    FERRY_RUN_ONCE    = 2, /* one turn: run what is ready, poll I/O without blocking */
+};
+
+/*
+ * Run the loop on the calling thread.
+ * Thread: loop, not in a task.  Returns: 0; -EPERM (wrong thread, or called
+ * from inside the loop); -EINVAL (bad mode).
+ */
+int ferry_loop_run(ferry_loop *loop, int mode);
+
+/*
+ * Make ferry_loop_run() return after the current turn.  From another
+ * thread, use ferry_loop_stop_threadsafe() (ferry/bridge.h).
+ * Thread: loop.  Returns: 0; -EPERM.
+ */
+int ferry_loop_stop(ferry_loop *loop);
+
+/*
+ * Keep FERRY_RUN_DEFAULT running although nothing else is left (a server
+ * waiting for connections, a loop fed by other threads).  Counted.
+ * Thread: loop.  Returns: 0; -EPERM; -EINVAL (unref below zero).
+ */
+int ferry_loop_ref(ferry_loop *loop);
+int ferry_loop_unref(ferry_loop *loop);
+
+/* The loop's event_base (owned by the loop unless it was attached).
+ * Thread: loop.  NULL from another thread. */
+struct event_base *ferry_loop_base(ferry_loop *loop);
+
+/* The loop that runs on the calling thread, or NULL.  Thread: any. */
+ferry_loop *ferry_loop_current(void);
+
+/* True when called on the thread that owns `loop`.  Thread: any. */
+bool ferry_loop_is_current(const ferry_loop *loop);
+
+/*
+ * Run cb(arg) on the loop in a later turn.  Callbacks run in the order they
+ * were scheduled; one may schedule more, which run in the next turn.
+ * Thread: loop.  Returns: 0; -EPERM; -ENOMEM (nothing scheduled);
+ * -EINVAL (cb NULL).
+ */
+int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg);
+
+/*
+ * Run cb(arg) once, `delay` nanoseconds from now (0 or less: next turn).
+ * `out`, if not NULL, receives a handle for ferry_timer_cancel(); the
+ * handle is valid until the callback has started or the timer is cancelled.
+ * Thread: loop.  Returns: 0; -EPERM; -ENOMEM; -EINVAL.
+ */
+int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
+                     ferry_timer **out /* OUT, optional */);
+
+/*
+ * Cancel a timer that has not fired: its callback never runs and the handle
+ * is freed.  Thread: loop.  Returns: 0; -EPERM; -EINVAL (NULL).
+ */
+int ferry_timer_cancel(ferry_timer *timer);
+
+/* ---- Diagnostics ----------------------------------------------------- */
+
+/* Severity of a log line. */
+enum { FERRY_LOG_WARN = 1, FERRY_LOG_ERROR = 2 };
+
+/* Receives ferry's diagnostics (blocked loop, stack overflow, failed
+ * eventfd write).  Default: one line on stderr. */
+typedef void (*ferry_log_fn)(int level, const char *msg, void *ctx);
+
+/* Replace the log hook process-wide; NULL restores stderr.
+ * Thread: any, but set it before loops run. */
+void ferry_set_log(ferry_log_fn fn, void *ctx);
+
+/*
+ * Report every task step or callback that runs longer than `threshold`
+ * nanoseconds (0 turns the detector off), with the task's name.  Default:
+ * 100 ms in builds without NDEBUG, off otherwise.
+ * Thread: loop.  Returns: 0; -EPERM; -EINVAL (negative).
+ */
+int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold);
+
+/* Counters of one loop.  Thread: loop. */
+typedef struct ferry_loop_stats {
+    uint64_t turns;        /* scheduler turns run */
+    uint64_t steps;        /* task steps and callbacks run */
+    uint64_t polls;        /* I/O polls made */
+    uint64_t slow_steps;   /* steps over the slow threshold */
+    size_t   live_tasks;   /* tasks not yet finished */
+    size_t   stacks_cached;/* free stacks kept for reuse */
+} ferry_loop_stats;
+int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_LOOP_H */

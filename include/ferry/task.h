@@ -1,0 +1,229 @@
+/* ferry/task.h - tasks (stackful coroutines), cancellation, deadlines,
+ * task groups, and the basic suspension points: yield, sleep, join, waiting
+ * for a file descriptor or a signal.
+ *
+ * A task is a function running on its own stack on a loop's thread.  It
+ * reads like blocking code: a call that may wait is a *suspension point*:
+ * it suspends the task (never the thread) and returns an int, 0 or a
+ * negative errno.  Every suspension point is also a cancellation point.
+ *
+ * Cancellation is level-triggered: after ferry_task_cancel(t), every
+ * suspension point of t returns -ECANCELED until t ends, except inside a
+ * shielded scope.  Inside a deadline scope whose deadline has passed,
+ * suspension points return -ETIMEDOUT.  A suspending call that returns an
+ * error had no effect (all or nothing).
+ */
+#ifndef FERRY_TASK_H
+#define FERRY_TASK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ferry/detail.h"
+#include "ferry/loop.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_task ferry_task;
+
+/* A task's body.  Its return value is the task's status. */
+typedef int (*ferry_task_fn)(void *arg);
+
+/* Default stack size: 64 KiB, of which only the touched pages use memory. */
+#define FERRY_STACK_DEFAULT ((size_t)64 * 1024)
+/* Smallest accepted stack size. */
+#define FERRY_STACK_MIN     ((size_t)16 * 1024)
+
+typedef struct ferry_task_opts {
+    const char *name;      /* for diagnostics; copied (up to 31 bytes); NULL: "task" */
+    size_t stack_size;     /* 0: the loop's default */
+} ferry_task_opts;
+
+/*
+ * Start fn(arg) as a new task on `loop` (NULL: the current loop).  It first
+ * runs in a later turn.  If `out` is not NULL it receives a handle that the
+ * caller owns and must give back with ferry_task_join() or
+ * ferry_task_detach(); the task's stack is kept until both the task has
+ * ended and the handle is given back.  With `out` NULL the task is detached.
+ * Thread: loop (in a task or a callback).  Suspends: no.
+ * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL.
+ */
+int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
+                     ferry_task_fn fn, void *arg, const ferry_task_opts *opts);
+
+/*
+ * Wait until `task` ends, store its status in *status (if not NULL) and give
+ * the handle back.  Joining a finished task returns at once.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0 (handle given back); -ECANCELED, -ETIMEDOUT (handle still
+ * yours); -EDEADLK (joining itself); -EPERM; -EINVAL.
+ */
+int ferry_task_join(ferry_task *task, int *status /* OUT, optional */);
+
+/* Give the handle back without waiting.  Thread: loop.  Returns: 0; -EPERM; -EINVAL. */
+int ferry_task_detach(ferry_task *task);
+
+/*
+ * Request cancellation: from now on every suspension point of `task`
+ * outside a shield returns -ECANCELED; a task waiting now is woken.
+ * Cancelling a finished task does nothing.  Thread: loop.  Suspends: no.
+ * Returns: 0; -EPERM; -EINVAL.
+ */
+int ferry_task_cancel(ferry_task *task);
+
+/* State of a task, for diagnostics. */
+enum ferry_task_state {
+    FERRY_TASK_READY,    /* spawned or woken, waiting for its turn */
+    FERRY_TASK_RUNNING,  /* running now */
+    FERRY_TASK_WAITING,  /* suspended at a suspension point */
+    FERRY_TASK_DONE,     /* ended; status available */
+};
+
+/* The running task, or NULL outside tasks.  Thread: any. */
+ferry_task *ferry_task_current(void);
+/* The task's name, never NULL.  Thread: loop. */
+const char *ferry_task_name(const ferry_task *task);
+/* The task's state.  Thread: loop. */
+enum ferry_task_state ferry_task_state(const ferry_task *task);
+/* True once ferry_task_cancel() was called on the task.  Thread: loop. */
+bool ferry_task_cancelled(const ferry_task *task);
+
+/*
+ * Let every other ready task and callback run, then continue.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM.
+ */
+int ferry_yield(void);
+
+/*
+ * Suspend for `duration` nanoseconds (ferry_sleep) or until the monotonic
+ * time `deadline` (ferry_sleep_until).
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0 (slept the full time); -ECANCELED; -ETIMEDOUT (an enclosing
+ * deadline passed first); -EPERM.
+ */
+int ferry_sleep(int64_t duration);
+int ferry_sleep_until(int64_t deadline);
+
+/* Events for ferry_wait_fd(). */
+enum { FERRY_READ = 1, FERRY_WRITE = 2 };
+
+/*
+ * Wait until `fd` is readable or writable (`events`: FERRY_READ, FERRY_WRITE
+ * or both).  *revents, if not NULL, receives what is ready.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL; -ENOMEM (libevent
+ * could not register the fd).
+ */
+int ferry_wait_fd(int fd, int events, int *revents /* OUT, optional */);
+
+/*
+ * Wait until signal `signum` is delivered to the process (e.g. SIGINT or
+ * SIGTERM for a graceful shutdown).  While any task waits for it, the
+ * signal's default action is replaced by libevent's handler.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL; -ENOMEM.
+ */
+int ferry_wait_signal(int signum);
+
+/* ---- Scopes: deadlines and shields ------------------------------------ */
+
+/* A scope lives on the task's stack between ferry_scope_enter() and
+ * ferry_scope_exit(); scopes nest and must be exited in reverse order. */
+typedef struct ferry_scope {
+    /* private: use the functions below */
+    struct ferry_scope *parent;   /* enclosing scope of the same task */
+    struct ferry_task  *task;     /* the task that entered it */
+    int64_t             deadline; /* FERRY_NEVER for none */
+    bool                shield;   /* blocks outer cancellation and deadlines */
+    bool                fired;    /* its deadline made a call return -ETIMEDOUT */
+} ferry_scope;
+
+enum { FERRY_SCOPE_SHIELD = 1 };
+
+/*
+ * Enter a scope of the running task.  With a deadline (FERRY_NEVER for
+ * none), every suspension point inside returns -ETIMEDOUT once the deadline
+ * has passed.  With FERRY_SCOPE_SHIELD, cancellation of the task and the
+ * deadlines of enclosing scopes do not reach inside; its own deadline does.
+ * Thread: loop, in a task.  Suspends: no.  Returns: 0; -EPERM; -EINVAL.
+ */
+int ferry_scope_enter(ferry_scope *scope, int64_t deadline, unsigned flags);
+
+/*
+ * Leave the innermost scope.  Returns: 0; -ETIMEDOUT if this scope's
+ * deadline fired inside it; -EINVAL if `scope` is not the innermost one.
+ */
+int ferry_scope_exit(ferry_scope *scope);
+
+/* True if this scope's deadline made a suspension point return -ETIMEDOUT. */
+bool ferry_scope_fired(const ferry_scope *scope);
+
+/* ---- Task groups ------------------------------------------------------ */
+
+/* Structured concurrency (Trio's nursery, asyncio.TaskGroup).  A group lives
+ * in its owner task (usually on its stack); the owner spawns children into
+ * it and must call ferry_group_wait() before the group goes out of scope. */
+typedef struct ferry_group {
+    /* private: use the functions below */
+    struct ferry_task *owner;     /* the task that initialised the group */
+    struct ferry__waitq waiters;  /* the owner while it waits */
+    size_t  live;                 /* children not yet finished */
+    int     status;               /* first failure, 0 if none */
+    bool    failing;              /* a child failed: the rest are cancelled */
+    bool    closed;               /* ferry_group_wait() has returned */
+    struct ferry__link children;  /* live children, by their group link */
+} ferry_group;
+
+/* Thread: loop, in a task.  Returns: 0; -EPERM; -EINVAL. */
+int ferry_group_init(ferry_group *group);
+
+/*
+ * Spawn a child into the group.  A child whose status is not 0 is a
+ * failure: the first one cancels every sibling and becomes the group's
+ * status.  Children cancelled because of it do not count as failures.
+ * Thread: loop, in the owner task.  Returns: as ferry_task_spawn(), plus
+ * -ESHUTDOWN if the group is failing or already waited for.
+ */
+int ferry_group_spawn(ferry_group *group, ferry_task_fn fn, void *arg,
+                      const ferry_task_opts *opts);
+
+/*
+ * Wait for every child.  If the owner is cancelled or times out while
+ * waiting, every child is cancelled and still waited for: no child outlives
+ * its group.  Thread: loop, in the owner task.  Suspends: yes.
+ * Returns: the first failure's status, 0 if none; -ECANCELED or -ETIMEDOUT
+ * if the wait itself was interrupted (children then cancelled and ended);
+ * -EPERM.
+ */
+int ferry_group_wait(ferry_group *group);
+
+/* Cancel every child of the group.  Thread: loop.  Returns: 0; -EPERM. */
+int ferry_group_cancel(ferry_group *group);
+
+/* ---- Run and dump ---------------------------------------------------- */
+
+/*
+ * asyncio.run(): make a loop, run fn(arg) as its main task until it ends
+ * and nothing else is left, free the loop.
+ * Thread: any, not in a task.
+ * Returns: the main task's status; -ENOMEM if the loop or the task could
+ * not be made.
+ */
+int ferry_run(ferry_task_fn fn, void *arg);
+
+/*
+ * Print every live task of `loop` on `out`: name, state, what it waits on
+ * and how long its stack has been used (asyncio.all_tasks, Go's goroutine
+ * dump).  Thread: loop.  Returns: number of tasks printed; -EPERM.
+ */
+int ferry_loop_dump(ferry_loop *loop, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_TASK_H */

@@ -1,0 +1,159 @@
+/* ferry_int.h - what ferry's own files share: the allocator with its fault
+ * hook, the wait queue every primitive waits through, and the hooks the
+ * bridge needs into a loop.
+ *
+ * Loop thread only, except the allocator (any thread) and the fields of
+ * struct ferry__bridge_hooks (set once by bridge/ on the loop thread).
+ */
+#ifndef FERRY_INT_H
+#define FERRY_INT_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/loop.h"
+#include "ferry/task.h"
+#include "list.h"
+
+/* ---- Allocation (any thread) ----------------------------------------- */
+
+/*
+ * Every allocation of ferry goes through these, so a test can make the Nth
+ * one fail (see ferry/testing.h).  ferry__free(NULL) is a no-op.
+ */
+void *ferry__malloc(size_t size);
+void *ferry__calloc(size_t n, size_t size);
+void *ferry__realloc(void *p, size_t size);
+void  ferry__free(void *p);
+/* Count a resource acquisition that is not malloc (mmap of a stack,
+ * thread creation, eventfd creation): returns true if the fault hook says
+ * this one must fail. */
+bool  ferry__fault_point(const char *site);
+
+/* ---- Wait queue ------------------------------------------------------- */
+
+/* States of a waiter: the explicit state that closes the "granted but not
+ * yet run" window of every primitive. */
+enum ferry__wstate {
+    FERRY__W_IDLE = 0,    /* not waiting */
+    FERRY__W_WAITING,     /* linked in a waitq (or waiting on a timer/fd) */
+    FERRY__W_GRANTED,     /* woken by a grant; `result` says what */
+    FERRY__W_CANCELLED,   /* woken by ferry_task_cancel() */
+    FERRY__W_TIMEDOUT,    /* woken by its deadline */
+};
+
+/*
+ * A waiting task's node.  It lives on the waiting task's stack for the
+ * duration of one wait: waiting allocates nothing.
+ */
+struct ferry__waiter {
+    struct ferry__link  link;   /* in a waitq while WAITING */
+    struct ferry_task  *task;   /* the waiting task */
+    int                 state;  /* enum ferry__wstate */
+    int                 result; /* set by the granter */
+    uint64_t            n;      /* primitive's own: weight, count */
+    void               *data;   /* primitive's own: item buffer */
+    const char         *what;   /* for the dump: "lock", "queue get" */
+    const void         *obj;    /* for the dump: the object waited on */
+};
+
+/* Initialise a waiter for the calling task `self`. */
+void ferry__waiter_init(struct ferry__waiter *w, struct ferry_task *self,
+                        const char *what, const void *obj);
+
+/*
+ * The calling task, checked: 0 and *self set when called from a task on its
+ * loop's thread; -EPERM otherwise.
+ */
+int ferry__enter_task(struct ferry_task **self /* OUT */);
+
+/*
+ * Bind a primitive to the current loop at its first use: *bound NULL is set
+ * to the current loop; a different loop, or no loop on this thread, gives
+ * -EPERM.
+ */
+int ferry__bind(ferry_loop **bound);
+
+/*
+ * The cancellation point: 0, or -ECANCELED (task cancelled, not shielded)
+ * or -ETIMEDOUT (an active deadline scope has passed; the scope is marked
+ * fired).  Does not suspend.
+ */
+int ferry__check(struct ferry_task *self);
+
+/*
+ * Suspend `w->task` until the waiter is granted, the task is cancelled,
+ * the task's deadline passes or `until` (FERRY_NEVER for none) passes.
+ * With `q` not NULL the waiter is appended to `q` (FIFO).
+ *
+ * First checks ferry__check(): a task already cancelled gets -ECANCELED
+ * without suspending.
+ *
+ * Returns:
+ *   w->result   granted (state GRANTED) and not cancelled meanwhile;
+ *   -ECANCELED  cancelled; state CANCELLED (never granted: nothing to undo)
+ *               or GRANTED (granted, then cancelled before it ran: the
+ *               caller must pass the grant on to the next waiter);
+ *   -ETIMEDOUT  an enclosing deadline passed (state TIMEDOUT), never granted;
+ *   1           `until` passed (state TIMEDOUT): a sleep ended.
+ * On every return the waiter is unlinked from `q`.
+ */
+int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
+
+/* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
+ * Returns false (and does nothing) if it is not WAITING. */
+bool ferry__grant(struct ferry__waiter *w, int result);
+
+static inline bool ferry__waitq_empty(const struct ferry__waitq *q)
+{
+    return ferry__list_empty(&q->head);
+}
+
+static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq *q)
+{
+    struct ferry__link *l = ferry__list_first(&q->head);
+    return l ? ferry__container_of(l, struct ferry__waiter, link) : NULL;
+}
+
+/* Grant the first waiter; false if none. */
+bool ferry__waitq_grant_one(struct ferry__waitq *q, int result);
+/* Grant every waiter present now; returns how many. */
+size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
+
+/* Register / unregister a hook run (on the loop thread, after the task's
+ * function returned) when `task` ends. */
+void ferry__exit_hook_add(struct ferry_task *task, struct ferry__exit_hook *h);
+void ferry__exit_hook_del(struct ferry__exit_hook *h);
+
+/* The loop a task runs on. */
+ferry_loop *ferry__task_loop(const struct ferry_task *task);
+
+/* ---- Hooks for bridge/ ------------------------------------------------ */
+
+/*
+ * Functions bridge/ registers on a loop (loop thread).  `ctx` is the
+ * bridge's per-loop state.
+ *   pending(ctx)   true while callbacks posted from threads await running:
+ *                  FERRY_RUN_DEFAULT does not end then;
+ *   drain(ctx)     run what is pending now;
+ *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
+ *                  ones with -ESHUTDOWN, release the channel.  Called after
+ *                  every task has ended, before the event_base is freed.
+ */
+struct ferry__bridge_hooks {
+    void *ctx;
+    bool (*pending)(void *ctx);
+    void (*drain)(void *ctx);
+    void (*close)(void *ctx);
+};
+
+/* Returns the loop's hooks slot (all NULL until the bridge sets it). */
+struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
+
+/* Log a line through the log hook.  Thread: any. */
+void ferry__log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif /* FERRY_INT_H */
