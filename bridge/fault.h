@@ -1,0 +1,21 @@
+/* fault.h - the allocation-failure hook, for ferry's own tests.
+ * Thread: any.  Not part of the installed API.
+ */
+#ifndef FERRY_FAULT_H
+#define FERRY_FAULT_H
+
+#include <stdbool.h>
+
+/* Forget any armed fault and zero the counters. */
+void ferry__fault_reset(void);
+/* Make the nth counted point from now (1-based) fail; with `persistent`,
+ * every later one fails too.  Resets the counters. */
+void ferry__fault_arm(unsigned long nth, bool persistent);
+/* Points counted since the last arm or reset. */
+unsigned long ferry__fault_count(void);
+/* Failures injected since the last arm or reset. */
+unsigned long ferry__fault_hits(void);
+/* Site name of the last injected failure, or NULL. */
+const char *ferry__fault_last_site(void);
+
+#endif /* FERRY_FAULT_H */
