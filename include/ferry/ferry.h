@@ -1,0 +1,22 @@
+/* ferry/ferry.h - everything: tasks on a libevent loop, the primitives they
+ * share, and the bridge to threads.
+ *
+ *   ferry/loop.h    the loop: run, stop, call_soon, call_later, time
+ *   ferry/task.h    tasks, cancellation, deadline scopes, task groups
+ *   ferry/sync.h    lock, semaphore, event, condition
+ *   ferry/queue.h   FIFO, LIFO and priority queues with backpressure
+ *   ferry/flight.h  singleflight and per-key locks
+ *   ferry/bridge.h  call_soon_threadsafe, thread pools, to_thread,
+ *                   calling into a loop from threads, the mixed channel
+ */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include "ferry/loop.h"
+#include "ferry/task.h"
+#include "ferry/sync.h"
+#include "ferry/queue.h"
+#include "ferry/flight.h"
+#include "ferry/bridge.h"
+
+#endif /* FERRY_FERRY_H */
