@@ -152,6 +152,10 @@ struct ferry__bridge_hooks {
 /* Returns the loop's hooks slot (all NULL until the bridge sets it). */
 struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
 
+/* One-time process setup for threads (libevent's pthread locking), done
+ * by bridge/ before the first loop makes its event_base.  Thread: any. */
+void ferry__threads_init(void);
+
 /* Log a line through the log hook.  Thread: any. */
 void ferry__log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

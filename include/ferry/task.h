@@ -64,6 +64,14 @@ int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
  */
 int ferry_task_join(ferry_task *task, int *status /* OUT, optional */);
 
+/*
+ * Join without waiting: if `task` has ended, store its status, give the
+ * handle back and return 0; otherwise -EAGAIN and nothing changes.
+ * Thread: loop (in a task or not).  Suspends: no.
+ * Returns: 0; -EAGAIN; -EPERM; -EINVAL.
+ */
+int ferry_task_try_join(ferry_task *task, int *status /* OUT, optional */);
+
 /* Give the handle back without waiting.  Thread: loop.  Returns: 0; -EPERM; -EINVAL. */
 int ferry_task_detach(ferry_task *task);
 

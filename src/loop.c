@@ -1,0 +1,565 @@
+/* loop.c - the loop: creation, the scheduler's turns, polling libevent,
+ * call_soon/call_later, and freeing with live tasks.
+ * Loop thread only.
+ *
+ * A turn runs what was ready when it began; what becomes ready during it
+ * waits for the next turn.  A yield costs no system call: I/O and timers
+ * are polled every `io_interval` steps, and whenever the run queue is empty
+ * (then blocking until the earliest timer).
+ */
+#include "loop_only.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loop_int.h"
+
+/* The loop current on this thread (running, or the last one made here). */
+static _Thread_local ferry_loop *tls_loop;
+/* Its address identifies the thread: distinct for every live thread. */
+static _Thread_local char tls_token;
+
+static ferry_log_fn log_fn;     /* set before loops run (documented) */
+static void *log_ctx;
+
+int64_t ferry_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+ferry_loop *ferry__loop_tls(void)
+{
+    return tls_loop;
+}
+
+ferry_loop *ferry_loop_current(void)
+{
+    return tls_loop;
+}
+
+bool ferry_loop_is_current(const ferry_loop *loop)
+{
+    return loop && loop->owner == &tls_token;
+}
+
+int ferry__loop_check(const ferry_loop *loop)
+{
+    if (!loop)
+        return -EINVAL;
+    return loop->owner == &tls_token ? 0 : -EPERM;
+}
+
+struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop)
+{
+    return &loop->bridge;
+}
+
+/* ---- log --------------------------------------------------------------- */
+
+void ferry_set_log(ferry_log_fn fn, void *ctx)
+{
+    log_fn = fn;
+    log_ctx = ctx;
+}
+
+void ferry__log(int level, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (log_fn)
+        log_fn(level, buf, log_ctx);
+    else
+        fprintf(stderr, "ferry: %s: %s\n", level >= FERRY_LOG_ERROR ? "error" : "warning", buf);
+}
+
+/* ---- timers ---------------------------------------------------------- */
+
+struct ferry_timer {
+    struct ferry__hnode    node;  /* in loop->timers until it fires */
+    struct ferry__runnable run;   /* in the run queue once fired */
+    ferry_loop            *loop;
+};
+
+static void expire_timers(ferry_loop *loop)
+{
+    struct ferry__hnode *n;
+    int64_t now;
+
+    if (!ferry__heap_min(&loop->timers))
+        return;
+    now = ferry_now();
+    while ((n = ferry__heap_min(&loop->timers)) && n->key <= now) {
+        ferry__heap_remove(&loop->timers, n);
+        n->fire(n);
+    }
+}
+
+static void timer_fire(struct ferry__hnode *n)
+{
+    ferry_timer *tm = ferry__container_of(n, ferry_timer, node);
+    ferry__list_push_back(&tm->loop->runq, &tm->run.link);
+}
+
+static void arm_tick(ferry_loop *loop)
+{
+    struct ferry__hnode *n = ferry__heap_min(&loop->timers);
+    struct timeval tv;
+    int64_t d;
+
+    if (!n) {
+        event_del(loop->tick_ev);
+        return;
+    }
+    d = n->key - ferry_now();
+    if (d < 0)
+        d = 0;
+    tv.tv_sec = (time_t)(d / 1000000000);
+    tv.tv_usec = (suseconds_t)((d % 1000000000 + 999) / 1000);
+    if (tv.tv_usec >= 1000000) {
+        tv.tv_sec++;
+        tv.tv_usec -= 1000000;
+    }
+    event_add(loop->tick_ev, &tv);
+}
+
+static void kick(ferry_loop *loop)
+{
+    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
+        loop->kick_pending = true;
+        event_active(loop->kick_ev, EV_READ, 0);
+    }
+}
+
+void ferry__loop_timers_changed(ferry_loop *loop)
+{
+    if (!loop->in_run && loop->tick_ev)
+        arm_tick(loop);
+}
+
+int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
+{
+    struct ferry__runnable *r;
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (!cb)
+        return -EINVAL;
+    r = ferry__malloc(sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->kind = FERRY__RUN_CB;
+    r->cb = cb;
+    r->arg = arg;
+    r->heap_node = false;
+    ferry__list_push_back(&loop->runq, &r->link);
+    kick(loop);
+    return 0;
+}
+
+int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
+                     ferry_timer **out)
+{
+    ferry_timer *tm;
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (!cb)
+        return -EINVAL;
+    tm = ferry__malloc(sizeof *tm);
+    if (!tm)
+        return -ENOMEM;
+    memset(tm, 0, sizeof *tm);
+    tm->loop = loop;
+    tm->node.fire = timer_fire;
+    tm->run.kind = FERRY__RUN_CB;
+    tm->run.cb = cb;
+    tm->run.arg = arg;
+    tm->run.heap_node = true;
+    if (delay < 0)
+        delay = 0;
+    ferry__heap_insert(&loop->timers, &tm->node,
+                       delay > INT64_MAX - ferry_now() ? INT64_MAX : ferry_now() + delay);
+    ferry__loop_timers_changed(loop);
+    if (out)
+        *out = tm;
+    return 0;
+}
+
+int ferry_timer_cancel(ferry_timer *tm)
+{
+    int rc;
+
+    if (!tm)
+        return -EINVAL;
+    rc = ferry__loop_check(tm->loop);
+    if (rc)
+        return rc;
+    if (tm->node.linked)
+        ferry__heap_remove(&tm->loop->timers, &tm->node);
+    if (ferry__link_linked(&tm->run.link))
+        ferry__list_remove(&tm->run.link);
+    ferry__free(tm);
+    return 0;
+}
+
+/* ---- turns ------------------------------------------------------------ */
+
+static void run_step(ferry_loop *loop, struct ferry__runnable *r)
+{
+    int64_t t0 = loop->slow_ns ? ferry_now() : 0;
+    const char *who = "callback";
+    char name[40];
+
+    if (r->kind == FERRY__RUN_TASK) {
+        ferry_task *t = ferry__container_of(r, ferry_task, run);
+        memcpy(name, t->name, sizeof t->name);
+        who = name;
+        ferry__task_resume(t);
+    } else {
+        ferry_cb cb = r->cb;
+        void *arg = r->arg;
+        if (r->heap_node)
+            ferry__free(ferry__container_of(r, ferry_timer, run));
+        else
+            ferry__free(r);
+        cb(arg);
+    }
+    loop->stats.steps++;
+    loop->since_poll++;
+    if (loop->slow_ns) {
+        int64_t dt = ferry_now() - t0;
+        if (dt > loop->slow_ns) {
+            loop->stats.slow_steps++;
+            ferry__log(FERRY_LOG_WARN,
+                       "loop blocked for %lld ms by %s%s%s (threshold %lld ms)",
+                       (long long)(dt / 1000000), r->kind == FERRY__RUN_TASK ? "task '" : "",
+                       who, r->kind == FERRY__RUN_TASK ? "'" : "",
+                       (long long)(loop->slow_ns / 1000000));
+        }
+    }
+}
+
+/* Run what is ready now.  Returns false if nothing was. */
+static bool run_turn(ferry_loop *loop)
+{
+    struct ferry__link local, *l;
+
+    if (ferry__list_empty(&loop->runq))
+        return false;
+    ferry__list_move(&local, &loop->runq);
+    loop->in_turn = true;
+    loop->stats.turns++;
+    while ((l = ferry__list_pop_front(&local))) {
+        run_step(loop, ferry__container_of(l, struct ferry__runnable, link));
+        if (loop->stop && !loop->closing) {
+            /* Put back what this turn did not reach, in order. */
+            while ((l = ferry__list_pop_front(&local)) != NULL)
+                ferry__list_push_back(&loop->runq, l);
+            break;
+        }
+    }
+    loop->in_turn = false;
+    return true;
+}
+
+static void poll_io(ferry_loop *loop, bool block)
+{
+    int flags = EVLOOP_ONCE;
+
+    expire_timers(loop);
+    if (!ferry__list_empty(&loop->runq) || loop->stop)
+        block = false;
+    if (block) {
+        arm_tick(loop);
+        flags |= EVLOOP_NO_EXIT_ON_EMPTY;
+    } else {
+        flags |= EVLOOP_NONBLOCK;
+    }
+    event_base_loop(loop->base, flags);
+    loop->stats.polls++;
+    loop->since_poll = 0;
+    expire_timers(loop);
+}
+
+static bool nothing_left(ferry_loop *loop)
+{
+    if (loop->live || !ferry__list_empty(&loop->runq) || ferry__heap_min(&loop->timers))
+        return false;
+    if (loop->refs > 0 && !loop->closing)
+        return false;
+    if (loop->bridge.pending && loop->bridge.pending(loop->bridge.ctx))
+        return false;
+    return true;
+}
+
+static void drive(ferry_loop *loop, int mode)
+{
+    for (;;) {
+        if (run_turn(loop)) {
+            if (loop->stop)
+                break;
+            if (mode == FERRY_RUN_ONCE) {
+                poll_io(loop, false);
+                break;
+            }
+            if (loop->since_poll >= loop->io_interval)
+                poll_io(loop, false);
+            continue;
+        }
+        if (loop->stop)
+            break;
+        if (mode == FERRY_RUN_ONCE) {
+            poll_io(loop, false);
+            run_turn(loop);
+            break;
+        }
+        if (mode == FERRY_RUN_DEFAULT && nothing_left(loop))
+            break;
+        poll_io(loop, true);
+    }
+}
+
+int ferry_loop_run(ferry_loop *loop, int mode)
+{
+    ferry_loop *prev;
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (mode != FERRY_RUN_DEFAULT && mode != FERRY_RUN_FOREVER && mode != FERRY_RUN_ONCE)
+        return -EINVAL;
+    if (loop->in_run || loop->in_turn)
+        return -EPERM;
+    prev = tls_loop;
+    tls_loop = loop;
+    loop->in_run = true;
+    loop->stop = false;
+    drive(loop, mode);
+    loop->in_run = false;
+    loop->stop = false;
+    tls_loop = prev ? prev : loop;
+    /* Someone else's dispatch may drive us from now on. */
+    if (!ferry__list_empty(&loop->runq))
+        kick(loop);
+    ferry__loop_timers_changed(loop);
+    return 0;
+}
+
+/* Runs turns when the application's own event_base_dispatch drives us. */
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    ferry_loop *loop = arg;
+    ferry_loop *prev = tls_loop;
+    unsigned steps = 0;
+
+    (void)fd; (void)what;
+    loop->kick_pending = false;
+    if (loop->in_run || loop->in_turn)
+        return;
+    tls_loop = loop;
+    expire_timers(loop);
+    while (steps < loop->io_interval && !ferry__list_empty(&loop->runq)) {
+        uint64_t before = loop->stats.steps;
+        run_turn(loop);
+        steps += (unsigned)(loop->stats.steps - before);
+    }
+    tls_loop = prev ? prev : loop;
+    if (!ferry__list_empty(&loop->runq))
+        kick(loop);
+    arm_tick(loop);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    ferry_loop *loop = arg;
+
+    (void)fd; (void)what;
+    if (loop->in_run)
+        return;           /* poll_io expires timers itself */
+    expire_timers(loop);
+    if (!ferry__list_empty(&loop->runq))
+        kick(loop);
+    arm_tick(loop);
+}
+
+int ferry_loop_stop(ferry_loop *loop)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    loop->stop = true;
+    return 0;
+}
+
+int ferry_loop_ref(ferry_loop *loop)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    loop->refs++;
+    return 0;
+}
+
+int ferry_loop_unref(ferry_loop *loop)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (loop->refs <= 0)
+        return -EINVAL;
+    loop->refs--;
+    return 0;
+}
+
+struct event_base *ferry_loop_base(ferry_loop *loop)
+{
+    return ferry__loop_check(loop) ? NULL : loop->base;
+}
+
+int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (threshold < 0)
+        return -EINVAL;
+    loop->slow_ns = threshold;
+    return 0;
+}
+
+int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (!out)
+        return -EINVAL;
+    *out = loop->stats;
+    out->live_tasks = loop->live;
+    out->stacks_cached = loop->stack_nfree;
+    return 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------- */
+
+int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
+{
+    ferry_loop_opts o = {0};
+    ferry_loop *loop;
+    size_t ssz;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (opts)
+        o = *opts;
+    ssz = o.stack_size ? o.stack_size : FERRY_STACK_DEFAULT;
+    if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
+        return -EINVAL;
+    if (tls_loop && tls_loop->current)
+        return -EPERM;    /* not from inside a task */
+    ferry__threads_init();
+    loop = ferry__calloc(1, sizeof *loop);
+    if (!loop)
+        return -ENOMEM;
+    loop->owner = &tls_token;
+    loop->stack_size = (ssz + 4095) / 4096 * 4096 + 4096;
+    loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;
+    loop->io_interval = o.io_interval ? o.io_interval : 128;
+#ifndef NDEBUG
+    loop->slow_ns = FERRY_MSEC(100);
+#endif
+    if (o.base) {
+        loop->base = o.base;
+    } else {
+        loop->base = event_base_new();
+        if (!loop->base)
+            goto err_free_loop;
+        loop->own_base = true;
+    }
+    loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
+    if (!loop->kick_ev)
+        goto err_free_base;
+    loop->tick_ev = evtimer_new(loop->base, tick_cb, loop);
+    if (!loop->tick_ev)
+        goto err_free_kick;
+    loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
+    if (!loop->altstack)
+        goto err_free_tick;
+    ferry__overflow_setup(loop);
+    if (!tls_loop)
+        tls_loop = loop;
+    *out = loop;
+    return 0;
+
+err_free_tick:
+    event_free(loop->tick_ev);
+err_free_kick:
+    event_free(loop->kick_ev);
+err_free_base:
+    if (loop->own_base)
+        event_base_free(loop->base);
+err_free_loop:
+    ferry__free(loop);
+    return -ENOMEM;
+}
+
+void ferry_loop_free(ferry_loop *loop)
+{
+    struct ferry__link *l, *tmp;
+    struct ferry__hnode *n;
+    ferry_loop *prev;
+
+    if (!loop || ferry__loop_check(loop) || loop->in_run || loop->in_turn)
+        return;
+    prev = tls_loop;
+    tls_loop = loop;
+    loop->closing = true;
+    loop->in_run = true;
+    /* Cancel every live task and run until all have ended. */
+    while (loop->live || !ferry__list_empty(&loop->runq)) {
+        ferry__list_foreach_safe(l, tmp, &loop->tasks)
+            ferry_task_cancel(ferry__container_of(l, ferry_task, all));
+        loop->stop = false;
+        if (!run_turn(loop))
+            poll_io(loop, loop->live != 0);
+        else if (loop->since_poll >= loop->io_interval)
+            poll_io(loop, false);
+    }
+    /* Accepted cross-thread posts run now; later ones are refused. */
+    if (loop->bridge.close)
+        loop->bridge.close(loop->bridge.ctx);
+    while (run_turn(loop))
+        ;
+    /* Timers that never fired are dropped with their loop. */
+    while ((n = ferry__heap_min(&loop->timers))) {
+        ferry__heap_remove(&loop->timers, n);
+        ferry__free(ferry__container_of(n, ferry_timer, node));
+    }
+    loop->in_run = false;
+    ferry__stack_drain(loop);
+    ferry__overflow_teardown(loop);
+    ferry__free(loop->altstack);
+    event_free(loop->tick_ev);
+    event_free(loop->kick_ev);
+    if (loop->own_base)
+        event_base_free(loop->base);
+    tls_loop = (prev == loop) ? NULL : prev;
+    ferry__free(loop);
+}

@@ -1,0 +1,181 @@
+/* loop_int.h - the loop and task structures, private to src/.
+ * Loop thread only.
+ */
+#ifndef FERRY_LOOP_INT_H
+#define FERRY_LOOP_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "ctx/ctx.h"
+#include "ferry_int.h"
+
+/* ---- Timer heap: an intrusive pairing heap keyed by (deadline, seq) ---- */
+
+struct ferry__hnode {
+    struct ferry__hnode *child;   /* first child */
+    struct ferry__hnode *next;    /* next sibling */
+    struct ferry__hnode *prev;    /* previous sibling, or parent if first */
+    int64_t              key;     /* deadline, monotonic ns */
+    uint64_t             seq;     /* insertion order: ties fire FIFO */
+    void (*fire)(struct ferry__hnode *n); /* called when the deadline passes */
+    bool                 linked;  /* in the heap */
+};
+
+struct ferry__heap {
+    struct ferry__hnode *root;    /* earliest deadline */
+    uint64_t             seq;     /* next insertion number */
+    size_t               count;   /* nodes in the heap */
+};
+
+void ferry__heap_insert(struct ferry__heap *h, struct ferry__hnode *n, int64_t key);
+void ferry__heap_remove(struct ferry__heap *h, struct ferry__hnode *n);
+static inline struct ferry__hnode *ferry__heap_min(const struct ferry__heap *h)
+{
+    return h->root;
+}
+
+/* ---- Run queue entries ------------------------------------------------ */
+
+enum { FERRY__RUN_TASK = 1, FERRY__RUN_CB = 2 };
+
+/* What the run queue holds: a task, or a callback (call_soon, timers). */
+struct ferry__runnable {
+    struct ferry__link link;      /* in loop->runq while ready */
+    int                kind;      /* FERRY__RUN_TASK or FERRY__RUN_CB */
+    ferry_cb           cb;        /* FERRY__RUN_CB: the callback */
+    void              *arg;       /* FERRY__RUN_CB: its argument */
+    bool               heap_node; /* FERRY__RUN_CB: a ferry_timer, not a call_soon node */
+};
+
+/* ---- Stacks ------------------------------------------------------------ */
+
+enum { FERRY__GUARD_NONE = 0, FERRY__GUARD_MADV, FERRY__GUARD_MPROTECT };
+
+/* A task stack: one mapping [base, base + size), guard page at the bottom,
+ * the task structure at the top.  This header survives reuse. */
+struct ferry__stack {
+    void              *base;      /* mapping start (guard page) */
+    size_t             size;      /* mapping size */
+    struct ferry__link free_link; /* in loop->stack_free while cached */
+    unsigned           vg_id;     /* valgrind stack id */
+    uint8_t            guard;     /* FERRY__GUARD_* */
+};
+
+#define FERRY__CANARY 0x6665727279c0ffeeULL
+#define FERRY__ALTSTACK_SIZE (64 * 1024)
+
+/* ---- Task ----------------------------------------------------------- */
+
+struct ferry_task {
+    struct ferry__stack    stk;       /* must stay first: survives reuse */
+    struct ferry__runnable run;       /* in the run queue while READY */
+    ferry__ctx             ctx;       /* saved registers while not running */
+    ferry_loop            *loop;      /* the loop it runs on */
+    ferry_task_fn          fn;        /* body */
+    void                  *arg;       /* body's argument */
+    int                    status;    /* fn's return value once DONE */
+    uint8_t                state;     /* enum ferry_task_state */
+    bool                   started;   /* fn has been entered */
+    bool                   cancelled; /* ferry_task_cancel() was called */
+    bool                   handle;    /* the spawner still holds a handle */
+    struct ferry__waiter  *waiter;    /* current wait, or NULL */
+    ferry_scope           *scope;     /* innermost scope, or NULL */
+    struct ferry__hnode    timer;     /* wakes a sleep or a deadline */
+    struct ferry__waitq    joiners;   /* tasks in ferry_task_join() */
+    struct ferry__link     all;       /* in loop->tasks while not DONE */
+    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook */
+    ferry_group           *group;     /* owning group, or NULL */
+    struct ferry__link     group_link;/* in group->children */
+    void                  *lo;        /* usable stack: [lo, hi) */
+    void                  *hi;
+    void                  *asan_fake; /* ASan fake stack while switched out */
+    void                  *tsan_fiber;/* TSan fiber */
+    uint64_t               id;        /* spawn number, for the dump */
+    char                   name[32];  /* for diagnostics */
+};
+
+/* ---- Loop ------------------------------------------------------------- */
+
+struct ferry_loop {
+    const void           *owner;      /* identity of the owning thread */
+    struct event_base    *base;       /* libevent base */
+    bool                  own_base;   /* created by us */
+    struct event         *kick_ev;    /* runs turns when driven by someone else's dispatch */
+    struct event         *tick_ev;    /* wakes a blocking poll for the earliest timer */
+    bool                  kick_pending; /* kick_ev is active */
+    bool                  in_run;     /* inside ferry_loop_run() */
+    bool                  in_turn;    /* running a turn */
+    bool                  stop;       /* ferry_loop_stop() was called */
+    bool                  closing;    /* ferry_loop_free() in progress */
+    struct ferry__link    runq;       /* of struct ferry__runnable */
+    struct ferry__heap    timers;     /* task timers and ferry_timer */
+    struct ferry__link    tasks;      /* live tasks */
+    size_t                live;       /* live tasks */
+    long                  refs;       /* ferry_loop_ref() count */
+    ferry_task           *current;    /* running task, or NULL */
+    ferry__ctx            sched_ctx;  /* the scheduler's context */
+    void                 *sched_fake; /* ASan fake stack of the scheduler */
+    const void           *sched_lo;   /* scheduler stack bounds for ASan */
+    size_t                sched_size;
+    void                 *sched_fiber;/* TSan fiber of the scheduler */
+    size_t                stack_size; /* default task stack size (mapping) */
+    size_t                stack_cache;/* free stacks kept */
+    struct ferry__link    stack_free; /* cached stacks of stack_size */
+    size_t                stack_nfree;
+    unsigned              io_interval;/* steps between polls */
+    unsigned              since_poll; /* steps since the last poll */
+    uint64_t              next_id;    /* task numbering */
+    int64_t               slow_ns;    /* blocked-loop threshold, 0 off */
+    ferry_loop_stats      stats;      /* counters */
+    struct ferry__bridge_hooks bridge;/* set by bridge/ */
+    void                 *altstack;   /* memory for this thread's sigaltstack */
+    bool                  altstack_on;/* we installed it */
+    uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
+    size_t                mprotect_live; /* live mprotect-guarded stacks */
+};
+
+/* Make a task ready to run in the next turn. */
+void ferry__task_ready(ferry_task *t);
+/* Switch from the running task to the scheduler. */
+void ferry__task_suspend(ferry_task *t);
+/* Run a task until it suspends or ends (scheduler side). */
+void ferry__task_resume(ferry_task *t);
+/* True if cancellation of the task is blocked by a shield. */
+bool ferry__task_shielded(const ferry_task *t);
+/* Earliest deadline reaching the task's current point, FERRY_NEVER if none. */
+int64_t ferry__task_deadline(const ferry_task *t);
+/* Release a task's stack once it is DONE and its handle is given back. */
+void ferry__task_release(ferry_task *t);
+
+/* Stacks (stack.c). */
+size_t ferry__page_size(void);
+int  ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out);
+void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s);
+void ferry__stack_drain(ferry_loop *loop);
+bool ferry__stack_guard_hit(const struct ferry__stack *s, const void *addr);
+/* Install the overflow reporter for this thread; undo it. */
+void ferry__overflow_setup(ferry_loop *loop);
+void ferry__overflow_teardown(ferry_loop *loop);
+
+/* The loop whose thread this is and that is current, or NULL. */
+ferry_loop *ferry__loop_tls(void);
+/* 0 if the caller is on the loop's thread, -EPERM otherwise. */
+int ferry__loop_check(const ferry_loop *loop);
+/* Arm the poll timer if the loop is driven by someone else's dispatch. */
+void ferry__loop_timers_changed(ferry_loop *loop);
+
+/* A child of a group ended (group.c). */
+void ferry__group_child_done(ferry_task *t);
+
+/* Annotated switches (switch.c). */
+void ferry__switch_to_task(ferry_loop *loop, ferry_task *t);
+void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool exiting);
+void ferry__switch_arrived(ferry_loop *loop, ferry_task *t);
+void ferry__fiber_create(ferry_task *t);
+void ferry__fiber_destroy(ferry_task *t);
+
+#endif /* FERRY_LOOP_INT_H */

@@ -1,0 +1,424 @@
+/* task.c - spawning, running, ending and joining tasks; yield, sleep,
+ * waiting for a file descriptor or a signal; ferry_run(); the task dump.
+ * Loop thread only.
+ */
+#include "loop_only.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop_int.h"
+#include "sanitize.h"
+
+static const char *const state_names[] = { "ready", "running", "waiting", "done" };
+
+void ferry__task_ready(ferry_task *t)
+{
+    ferry_loop *loop = t->loop;
+
+    t->state = FERRY_TASK_READY;
+    ferry__list_push_back(&loop->runq, &t->run.link);
+    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
+        loop->kick_pending = true;
+        event_active(loop->kick_ev, EV_READ, 0);
+    }
+}
+
+ferry_loop *ferry__task_loop(const ferry_task *t)
+{
+    return t->loop;
+}
+
+static void task_finish(ferry_task *t, int status)
+{
+    ferry_loop *loop = t->loop;
+    struct ferry__link *l;
+
+    t->status = status;
+    t->state = FERRY_TASK_DONE;
+    /* Exit hooks: locks it still holds break, and so on. */
+    while ((l = ferry__list_pop_front(&t->exit_hooks))) {
+        struct ferry__exit_hook *h = ferry__container_of(l, struct ferry__exit_hook, link);
+        h->fn(h);
+    }
+    ferry__waitq_grant_all(&t->joiners, 0);
+    ferry__list_remove(&t->all);
+    loop->live--;
+    if (t->group)
+        ferry__group_child_done(t);
+}
+
+static void task_entry(void *arg)
+{
+    ferry_task *t = arg;
+
+    ferry__switch_arrived(t->loop, t);
+    task_finish(t, t->fn(t->arg));
+    ferry__switch_to_sched(t->loop, t, true);
+    abort();   /* a finished task is never resumed */
+}
+
+void ferry__task_resume(ferry_task *t)
+{
+    ferry_loop *loop = t->loop;
+
+    if (!t->started) {
+        t->started = true;
+        if (t->cancelled) {
+            /* Cancelled before its first run: the body never runs. */
+            task_finish(t, -ECANCELED);
+            ferry__task_release(t);
+            return;
+        }
+    }
+    t->state = FERRY_TASK_RUNNING;
+    loop->current = t;
+    ferry__switch_to_task(loop, t);
+    loop->current = NULL;
+    if (t->state == FERRY_TASK_DONE)
+        ferry__task_release(t);
+}
+
+void ferry__task_suspend(ferry_task *t)
+{
+    ferry__switch_to_sched(t->loop, t, false);
+}
+
+void ferry__task_release(ferry_task *t)
+{
+    ferry_loop *loop = t->loop;
+
+    if (t->state != FERRY_TASK_DONE || t->handle)
+        return;
+    if (loop->current == t)
+        return;   /* still on its stack: the scheduler releases it */
+    ferry__fiber_destroy(t);
+    ferry__stack_put(loop, &t->stk);
+}
+
+int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                     const ferry_task_opts *opts)
+{
+    struct ferry__stack *s;
+    ferry_task *t;
+    size_t size;
+    int rc;
+
+    if (out)
+        *out = NULL;
+    if (!loop)
+        loop = ferry__loop_tls();
+    if (!loop)
+        return -EPERM;
+    rc = ferry__loop_check(loop);
+    if (rc)
+        return rc;
+    if (!fn)
+        return -EINVAL;
+    if (loop->closing)
+        return -ESHUTDOWN;
+    size = opts && opts->stack_size ? opts->stack_size : 0;
+    if (size && (size < FERRY_STACK_MIN || size > ((size_t)1 << 30)))
+        return -EINVAL;
+    rc = ferry__stack_get(loop, size ? size : loop->stack_size - 4096, &s);
+    if (rc)
+        return rc;
+    t = (ferry_task *)(void *)s;
+    /* Everything after the stack header starts fresh. */
+    memset((char *)t + sizeof t->stk, 0, sizeof *t - sizeof t->stk);
+    t->run.kind = FERRY__RUN_TASK;
+    t->loop = loop;
+    t->fn = fn;
+    t->arg = arg;
+    t->handle = out != NULL;
+    t->id = ++loop->next_id;
+    snprintf(t->name, sizeof t->name, "%s", opts && opts->name ? opts->name : "task");
+    t->lo = (char *)s->base + ferry__page_size();
+    t->hi = (char *)t;
+    t->timer.fire = NULL;
+    if (s->guard == FERRY__GUARD_NONE)
+        *(uint64_t *)t->lo = FERRY__CANARY;
+    ferry__ctx_make(&t->ctx, t->lo, (size_t)((char *)t->hi - (char *)t->lo), task_entry, t);
+    ferry__fiber_create(t);
+    ferry__list_push_back(&loop->tasks, &t->all);
+    loop->live++;
+    ferry__task_ready(t);
+    if (out)
+        *out = t;
+    return 0;
+}
+
+int ferry_task_join(ferry_task *t, int *status)
+{
+    struct ferry__waiter w;
+    ferry_task *self;
+    int rc;
+
+    if (!t)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    if (t->loop != self->loop)
+        return -EPERM;
+    if (t == self)
+        return -EDEADLK;
+    if (!t->handle)
+        return -EINVAL;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    while (t->state != FERRY_TASK_DONE) {
+        ferry__waiter_init(&w, self, "join", t);
+        rc = ferry__wait(&t->joiners, &w, FERRY_NEVER);
+        if (rc)
+            return rc;
+    }
+    if (status)
+        *status = t->status;
+    t->handle = false;
+    ferry__task_release(t);
+    return 0;
+}
+
+int ferry_task_try_join(ferry_task *t, int *status)
+{
+    int rc;
+
+    if (!t)
+        return -EINVAL;
+    rc = ferry__loop_check(t->loop);
+    if (rc)
+        return rc;
+    if (!t->handle)
+        return -EINVAL;
+    if (t->state != FERRY_TASK_DONE)
+        return -EAGAIN;
+    if (status)
+        *status = t->status;
+    t->handle = false;
+    ferry__task_release(t);
+    return 0;
+}
+
+int ferry_task_detach(ferry_task *t)
+{
+    int rc;
+
+    if (!t)
+        return -EINVAL;
+    rc = ferry__loop_check(t->loop);
+    if (rc)
+        return rc;
+    if (!t->handle)
+        return -EINVAL;
+    t->handle = false;
+    ferry__task_release(t);
+    return 0;
+}
+
+int ferry_task_cancel(ferry_task *t)
+{
+    struct ferry__waiter *w;
+    int rc;
+
+    if (!t)
+        return -EINVAL;
+    rc = ferry__loop_check(t->loop);
+    if (rc)
+        return rc;
+    if (t->state == FERRY_TASK_DONE)
+        return 0;
+    t->cancelled = true;
+    w = t->waiter;
+    if (t->state == FERRY_TASK_WAITING && w && w->state == FERRY__W_WAITING &&
+        !ferry__task_shielded(t)) {
+        if (ferry__link_linked(&w->link))
+            ferry__list_remove(&w->link);
+        w->state = FERRY__W_CANCELLED;
+        ferry__task_ready(t);
+    }
+    return 0;
+}
+
+ferry_task *ferry_task_current(void)
+{
+    ferry_loop *loop = ferry__loop_tls();
+    return loop && ferry_loop_is_current(loop) ? loop->current : NULL;
+}
+
+const char *ferry_task_name(const ferry_task *t)
+{
+    return t ? t->name : "(null)";
+}
+
+enum ferry_task_state ferry_task_state(const ferry_task *t)
+{
+    return (enum ferry_task_state)t->state;
+}
+
+bool ferry_task_cancelled(const ferry_task *t)
+{
+    return t && t->cancelled;
+}
+
+int ferry_yield(void)
+{
+    ferry_task *self;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    ferry__task_ready(self);
+    ferry__task_suspend(self);
+    return 0;
+}
+
+int ferry_sleep_until(int64_t deadline)
+{
+    struct ferry__waiter w;
+    ferry_task *self;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    if (deadline <= ferry_now())
+        return ferry_yield();
+    ferry__waiter_init(&w, self, "sleep", NULL);
+    rc = ferry__wait(NULL, &w, deadline);
+    return rc == 1 ? 0 : rc;
+}
+
+int ferry_sleep(int64_t duration)
+{
+    int64_t now = ferry_now();
+
+    if (duration > INT64_MAX - now)
+        return ferry_sleep_until(FERRY_NEVER - 1);
+    return ferry_sleep_until(now + duration);
+}
+
+static void io_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ferry__waiter *w = arg;
+
+    (void)fd;
+    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) |
+                      ((what & EV_WRITE) ? FERRY_WRITE : 0) |
+                      ((what & EV_SIGNAL) ? 1 : 0));
+    ferry__grant(w, 0);
+}
+
+int ferry_wait_fd(int fd, int events, int *revents)
+{
+    struct ferry__waiter w;
+    struct event ev;
+    ferry_task *self;
+    short what = 0;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    if (fd < 0 || !events || (events & ~(FERRY_READ | FERRY_WRITE)))
+        return -EINVAL;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    if (events & FERRY_READ)
+        what |= EV_READ;
+    if (events & FERRY_WRITE)
+        what |= EV_WRITE;
+    ferry__waiter_init(&w, self, events & FERRY_WRITE ? "fd write" : "fd read",
+                       (const void *)(intptr_t)fd);
+    if (event_assign(&ev, self->loop->base, fd, what, io_cb, &w) != 0)
+        return -EINVAL;
+    if (event_add(&ev, NULL) != 0)
+        return -ENOMEM;
+    rc = ferry__wait(NULL, &w, FERRY_NEVER);
+    event_del(&ev);
+    if (rc == 0 && revents)
+        *revents = (int)w.n;
+    return rc;
+}
+
+int ferry_wait_signal(int signum)
+{
+    struct ferry__waiter w;
+    struct event ev;
+    ferry_task *self;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    if (signum <= 0 || signum >= NSIG)
+        return -EINVAL;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    ferry__waiter_init(&w, self, "signal", (const void *)(intptr_t)signum);
+    if (evsignal_assign(&ev, self->loop->base, signum, io_cb, &w) != 0)
+        return -EINVAL;
+    if (evsignal_add(&ev, NULL) != 0)
+        return -ENOMEM;
+    rc = ferry__wait(NULL, &w, FERRY_NEVER);
+    evsignal_del(&ev);
+    return rc;
+}
+
+int ferry_run(ferry_task_fn fn, void *arg)
+{
+    ferry_loop *loop;
+    ferry_task *t;
+    int rc, status = 0;
+
+    if (!fn)
+        return -EINVAL;
+    rc = ferry_loop_new(&loop, NULL);
+    if (rc)
+        return rc;
+    rc = ferry_task_spawn(&t, loop, fn, arg, &(ferry_task_opts){ .name = "main" });
+    if (rc) {
+        ferry_loop_free(loop);
+        return rc;
+    }
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop);
+    return status;
+}
+
+int ferry_loop_dump(ferry_loop *loop, FILE *out)
+{
+    struct ferry__link *l;
+    int rc = ferry__loop_check(loop), n = 0;
+
+    if (rc)
+        return rc;
+    if (!out)
+        return -EINVAL;
+    fprintf(out, "ferry: %zu live task(s)\n", loop->live);
+    ferry__list_foreach(l, &loop->tasks) {
+        ferry_task *t = ferry__container_of(l, ferry_task, all);
+        fprintf(out, "  task #%llu '%s' %s", (unsigned long long)t->id, t->name,
+                state_names[t->state]);
+        if (t->state == FERRY_TASK_WAITING && t->waiter)
+            fprintf(out, " on %s %p", t->waiter->what ? t->waiter->what : "?",
+                    t->waiter->obj);
+        if (t->timer.linked)
+            fprintf(out, ", wakes in %.3f ms",
+                    (double)(t->timer.key - ferry_now()) / 1e6);
+        if (t->cancelled)
+            fprintf(out, ", cancelled");
+        if (t->group)
+            fprintf(out, ", in group %p", (void *)t->group);
+        fprintf(out, ", stack %zu KiB\n",
+                (size_t)((char *)t->hi - (char *)t->lo) / 1024);
+        n++;
+    }
+    return n;
+}

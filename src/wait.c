@@ -1,0 +1,238 @@
+/* wait.c - the one wait queue, the cancellation point, and scopes.
+ * Loop thread only.
+ *
+ * Every primitive waits through ferry__wait(): the waiter node lives on
+ * the waiting task's stack, and cancellation and deadlines unlink it here,
+ * in one place.  A waiter's explicit state (WAITING, GRANTED, CANCELLED,
+ * TIMEDOUT) tells the primitive, after the wait, whether it holds a grant
+ * that it must keep or pass on.
+ */
+#include "loop_only.h"
+
+#include <string.h>
+
+#include "loop_int.h"
+
+void ferry__waiter_init(struct ferry__waiter *w, ferry_task *self,
+                        const char *what, const void *obj)
+{
+    memset(w, 0, sizeof *w);
+    w->task = self;
+    w->what = what;
+    w->obj = obj;
+}
+
+int ferry__enter_task(ferry_task **self)
+{
+    ferry_loop *loop = ferry__loop_tls();
+
+    *self = NULL;
+    if (!loop || !ferry_loop_is_current(loop) || !loop->current)
+        return -EPERM;
+    *self = loop->current;
+    return 0;
+}
+
+int ferry__bind(ferry_loop **bound)
+{
+    ferry_loop *loop = ferry__loop_tls();
+
+    if (!loop || !ferry_loop_is_current(loop))
+        return -EPERM;
+    if (!*bound)
+        *bound = loop;
+    else if (*bound != loop)
+        return -EPERM;
+    return 0;
+}
+
+bool ferry__task_shielded(const ferry_task *t)
+{
+    const ferry_scope *s;
+
+    for (s = t->scope; s; s = s->parent)
+        if (s->shield)
+            return true;
+    return false;
+}
+
+int64_t ferry__task_deadline(const ferry_task *t)
+{
+    const ferry_scope *s;
+    int64_t d = FERRY_NEVER;
+
+    for (s = t->scope; s; s = s->parent) {
+        if (s->deadline < d)
+            d = s->deadline;
+        if (s->shield)
+            break;
+    }
+    return d;
+}
+
+int ferry__check(ferry_task *t)
+{
+    ferry_scope *s;
+    int64_t now = 0;
+    int rc = 0;
+
+    if (!t->scope)
+        return t->cancelled ? -ECANCELED : 0;
+    for (s = t->scope; s; s = s->parent) {
+        if (s->deadline != FERRY_NEVER) {
+            if (!now)
+                now = ferry_now();
+            if (now >= s->deadline) {
+                s->fired = true;
+                rc = -ETIMEDOUT;
+            }
+        }
+        if (s->shield)
+            return rc;
+    }
+    return t->cancelled ? -ECANCELED : rc;
+}
+
+static void wait_timer_fire(struct ferry__hnode *n)
+{
+    ferry_task *t = ferry__container_of(n, ferry_task, timer);
+    struct ferry__waiter *w = t->waiter;
+
+    if (w && w->state == FERRY__W_WAITING) {
+        if (ferry__link_linked(&w->link))
+            ferry__list_remove(&w->link);
+        w->state = FERRY__W_TIMEDOUT;
+        ferry__task_ready(t);
+    }
+}
+
+int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
+{
+    ferry_task *t = w->task;
+    ferry_loop *loop = t->loop;
+    int64_t wake;
+    int rc = ferry__check(t);
+
+    if (rc)
+        return rc;
+    wake = ferry__task_deadline(t);
+    if (until < wake)
+        wake = until;
+    if (q)
+        ferry__list_push_back(&q->head, &w->link);
+    w->state = FERRY__W_WAITING;
+    t->waiter = w;
+    t->state = FERRY_TASK_WAITING;
+    if (wake != FERRY_NEVER) {
+        t->timer.fire = wait_timer_fire;
+        ferry__heap_insert(&loop->timers, &t->timer, wake);
+        ferry__loop_timers_changed(loop);
+    }
+    ferry__task_suspend(t);
+    if (t->timer.linked)
+        ferry__heap_remove(&loop->timers, &t->timer);
+    t->waiter = NULL;
+    if (ferry__link_linked(&w->link))
+        ferry__list_remove(&w->link);
+    switch (w->state) {
+    case FERRY__W_GRANTED:
+        if (t->cancelled && !ferry__task_shielded(t))
+            return -ECANCELED;        /* state stays GRANTED: pass it on */
+        return w->result;
+    case FERRY__W_CANCELLED:
+        return -ECANCELED;
+    default:
+        w->state = FERRY__W_TIMEDOUT;
+        if (until != FERRY_NEVER && ferry_now() >= until) {
+            rc = ferry__check(t);
+            return rc ? rc : 1;
+        }
+        rc = ferry__check(t);
+        return rc ? rc : -ETIMEDOUT;
+    }
+}
+
+bool ferry__grant(struct ferry__waiter *w, int result)
+{
+    if (w->state != FERRY__W_WAITING)
+        return false;
+    if (ferry__link_linked(&w->link))
+        ferry__list_remove(&w->link);
+    w->state = FERRY__W_GRANTED;
+    w->result = result;
+    ferry__task_ready(w->task);
+    return true;
+}
+
+bool ferry__waitq_grant_one(struct ferry__waitq *q, int result)
+{
+    struct ferry__waiter *w = ferry__waitq_first(q);
+    return w ? ferry__grant(w, result) : false;
+}
+
+size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result)
+{
+    struct ferry__waiter *w;
+    size_t n = 0;
+
+    while ((w = ferry__waitq_first(q)) != NULL) {
+        ferry__grant(w, result);
+        n++;
+    }
+    return n;
+}
+
+void ferry__exit_hook_add(ferry_task *t, struct ferry__exit_hook *h)
+{
+    ferry__list_push_back(&t->exit_hooks, &h->link);
+}
+
+void ferry__exit_hook_del(struct ferry__exit_hook *h)
+{
+    if (ferry__link_linked(&h->link))
+        ferry__list_remove(&h->link);
+}
+
+/* ---- scopes ------------------------------------------------------------ */
+
+int ferry_scope_enter(ferry_scope *s, int64_t deadline, unsigned flags)
+{
+    ferry_task *self;
+    int rc;
+
+    if (!s || (flags & ~(unsigned)FERRY_SCOPE_SHIELD))
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    s->parent = self->scope;
+    s->task = self;
+    s->deadline = deadline;
+    s->shield = flags & FERRY_SCOPE_SHIELD;
+    s->fired = false;
+    self->scope = s;
+    return 0;
+}
+
+int ferry_scope_exit(ferry_scope *s)
+{
+    ferry_task *self;
+    int rc;
+
+    if (!s)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    if (self->scope != s)
+        return -EINVAL;
+    self->scope = s->parent;
+    /* A cancel that a shield held back reaches a waiting task at its next
+     * suspension point (level-triggered), so nothing to wake here. */
+    return s->fired ? -ETIMEDOUT : 0;
+}
+
+bool ferry_scope_fired(const ferry_scope *s)
+{
+    return s && s->fired;
+}
