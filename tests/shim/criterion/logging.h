@@ -1,0 +1,2 @@
+/* criterion/logging.h - part of the Criterion shim: everything is in criterion.h. */
+#include "criterion.h"

@@ -1,0 +1,280 @@
+/* selftest.c - checks the Criterion shim against the behaviour the ferry
+ * tests rely on.  It compiles against real Criterion and against the shim;
+ * check.sh runs it and compares each test's outcome with its suite name:
+ * suite "pass" must pass, "fail" must fail, "skip" must be skipped.
+ * Suites "shimonly" and "sanitizer" hold cases where Criterion is known to
+ * get it wrong (TESTING.md) and that only the shim is held to: a failing
+ * .fini, a leak reported at exit, a data race under TSan.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SELFTEST_TSAN 1
+#endif
+#if __has_feature(address_sanitizer)
+#define SELFTEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SELFTEST_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SELFTEST_ASAN 1
+#endif
+
+static int fixture_state;
+
+static void setup(void)
+{
+    fixture_state = 42;
+}
+
+static void teardown(void)
+{
+    fixture_state = 0;
+}
+
+static void failing_teardown(void)
+{
+    cr_assert_eq(fixture_state, 7, "teardown sees %d", fixture_state);
+}
+
+TestSuite(suitewide, .init = setup);
+
+Test(pass, plain)
+{
+    cr_assert(1);
+    cr_assert(1 + 1 == 2, "with a message %d", 3);
+    cr_expect(1);
+    cr_assert_not(0);
+    cr_expect_not(0, "msg");
+}
+
+Test(pass, comparisons)
+{
+    int a = 1, b = 2;
+    const char *s = "abc";
+    void *nul = NULL;
+    cr_assert_eq(a, 1);
+    cr_assert_neq(a, b, "a=%d b=%d", a, b);
+    cr_assert_lt(a, b);
+    cr_assert_leq(a, 1);
+    cr_assert_gt(b, a);
+    cr_assert_geq(b, 2);
+    cr_expect_eq(a, 1);
+    cr_expect_neq(a, b);
+    cr_expect_lt(a, b);
+    cr_expect_leq(a, b);
+    cr_expect_gt(b, a);
+    cr_expect_geq(b, a);
+    cr_assert_null(nul);
+    cr_expect_null(nul);
+    cr_assert_not_null(s);
+    cr_expect_not_null(s, "s");
+    cr_assert_str_eq(s, "abc");
+    cr_expect_str_eq(s, "abc");
+    cr_assert_str_neq(s, "abd");
+    cr_expect_str_neq(s, "abd");
+    cr_assert_float_eq(0.1 + 0.2, 0.3, 1e-9);
+    cr_log_info("info %d", 1);
+    cr_log_warn("warn");
+}
+
+Test(pass, fixtures, .init = setup, .fini = teardown)
+{
+    cr_assert_eq(fixture_state, 42);
+}
+
+Test(suitewide, init_from_suite)
+{
+    cr_assert_eq(fixture_state, 42);
+}
+
+Test(pass, expected_signal, .signal = SIGABRT)
+{
+    abort();
+}
+
+Test(pass, expected_exit_code, .exit_code = 3)
+{
+    exit(3);
+}
+
+Test(pass, within_timeout, .timeout = 2.)
+{
+    usleep(10000);
+}
+
+static void *thread_ok(void *arg)
+{
+    int *p = arg;
+    *p = 5;
+    return NULL;
+}
+
+Test(pass, threads)
+{
+    pthread_t th;
+    int v = 0;
+    cr_assert_eq(pthread_create(&th, NULL, thread_ok, &v), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(v, 5);
+}
+
+Test(fail, assert)
+{
+    cr_assert(0, "expected failure %s", "here");
+}
+
+Test(fail, assert_eq)
+{
+    int a = 1;
+    cr_assert_eq(a, 2);
+}
+
+Test(fail, expect_continues)
+{
+    cr_expect_eq(1, 2, "first");
+    cr_expect_str_eq("a", "b");
+}
+
+Test(fail, assert_fail)
+{
+    cr_assert_fail("unconditional");
+}
+
+Test(fail, timeout, .timeout = 0.5)
+{
+    for (;;)
+        pause();
+}
+
+Test(fail, crash)
+{
+    raise(SIGSEGV);
+}
+
+Test(fail, wrong_signal, .signal = SIGSEGV)
+{
+    abort();
+}
+
+Test(fail, missing_signal, .signal = SIGABRT)
+{
+}
+
+Test(fail, exit_code)
+{
+    exit(4);
+}
+
+Test(fail, init_fails, .init = failing_teardown)
+{
+}
+
+static void *thread_assert(void *arg)
+{
+    cr_assert(0, "failed on another thread");
+    return arg;
+}
+
+Test(fail, assert_on_thread)
+{
+    pthread_t th;
+    pthread_create(&th, NULL, thread_assert, NULL);
+    pthread_join(th, NULL);
+}
+
+Test(skip, skipped)
+{
+    cr_skip_test("not today");
+    cr_assert_fail("not reached");
+}
+
+Test(skip, disabled, .disabled = true)
+{
+    cr_assert_fail("not run");
+}
+
+/* Criterion ignores an assertion that fails in .fini (TESTING.md gap 3). */
+Test(shimonly, fini_fails, .init = setup, .fini = failing_teardown)
+{
+}
+
+#ifdef SELFTEST_ASAN
+static void *volatile leaked;
+
+/* Criterion counts this as passing (gap 1); LeakSanitizer's exit status
+ * makes the shim fail it. */
+Test(sanitizer, leak)
+{
+    leaked = malloc(100);
+    memset(leaked, 1, 100);
+    leaked = NULL;
+}
+
+Test(sanitizer, use_after_free)
+{
+    char *volatile p = malloc(8);
+    free(p);
+    p[0] = 1;
+    cr_assert_eq(p[0], 1);
+}
+#endif
+
+#ifdef SELFTEST_TSAN
+static int racy;
+
+static void *race_thread(void *arg)
+{
+    racy++;
+    return arg;
+}
+
+/* A positive control: TSan must turn a data race into a failure. */
+Test(sanitizer, data_race)
+{
+    pthread_t th;
+    pthread_create(&th, NULL, race_thread, NULL);
+    racy++;
+    pthread_join(th, NULL);
+}
+#endif
+
+/* Positive controls for the valgrind leg: skipped unless running under
+ * valgrind, where --error-exitcode must turn them into failures. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define SELFTEST_VALGRIND 1
+#endif
+#endif
+
+#ifdef SELFTEST_VALGRIND
+static void *volatile vg_leaked;
+
+Test(valgrind, leak)
+{
+    if (!RUNNING_ON_VALGRIND)
+        cr_skip_test("not under valgrind");
+    vg_leaked = malloc(100);
+    vg_leaked = NULL;
+}
+
+Test(valgrind, invalid_read)
+{
+    if (!RUNNING_ON_VALGRIND)
+        cr_skip_test("not under valgrind");
+    char *volatile p = malloc(8);
+    free(p);
+    cr_assert_eq(p[0], p[0]);
+}
+#endif
