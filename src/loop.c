@@ -16,11 +16,12 @@
 #include <time.h>
 
 #include "loop_int.h"
+#include "switch.h"
 
-/* The loop current on this thread (running, or the last one made here). */
-static _Thread_local ferry_loop *tls_loop;
-/* Its address identifies the thread: distinct for every live thread. */
-static _Thread_local char tls_token;
+__thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
+__thread char ferry__tls_token __attribute__((tls_model("initial-exec")));
+#define tls_loop  ferry__tls_loop
+#define tls_token ferry__tls_token
 
 static ferry_log_fn log_fn;     /* set before loops run (documented) */
 static void *log_ctx;
@@ -30,11 +31,6 @@ int64_t ferry_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-ferry_loop *ferry__loop_tls(void)
-{
-    return tls_loop;
 }
 
 ferry_loop *ferry_loop_current(void)
@@ -215,7 +211,7 @@ int ferry_timer_cancel(ferry_timer *tm)
 
 /* ---- turns ------------------------------------------------------------ */
 
-static void run_step(ferry_loop *loop, struct ferry__runnable *r)
+static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, struct ferry__runnable *r)
 {
     int64_t t0 = loop->slow_ns ? ferry_now() : 0;
     const char *who = "callback";
@@ -223,9 +219,22 @@ static void run_step(ferry_loop *loop, struct ferry__runnable *r)
 
     if (r->kind == FERRY__RUN_TASK) {
         ferry_task *t = ferry__container_of(r, ferry_task, run);
-        memcpy(name, t->name, sizeof t->name);
-        who = name;
-        ferry__task_resume(t);
+        if (loop->slow_ns) {
+            memcpy(name, t->name, sizeof t->name);
+            who = name;
+        }
+        if (__builtin_expect(!t->started, 0)) {
+            ferry__task_resume(t);
+        } else {
+            t->state = FERRY_TASK_RUNNING;
+            loop->current = t;
+            ferry__switch_to_task(loop, t);
+            /* Tasks may have handed over to each other: the last one is back. */
+            t = loop->current;
+            loop->current = NULL;
+            if (t->state == FERRY_TASK_DONE)
+                ferry__task_release(t);
+        }
     } else {
         ferry_cb cb = r->cb;
         void *arg = r->arg;
@@ -259,6 +268,7 @@ static bool run_turn(ferry_loop *loop)
         return false;
     ferry__list_move(&local, &loop->runq);
     loop->in_turn = true;
+    loop->turn = &local;
     loop->stats.turns++;
     while ((l = ferry__list_pop_front(&local))) {
         run_step(loop, ferry__container_of(l, struct ferry__runnable, link));
@@ -270,6 +280,7 @@ static bool run_turn(ferry_loop *loop)
         }
     }
     loop->in_turn = false;
+    loop->turn = NULL;
     return true;
 }
 

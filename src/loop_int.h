@@ -109,6 +109,7 @@ struct ferry_loop {
     bool                  kick_pending; /* kick_ev is active */
     bool                  in_run;     /* inside ferry_loop_run() */
     bool                  in_turn;    /* running a turn */
+    struct ferry__link   *turn;       /* the running turn's list, or NULL */
     bool                  stop;       /* ferry_loop_stop() was called */
     bool                  closing;    /* ferry_loop_free() in progress */
     struct ferry__link    runq;       /* of struct ferry__runnable */
@@ -140,6 +141,8 @@ struct ferry_loop {
 
 /* Make a task ready to run in the next turn. */
 void ferry__task_ready(ferry_task *t);
+/* Wake someone else's dispatch to run our turns (not inside ferry_loop_run). */
+void ferry__task_ready_kick(ferry_loop *loop);
 /* Switch from the running task to the scheduler. */
 void ferry__task_suspend(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */
@@ -161,8 +164,22 @@ bool ferry__stack_guard_hit(const struct ferry__stack *s, const void *addr);
 void ferry__overflow_setup(ferry_loop *loop);
 void ferry__overflow_teardown(ferry_loop *loop);
 
-/* The loop whose thread this is and that is current, or NULL. */
-ferry_loop *ferry__loop_tls(void);
+/* The loop current on this thread (running, or the last one made here);
+ * the address of ferry__tls_token identifies the thread. */
+extern __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
+extern __thread char ferry__tls_token __attribute__((tls_model("initial-exec")));
+
+static inline ferry_loop *ferry__loop_tls(void)
+{
+    return ferry__tls_loop;
+}
+
+/* The running task of this thread's loop, or NULL. */
+static inline ferry_task *ferry__self(void)
+{
+    ferry_loop *loop = ferry__tls_loop;
+    return loop && loop->owner == &ferry__tls_token ? loop->current : NULL;
+}
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */
@@ -171,10 +188,7 @@ void ferry__loop_timers_changed(ferry_loop *loop);
 /* A child of a group ended (group.c). */
 void ferry__group_child_done(ferry_task *t);
 
-/* Annotated switches (switch.c). */
-void ferry__switch_to_task(ferry_loop *loop, ferry_task *t);
-void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool exiting);
-void ferry__switch_arrived(ferry_loop *loop, ferry_task *t);
+/* TSan fibers of tasks (task.c). */
 void ferry__fiber_create(ferry_task *t);
 void ferry__fiber_destroy(ferry_task *t);
 

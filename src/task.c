@@ -10,9 +10,18 @@
 #include <string.h>
 
 #include "loop_int.h"
+#include "switch.h"
 #include "sanitize.h"
 
 static const char *const state_names[] = { "ready", "running", "waiting", "done" };
+
+void ferry__task_ready_kick(ferry_loop *loop)
+{
+    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
+        loop->kick_pending = true;
+        event_active(loop->kick_ev, EV_READ, 0);
+    }
+}
 
 void ferry__task_ready(ferry_task *t)
 {
@@ -20,10 +29,38 @@ void ferry__task_ready(ferry_task *t)
 
     t->state = FERRY_TASK_READY;
     ferry__list_push_back(&loop->runq, &t->run.link);
-    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
-        loop->kick_pending = true;
-        event_active(loop->kick_ev, EV_READ, 0);
+    if (!loop->in_run)
+        ferry__task_ready_kick(loop);
+}
+
+void ferry__canary_dead(ferry_task *t)
+{
+    ferry__log(FERRY_LOG_ERROR, "stack overflow in task '%s' (canary overwritten)", t->name);
+    abort();
+}
+
+void ferry__fiber_create(ferry_task *t)
+{
+#ifdef FERRY_TSAN_ON
+    if (!t->tsan_fiber) {
+        t->tsan_fiber = __tsan_create_fiber(0);
+        __tsan_set_fiber_name(t->tsan_fiber, t->name);
     }
+#else
+    (void)t;
+#endif
+}
+
+void ferry__fiber_destroy(ferry_task *t)
+{
+#ifdef FERRY_TSAN_ON
+    if (t->tsan_fiber) {
+        __tsan_destroy_fiber(t->tsan_fiber);
+        t->tsan_fiber = NULL;
+    }
+#else
+    (void)t;
+#endif
 }
 
 ferry_loop *ferry__task_loop(const ferry_task *t)
@@ -76,6 +113,7 @@ void ferry__task_resume(ferry_task *t)
     t->state = FERRY_TASK_RUNNING;
     loop->current = t;
     ferry__switch_to_task(loop, t);
+    t = loop->current;
     loop->current = NULL;
     if (t->state == FERRY_TASK_DONE)
         ferry__task_release(t);
@@ -83,7 +121,7 @@ void ferry__task_resume(ferry_task *t)
 
 void ferry__task_suspend(ferry_task *t)
 {
-    ferry__switch_to_sched(t->loop, t, false);
+    ferry__switch_away(t->loop, t);
 }
 
 void ferry__task_release(ferry_task *t)
@@ -266,16 +304,23 @@ bool ferry_task_cancelled(const ferry_task *t)
 
 int ferry_yield(void)
 {
-    ferry_task *self;
-    int rc = ferry__enter_task(&self);
+    ferry_task *self = ferry__self();
+    ferry_loop *loop;
+    int rc;
 
-    if (rc)
-        return rc;
-    rc = ferry__check(self);
-    if (rc)
-        return rc;
-    ferry__task_ready(self);
-    ferry__task_suspend(self);
+    if (__builtin_expect(!self, 0))
+        return -EPERM;
+    if (__builtin_expect(self->cancelled || self->scope, 0)) {
+        rc = ferry__check(self);
+        if (rc)
+            return rc;
+    }
+    loop = self->loop;
+    self->state = FERRY_TASK_READY;
+    ferry__list_push_back(&loop->runq, &self->run.link);
+    if (__builtin_expect(!loop->in_run, 0))
+        ferry__task_ready_kick(loop);
+    ferry__switch_away(loop, self);
     return 0;
 }
 

@@ -1,0 +1,110 @@
+/* switch.h - every switch between the scheduler and a task, with the
+ * annotations that keep ASan (fiber switches), TSan (fibers) and valgrind
+ * (registered stacks) accurate.
+ * Loop thread only.
+ *
+ * Switches always go scheduler -> task -> scheduler, so there are exactly
+ * two kinds to annotate.  They are inlined into their few callers: after a
+ * switch the CPU's return-stack predictor holds the other side's return
+ * addresses, so every `ret` between two switches mispredicts, and fewer
+ * call levels around the switch make a yield markedly cheaper.
+ */
+#ifndef FERRY_SWITCH_H
+#define FERRY_SWITCH_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "loop_int.h"
+#include "sanitize.h"
+
+/* First thing a task does after a switch lands on its stack. */
+static inline void ferry__switch_arrived(ferry_loop *loop, ferry_task *t)
+{
+#ifdef FERRY_ASAN_ON
+    __sanitizer_finish_switch_fiber(t->asan_fake, &loop->sched_lo, &loop->sched_size);
+#else
+    (void)loop; (void)t;
+#endif
+}
+
+static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
+{
+#ifdef FERRY_TSAN_ON
+    if (!loop->sched_fiber)
+        loop->sched_fiber = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(t->tsan_fiber, 0);
+#endif
+#ifdef FERRY_ASAN_ON
+    __sanitizer_start_switch_fiber(&loop->sched_fake, t->lo,
+                                   (size_t)((char *)t->hi - (char *)t->lo));
+#endif
+    ferry__ctx_switch(&loop->sched_ctx, &t->ctx);
+#ifdef FERRY_ASAN_ON
+    __sanitizer_finish_switch_fiber(loop->sched_fake, NULL, NULL);
+#endif
+}
+
+void ferry__canary_dead(ferry_task *t) __attribute__((noreturn, cold));
+
+static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool exiting)
+{
+    if (t->stk.guard == FERRY__GUARD_NONE && *(uint64_t *)t->lo != FERRY__CANARY)
+        ferry__canary_dead(t);
+#ifdef FERRY_TSAN_ON
+    __tsan_switch_to_fiber(loop->sched_fiber, 0);
+#endif
+#ifdef FERRY_ASAN_ON
+    __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake,
+                                   loop->sched_lo, loop->sched_size);
+#else
+    (void)exiting;
+#endif
+    ferry__ctx_switch(&t->ctx, &loop->sched_ctx);
+    ferry__switch_arrived(loop, t);
+}
+
+/*
+ * Leave the running task `self` (already queued or waiting): hand the CPU
+ * straight to the next task of the current turn if there is one, else back
+ * to the scheduler.  A direct task-to-task switch halves the cost of a
+ * yield.  It is skipped under ASan and TSan (their fiber bookkeeping
+ * assumes scheduler <-> task switches) and while the blocked-loop detector
+ * times every step.
+ */
+static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
+{
+#if !defined(FERRY_ASAN_ON) && !defined(FERRY_TSAN_ON)
+    struct ferry__link *turn = loop->turn, *l;
+
+    if (turn && !loop->slow_ns && !loop->stop && loop->since_poll < loop->io_interval) {
+        if (ferry__list_empty(turn) && !ferry__list_empty(&loop->runq)) {
+            /* The turn is over: begin the next one here, as the scheduler
+             * would (it polls only every io_interval steps anyway). */
+            ferry__list_move(turn, &loop->runq);
+            loop->stats.turns++;
+        }
+        l = ferry__list_first(turn);
+        if (l) {
+            struct ferry__runnable *r = ferry__container_of(l, struct ferry__runnable, link);
+            ferry_task *next = ferry__container_of(r, ferry_task, run);
+            if (r->kind == FERRY__RUN_TASK && next->started) {
+                if (self->stk.guard == FERRY__GUARD_NONE &&
+                    *(uint64_t *)self->lo != FERRY__CANARY)
+                    ferry__canary_dead(self);
+                ferry__list_remove(l);
+                loop->stats.steps++;
+                loop->since_poll++;
+                next->state = FERRY_TASK_RUNNING;
+                loop->current = next;
+                if (next != self)
+                    ferry__ctx_switch(&self->ctx, &next->ctx);
+                return;
+            }
+        }
+    }
+#endif
+    ferry__switch_to_sched(loop, self, false);
+}
+
+#endif /* FERRY_SWITCH_H */

@@ -1,0 +1,572 @@
+/* sync.c - lock, semaphore, event and condition.
+ * Loop thread only.
+ *
+ * Each primitive waits through the shared wait queue (ferry_int.h).  The
+ * window every one of them must close is "granted but not yet run": a
+ * waiter is handed the lock, permits or a notification, and is cancelled
+ * (or its deadline passes) before it runs.  ferry__wait() then returns an
+ * error with the waiter's state GRANTED, and the code after each wait below
+ * passes what it was given to the next waiter, so nothing is lost and
+ * nothing is granted twice.
+ */
+#include "loop_only.h"
+
+#include <string.h>
+
+#include "sync_int.h"
+
+int ferry__bound_here(ferry_loop *bound)
+{
+    ferry_loop *l = bound;
+
+    if (l == NULL)
+        return 0;
+    return ferry__bind(&l);
+}
+
+/* ---- Lock ----------------------------------------------------------- */
+
+/*
+ * Exit hook of the holder: it ended while holding the lock.  Break the lock
+ * and wake every waiter with -EOWNERDEAD; later acquirers get it too.
+ */
+static void lock_owner_died(struct ferry__exit_hook *hook)
+{
+    ferry_lock *lock = ferry__container_of(hook, ferry_lock, hook);
+
+    lock->broken = true;
+    lock->owner = NULL;
+    ferry__waitq_grant_all(&lock->waiters, -EOWNERDEAD);
+}
+
+/* Make `t` the holder and watch for its end. */
+static void lock_take(ferry_lock *lock, struct ferry_task *t)
+{
+    lock->owner = t;
+    lock->hook.fn = lock_owner_died;
+    ferry__exit_hook_add(t, &lock->hook);
+}
+
+/* The holder lets go: the first waiting task holds the lock next (FIFO
+ * handoff, so no newcomer can overtake it), or the lock is free. */
+static void lock_pass(ferry_lock *lock)
+{
+    struct ferry__waiter *w;
+
+    ferry__exit_hook_del(&lock->hook);
+    lock->owner = NULL;
+    w = ferry__first_waiting(&lock->waiters);
+    if (w) {
+        lock_take(lock, w->task);
+        ferry__grant(w, 0);
+    }
+}
+
+bool ferry__lock_idle(const ferry_lock *lock)
+{
+    return lock->owner == NULL && ferry__waitq_empty(&lock->waiters);
+}
+
+int ferry_lock_init(ferry_lock *lock)
+{
+    if (lock == NULL)
+        return -EINVAL;
+    memset(lock, 0, sizeof(*lock));
+    return 0;
+}
+
+int ferry_lock_destroy(ferry_lock *lock)
+{
+    int rc;
+
+    if (lock == NULL)
+        return -EINVAL;
+    rc = ferry__bound_here(lock->loop);
+    if (rc)
+        return rc;
+    if (!ferry__lock_idle(lock))
+        return -EBUSY;
+    memset(lock, 0, sizeof(*lock));
+    return 0;
+}
+
+int ferry__lock_acquire_task(ferry_lock *lock, struct ferry_task *self)
+{
+    struct ferry__waiter w;
+    int rc;
+
+    rc = ferry__bind(&lock->loop);
+    if (rc)
+        return rc;
+    if (lock->broken)
+        return -EOWNERDEAD;
+    if (lock->owner == self)
+        return -EDEADLK;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    if (lock->owner == NULL) {
+        /* Free means nobody waits: lock_pass() never leaves a waiter
+         * behind a free lock. */
+        lock_take(lock, self);
+        return 0;
+    }
+    ferry__waiter_init(&w, self, "lock", lock);
+    rc = ferry__wait(&lock->waiters, &w, FERRY_NEVER);
+    if (rc != 0 && w.state == FERRY__W_GRANTED && w.result == 0) {
+        /* Handed the lock, then cancelled before running: we hold it, and
+         * must give it to the next waiter (bpo-27585). */
+        lock_pass(lock);
+    }
+    return rc;
+}
+
+int ferry__lock_try_acquire_task(ferry_lock *lock, struct ferry_task *self)
+{
+    int rc;
+
+    rc = ferry__bind(&lock->loop);
+    if (rc)
+        return rc;
+    if (lock->broken)
+        return -EOWNERDEAD;
+    if (lock->owner == self)
+        return -EDEADLK;
+    if (lock->owner != NULL)
+        return -EAGAIN;
+    lock_take(lock, self);
+    return 0;
+}
+
+int ferry__lock_release_task(ferry_lock *lock, struct ferry_task *self)
+{
+    int rc;
+
+    if (lock->loop == NULL)
+        return -EPERM;      /* never used, so not held */
+    rc = ferry__bind(&lock->loop);
+    if (rc)
+        return rc;
+    if (lock->owner != self)
+        return -EPERM;
+    lock_pass(lock);
+    return 0;
+}
+
+int ferry_lock_acquire(ferry_lock *lock)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (lock == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    return ferry__lock_acquire_task(lock, self);
+}
+
+int ferry_lock_try_acquire(ferry_lock *lock)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (lock == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    return ferry__lock_try_acquire_task(lock, self);
+}
+
+int ferry_lock_release(ferry_lock *lock)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (lock == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    return ferry__lock_release_task(lock, self);
+}
+
+bool ferry_lock_locked(const ferry_lock *lock)
+{
+    return lock != NULL && (lock->owner != NULL || lock->broken);
+}
+
+/* ---- Semaphore ------------------------------------------------------ */
+
+/*
+ * Serve waiters from the head while their whole request fits.  Stops at the
+ * first that does not fit: no barging past a large head request.
+ */
+static void sem_serve(ferry_sem *sem)
+{
+    struct ferry__waiter *w;
+
+    while ((w = ferry__first_waiting(&sem->waiters)) != NULL && w->n <= sem->value) {
+        sem->value -= w->n;
+        sem->pending++;
+        ferry__grant(w, 0);
+    }
+}
+
+int ferry_sem_init(ferry_sem *sem, uint64_t value, unsigned flags)
+{
+    if (sem == NULL || (flags & ~(unsigned)FERRY_SEM_BOUNDED))
+        return -EINVAL;
+    memset(sem, 0, sizeof(*sem));
+    sem->value = value;
+    if (flags & FERRY_SEM_BOUNDED) {
+        sem->bounded = true;
+        sem->max = value;
+    }
+    return 0;
+}
+
+int ferry_sem_destroy(ferry_sem *sem)
+{
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__bound_here(sem->loop);
+    if (rc)
+        return rc;
+    if (!ferry__waitq_empty(&sem->waiters) || sem->pending)
+        return -EBUSY;
+    sem->loop = NULL;
+    return 0;
+}
+
+int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&sem->loop);
+    if (rc)
+        return rc;
+    if (n == 0 || (sem->bounded && n > sem->max))
+        return -EINVAL;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    if (sem->value >= n && ferry__first_waiting(&sem->waiters) == NULL) {
+        sem->value -= n;
+        return 0;
+    }
+    ferry__waiter_init(&w, self, "semaphore", sem);
+    w.n = n;
+    rc = ferry__wait(&sem->waiters, &w, FERRY_NEVER);
+    if (w.state == FERRY__W_GRANTED) {
+        sem->pending--;
+        if (rc != 0) {
+            /* Granted, then cancelled before running: give the permits
+             * back to whoever waits next (python/asyncio#270). */
+            sem->value += n;
+            sem_serve(sem);
+        }
+    } else if (rc != 0) {
+        /* Left the queue: if we were the head, the smaller requests
+         * behind us may fit now (embassy-rs PR #6964). */
+        sem_serve(sem);
+    }
+    return rc;
+}
+
+int ferry_sem_acquire(ferry_sem *sem)
+{
+    return ferry_sem_acquire_n(sem, 1);
+}
+
+int ferry_sem_try_acquire_n(ferry_sem *sem, uint64_t n)
+{
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__bind(&sem->loop);
+    if (rc)
+        return rc;
+    if (n == 0 || (sem->bounded && n > sem->max))
+        return -EINVAL;
+    if (sem->value < n || ferry__first_waiting(&sem->waiters) != NULL)
+        return -EAGAIN;
+    sem->value -= n;
+    return 0;
+}
+
+int ferry_sem_try_acquire(ferry_sem *sem)
+{
+    return ferry_sem_try_acquire_n(sem, 1);
+}
+
+int ferry_sem_release_n(ferry_sem *sem, uint64_t n)
+{
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__bind(&sem->loop);
+    if (rc)
+        return rc;
+    if (n == 0)
+        return -EINVAL;
+    if (sem->value > UINT64_MAX - n)
+        return -EOVERFLOW;
+    if (sem->bounded && sem->value + n > sem->max)
+        return -EOVERFLOW;
+    sem->value += n;
+    sem_serve(sem);
+    return 0;
+}
+
+int ferry_sem_release(ferry_sem *sem)
+{
+    return ferry_sem_release_n(sem, 1);
+}
+
+uint64_t ferry_sem_value(const ferry_sem *sem)
+{
+    return sem ? sem->value : 0;
+}
+
+/* ---- Event ---------------------------------------------------------- */
+
+int ferry_event_init(ferry_event *ev)
+{
+    if (ev == NULL)
+        return -EINVAL;
+    memset(ev, 0, sizeof(*ev));
+    return 0;
+}
+
+int ferry_event_destroy(ferry_event *ev)
+{
+    int rc;
+
+    if (ev == NULL)
+        return -EINVAL;
+    rc = ferry__bound_here(ev->loop);
+    if (rc)
+        return rc;
+    if (!ferry__waitq_empty(&ev->waiters))
+        return -EBUSY;
+    ev->loop = NULL;
+    return 0;
+}
+
+int ferry_event_set(ferry_event *ev)
+{
+    int rc;
+
+    if (ev == NULL)
+        return -EINVAL;
+    rc = ferry__bind(&ev->loop);
+    if (rc)
+        return rc;
+    ev->set = true;
+    /* Woken waiters return 0 whatever the flag is when they run. */
+    ferry__waitq_grant_all(&ev->waiters, 0);
+    return 0;
+}
+
+int ferry_event_clear(ferry_event *ev)
+{
+    int rc;
+
+    if (ev == NULL)
+        return -EINVAL;
+    rc = ferry__bind(&ev->loop);
+    if (rc)
+        return rc;
+    ev->set = false;
+    return 0;
+}
+
+bool ferry_event_is_set(const ferry_event *ev)
+{
+    return ev != NULL && ev->set;
+}
+
+int ferry_event_wait(ferry_event *ev)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    int rc;
+
+    if (ev == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&ev->loop);
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    if (rc || ev->set)
+        return rc;
+    ferry__waiter_init(&w, self, "event", ev);
+    /* A set seen by a waiter that is then cancelled before running is
+     * nobody else's: every waiter got its own wake-up. */
+    return ferry__wait(&ev->waiters, &w, FERRY_NEVER);
+}
+
+/* ---- Condition ------------------------------------------------------ */
+
+static ferry_lock *cond_lock(ferry_cond *cond)
+{
+    return cond->lock ? cond->lock : &cond->own;
+}
+
+/* Wake up to `n` waiting tasks; returns how many. */
+static unsigned cond_wake(ferry_cond *cond, unsigned n)
+{
+    struct ferry__waiter *w;
+    unsigned woken = 0;
+
+    while (woken < n && (w = ferry__first_waiting(&cond->waiters)) != NULL) {
+        cond->pending++;
+        ferry__grant(w, 0);
+        woken++;
+    }
+    return woken;
+}
+
+int ferry_cond_init(ferry_cond *cond, ferry_lock *lock)
+{
+    if (cond == NULL)
+        return -EINVAL;
+    memset(cond, 0, sizeof(*cond));
+    cond->lock = lock;
+    return 0;
+}
+
+int ferry_cond_destroy(ferry_cond *cond)
+{
+    int rc;
+
+    if (cond == NULL)
+        return -EINVAL;
+    rc = ferry__bound_here(cond->loop);
+    if (rc)
+        return rc;
+    if (cond->lock == NULL) {
+        rc = ferry__bound_here(cond->own.loop);
+        if (rc)
+            return rc;
+        if (!ferry__lock_idle(&cond->own))
+            return -EBUSY;
+    }
+    if (!ferry__waitq_empty(&cond->waiters) || cond->pending)
+        return -EBUSY;
+    cond->loop = NULL;
+    if (cond->lock == NULL)
+        memset(&cond->own, 0, sizeof(cond->own));
+    return 0;
+}
+
+ferry_lock *ferry_cond_lock(ferry_cond *cond)
+{
+    return cond ? cond_lock(cond) : NULL;
+}
+
+/* Checks shared by the condition's functions: in a task of the bound loop,
+ * holding the lock. */
+static int cond_enter(ferry_cond *cond, struct ferry_task **self)
+{
+    ferry_lock *lock;
+    int rc;
+
+    if (cond == NULL)
+        return -EINVAL;
+    rc = ferry__enter_task(self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&cond->loop);
+    if (rc)
+        return rc;
+    lock = cond_lock(cond);
+    if (lock->owner != *self || lock->loop != cond->loop)
+        return -EPERM;
+    return 0;
+}
+
+int ferry_cond_wait(ferry_cond *cond)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    ferry_scope shield;
+    ferry_lock *lock;
+    int rc, rc2;
+
+    rc = cond_enter(cond, &self);
+    if (rc)
+        return rc;
+    /* A task cancelled already returns with the lock held, untouched. */
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    lock = cond_lock(cond);
+    ferry__waiter_init(&w, self, "condition", cond);
+    ferry__lock_release_task(lock, self);
+    rc = ferry__wait(&cond->waiters, &w, FERRY_NEVER);
+    if (w.state == FERRY__W_GRANTED) {
+        cond->pending--;
+        if (rc != 0) {
+            /* Notified, then cancelled before running: the notification
+             * goes to another waiter (gh-112202). */
+            cond_wake(cond, 1);
+        }
+    }
+    /* Hold the lock again on every return, also when cancelled or past a
+     * deadline: the re-acquire cannot be interrupted. */
+    ferry_scope_enter(&shield, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+    rc2 = ferry__lock_acquire_task(lock, self);
+    ferry_scope_exit(&shield);
+    return rc2 ? rc2 : rc;
+}
+
+int ferry_cond_wait_for(ferry_cond *cond, ferry_cond_pred pred, void *arg)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (pred == NULL)
+        return -EINVAL;
+    rc = cond_enter(cond, &self);
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    while (rc == 0 && !pred(arg))
+        rc = ferry_cond_wait(cond);
+    return rc;
+}
+
+int ferry_cond_notify(ferry_cond *cond, unsigned n)
+{
+    struct ferry_task *self;
+    unsigned woken;
+    int rc;
+
+    rc = cond_enter(cond, &self);
+    if (rc)
+        return rc;
+    woken = cond_wake(cond, n);
+    return woken > (unsigned)INT32_MAX ? INT32_MAX : (int)woken;
+}
+
+int ferry_cond_notify_all(ferry_cond *cond)
+{
+    return ferry_cond_notify(cond, ~0u);
+}
