@@ -1,0 +1,535 @@
+/* queue.c - FIFO, LIFO and priority queues between tasks.
+ * Loop thread only.
+ *
+ * Handoff by reservation: an element stays in the queue until the getter
+ * that was promised it runs (res_get counts such promises), and a free slot
+ * stays free until the putter promised it runs (res_put).  So a getter or
+ * putter cancelled after it was woken but before it ran only gives its
+ * promise back to the next waiter: no element moves, none is lost or
+ * duplicated, and newcomers cannot take a promised element or slot.
+ *
+ * Storage: `slots` slots of `slot_size` bytes plus one spare (the priority
+ * heap's sift buffer).  FIFO is a ring from `head`; LIFO and priority use
+ * [0, count).  A priority slot is the element followed by its put sequence
+ * number (the tie-break that makes the heap stable), padded so that every
+ * element is aligned for any type.  Invariant: slots >= count + res_put,
+ * so a woken putter always finds room without allocating.
+ */
+#include "loop_only.h"
+
+#include <stdalign.h>
+#include <string.h>
+
+#include "ferry/queue.h"
+#include "sync_int.h"
+
+/* Storage of an emptied queue above this many slots is given back. */
+#define QUEUE_KEEP_SLOTS 1024
+
+static int q_valid(const ferry_queue *q)
+{
+    if (q == NULL || q->elem_size == 0 || q->kind < FERRY_QUEUE_FIFO ||
+        q->kind > FERRY_QUEUE_PRIORITY || (q->kind == FERRY_QUEUE_PRIORITY && q->cmp == NULL))
+        return -EINVAL;
+    return 0;
+}
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* Offset of the sequence number inside a priority slot. */
+static size_t seq_off(const ferry_queue *q)
+{
+    return round_up(q->elem_size, sizeof(uint64_t));
+}
+
+static unsigned char *slot_at(const ferry_queue *q, size_t i)
+{
+    return q->buf + i * q->slot_size;
+}
+
+/* Elements a getter may take now (not promised to a woken getter). */
+static size_t q_avail(const ferry_queue *q)
+{
+    return q->count - q->res_get;
+}
+
+/* Slots a putter may take now (not used, not promised). */
+static size_t q_free(const ferry_queue *q)
+{
+    size_t used = q->count + q->res_put;
+
+    if (q->capacity == 0)
+        return SIZE_MAX;
+    return used >= q->capacity ? 0 : q->capacity - used;
+}
+
+/* Make sure one more element than count + res_put fits.  -ENOMEM leaves
+ * the queue as it was. */
+static int q_grow(ferry_queue *q)
+{
+    size_t need = q->count + q->res_put + 1;
+    size_t n, i;
+    unsigned char *nb;
+
+    if (need <= q->slots)
+        return 0;
+    if (q->slot_size == 0) {
+        if (q->kind == FERRY_QUEUE_PRIORITY) {
+            if (q->elem_size > SIZE_MAX / 2)
+                return -ENOMEM;
+            q->slot_size = round_up(seq_off(q) + sizeof(uint64_t), alignof(max_align_t));
+        } else {
+            q->slot_size = q->elem_size;
+        }
+    }
+    n = q->slots ? (q->slots > SIZE_MAX / 2 ? SIZE_MAX : q->slots * 2) : 8;
+    if (q->capacity && n > q->capacity)
+        n = q->capacity;
+    if (n < need)
+        n = need;
+    if (n >= SIZE_MAX / q->slot_size)
+        return -ENOMEM;
+    nb = ferry__malloc((n + 1) * q->slot_size);
+    if (nb == NULL)
+        return -ENOMEM;
+    if (q->kind == FERRY_QUEUE_FIFO) {
+        for (i = 0; i < q->count; i++)
+            memcpy(nb + i * q->slot_size, slot_at(q, (q->head + i) % q->slots), q->slot_size);
+    } else if (q->count) {
+        memcpy(nb, q->buf, q->count * q->slot_size);
+    }
+    ferry__free(q->buf);
+    q->buf = nb;
+    q->slots = n;
+    q->head = 0;
+    return 0;
+}
+
+/* ---- Priority heap -------------------------------------------------- */
+
+static uint64_t slot_seq(const ferry_queue *q, const unsigned char *s)
+{
+    uint64_t seq;
+
+    memcpy(&seq, s + seq_off(q), sizeof seq);
+    return seq;
+}
+
+/* True if slot `a` must come out before slot `b`. */
+static bool heap_before(const ferry_queue *q, const unsigned char *a, const unsigned char *b)
+{
+    int c = q->cmp(a, b, q->cmp_arg);
+
+    if (c != 0)
+        return c < 0;
+    return slot_seq(q, a) < slot_seq(q, b);
+}
+
+/* Move the element in the spare slot up from hole `i` to its place. */
+static void heap_up(ferry_queue *q, size_t i)
+{
+    unsigned char *spare = slot_at(q, q->slots);
+
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!heap_before(q, spare, slot_at(q, p)))
+            break;
+        memcpy(slot_at(q, i), slot_at(q, p), q->slot_size);
+        i = p;
+    }
+    memcpy(slot_at(q, i), spare, q->slot_size);
+}
+
+/* Move the element in the spare slot down from hole `i` to its place in a
+ * heap of q->count elements. */
+static void heap_down(ferry_queue *q, size_t i)
+{
+    unsigned char *spare = slot_at(q, q->slots);
+
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= q->count)
+            break;
+        if (c + 1 < q->count && heap_before(q, slot_at(q, c + 1), slot_at(q, c)))
+            c++;
+        if (!heap_before(q, slot_at(q, c), spare))
+            break;
+        memcpy(slot_at(q, i), slot_at(q, c), q->slot_size);
+        i = c;
+    }
+    memcpy(slot_at(q, i), spare, q->slot_size);
+}
+
+/* ---- Storage -------------------------------------------------------- */
+
+/* Store a copy of `item`; room was made by q_grow(). */
+static void q_push(ferry_queue *q, const void *item)
+{
+    unsigned char *s;
+
+    switch (q->kind) {
+    case FERRY_QUEUE_FIFO:
+        memcpy(slot_at(q, (q->head + q->count) % q->slots), item, q->elem_size);
+        break;
+    case FERRY_QUEUE_LIFO:
+        memcpy(slot_at(q, q->count), item, q->elem_size);
+        break;
+    default:
+        s = slot_at(q, q->slots);
+        memcpy(s, item, q->elem_size);
+        memcpy(s + seq_off(q), &q->seq, sizeof q->seq);
+        heap_up(q, q->count);
+        break;
+    }
+    q->seq++;
+    q->count++;
+}
+
+/* Remove the next element into `out`. */
+static void q_pop(ferry_queue *q, void *out)
+{
+    switch (q->kind) {
+    case FERRY_QUEUE_FIFO:
+        memcpy(out, slot_at(q, q->head), q->elem_size);
+        q->head = (q->head + 1) % q->slots;
+        q->count--;
+        break;
+    case FERRY_QUEUE_LIFO:
+        memcpy(out, slot_at(q, q->count - 1), q->elem_size);
+        q->count--;
+        break;
+    default:
+        memcpy(out, slot_at(q, 0), q->elem_size);
+        q->count--;
+        if (q->count) {
+            memcpy(slot_at(q, q->slots), slot_at(q, q->count), q->slot_size);
+            heap_down(q, 0);
+        }
+        break;
+    }
+}
+
+/* ---- Waking --------------------------------------------------------- */
+
+/* Promise available elements to waiting getters, in FIFO order. */
+static void serve_getters(ferry_queue *q)
+{
+    struct ferry__waiter *w;
+
+    while (q_avail(q) > 0 && (w = ferry__first_waiting(&q->getters)) != NULL) {
+        q->res_get++;
+        q->pending++;
+        ferry__grant(w, 0);
+    }
+}
+
+/* Promise free slots to waiting putters, in FIFO order. */
+static void serve_putters(ferry_queue *q)
+{
+    struct ferry__waiter *w;
+
+    while (q_free(q) > 0 && (w = ferry__first_waiting(&q->putters)) != NULL) {
+        q->res_put++;
+        q->pending++;
+        ferry__grant(w, 0);
+    }
+}
+
+static void wake_all(ferry_queue *q, struct ferry__waitq *wq, int result)
+{
+    q->pending += ferry__waitq_grant_all(wq, result);
+}
+
+/* An element was stored. */
+static void q_added(ferry_queue *q)
+{
+    q->unfinished++;
+    serve_getters(q);
+}
+
+/* An element was removed. */
+static void q_removed(ferry_queue *q)
+{
+    serve_putters(q);
+    if (q->count == 0 && q->res_put == 0 && q->slots > QUEUE_KEEP_SLOTS) {
+        ferry__free(q->buf);
+        q->buf = NULL;
+        q->slots = 0;
+        q->head = 0;
+    }
+}
+
+/* ---- API ------------------------------------------------------------ */
+
+int ferry_queue_init(ferry_queue *q, size_t elem_size, size_t capacity,
+                     enum ferry_queue_kind kind, ferry_queue_cmp cmp, void *arg)
+{
+    if (q == NULL || elem_size == 0 || (int)kind < FERRY_QUEUE_FIFO || kind > FERRY_QUEUE_PRIORITY)
+        return -EINVAL;
+    if ((kind == FERRY_QUEUE_PRIORITY) != (cmp != NULL) || (cmp == NULL && arg != NULL))
+        return -EINVAL;
+    memset(q, 0, sizeof(*q));
+    q->elem_size = elem_size;
+    q->capacity = capacity;
+    q->kind = kind;
+    q->cmp = cmp;
+    q->cmp_arg = arg;
+    return 0;
+}
+
+int ferry_queue_destroy(ferry_queue *q)
+{
+    int rc;
+
+    if (q == NULL)
+        return -EINVAL;
+    rc = ferry__bound_here(q->loop);
+    if (rc)
+        return rc;
+    if (!ferry__waitq_empty(&q->getters) || !ferry__waitq_empty(&q->putters) ||
+        !ferry__waitq_empty(&q->joiners) || q->pending)
+        return -EBUSY;
+    ferry__free(q->buf);
+    memset(q, 0, sizeof(*q));
+    return 0;
+}
+
+int ferry_queue_put(ferry_queue *q, const void *item)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    int rc;
+
+    rc = q_valid(q);
+    if (rc == 0 && item == NULL)
+        rc = -EINVAL;
+    if (rc)
+        return rc;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    if (q->shutdown)
+        return -ESHUTDOWN;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    if (q_free(q) > 0) {
+        /* Free slots mean no putter waits (serve_putters() ran). */
+        rc = q_grow(q);
+        if (rc)
+            return rc;
+        q_push(q, item);
+        q_added(q);
+        return 0;
+    }
+    ferry__waiter_init(&w, self, "queue put", q);
+    rc = ferry__wait(&q->putters, &w, FERRY_NEVER);
+    if (w.state != FERRY__W_GRANTED)
+        return rc;
+    q->pending--;
+    if (w.result != 0)
+        return rc;          /* woken by shutdown */
+    /* A slot was promised to us. */
+    q->res_put--;
+    if (rc == 0 && q->shutdown)
+        rc = -ESHUTDOWN;
+    if (rc == 0)
+        rc = q_grow(q);     /* never allocates: the slot exists */
+    if (rc) {
+        /* Cancelled (or shut down) after the promise: the slot goes to the
+         * next putter, nothing was inserted. */
+        serve_putters(q);
+        return rc;
+    }
+    q_push(q, item);
+    q_added(q);
+    return 0;
+}
+
+int ferry_queue_try_put(ferry_queue *q, const void *item)
+{
+    int rc;
+
+    rc = q_valid(q);
+    if (rc == 0 && item == NULL)
+        rc = -EINVAL;
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    if (q->shutdown)
+        return -ESHUTDOWN;
+    if (q_free(q) == 0)
+        return -EAGAIN;
+    rc = q_grow(q);
+    if (rc)
+        return rc;
+    q_push(q, item);
+    q_added(q);
+    return 0;
+}
+
+int ferry_queue_get(ferry_queue *q, void *out)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    int rc;
+
+    rc = q_valid(q);
+    if (rc == 0 && out == NULL)
+        rc = -EINVAL;
+    if (rc)
+        return rc;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    if (q_avail(q) > 0) {
+        /* Available elements mean no getter waits (serve_getters() ran). */
+        q_pop(q, out);
+        q_removed(q);
+        return 0;
+    }
+    if (q->shutdown)
+        return -ESHUTDOWN;
+    ferry__waiter_init(&w, self, "queue get", q);
+    rc = ferry__wait(&q->getters, &w, FERRY_NEVER);
+    if (w.state != FERRY__W_GRANTED)
+        return rc;
+    q->pending--;
+    if (w.result != 0)
+        return rc;          /* woken by shutdown */
+    if (q->shutdown == 2)
+        return rc ? rc : -ESHUTDOWN;   /* our element was dropped */
+    /* An element was promised to us. */
+    q->res_get--;
+    if (rc) {
+        /* Cancelled after the promise: the element stays in the queue and
+         * goes to the next getter. */
+        serve_getters(q);
+        return rc;
+    }
+    q_pop(q, out);
+    q_removed(q);
+    return 0;
+}
+
+int ferry_queue_try_get(ferry_queue *q, void *out)
+{
+    int rc;
+
+    rc = q_valid(q);
+    if (rc == 0 && out == NULL)
+        rc = -EINVAL;
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    if (q_avail(q) == 0)
+        return q->shutdown ? -ESHUTDOWN : -EAGAIN;
+    q_pop(q, out);
+    q_removed(q);
+    return 0;
+}
+
+int ferry_queue_task_done(ferry_queue *q)
+{
+    int rc;
+
+    rc = q_valid(q);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    if (q->unfinished == 0)
+        return -EINVAL;
+    if (--q->unfinished == 0)
+        wake_all(q, &q->joiners, 0);
+    return 0;
+}
+
+int ferry_queue_join(ferry_queue *q)
+{
+    struct ferry_task *self;
+    struct ferry__waiter w;
+    int rc;
+
+    rc = q_valid(q);
+    if (rc)
+        return rc;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    if (rc || q->unfinished == 0)
+        return rc;
+    ferry__waiter_init(&w, self, "queue join", q);
+    rc = ferry__wait(&q->joiners, &w, FERRY_NEVER);
+    if (w.state == FERRY__W_GRANTED)
+        q->pending--;
+    return rc;
+}
+
+int ferry_queue_shutdown(ferry_queue *q, bool immediate)
+{
+    int rc;
+
+    rc = q_valid(q);
+    if (rc)
+        return rc;
+    rc = ferry__bind(&q->loop);
+    if (rc)
+        return rc;
+    if (immediate && q->shutdown != 2) {
+        size_t dropped = q->count;
+
+        /* Drop everything, also elements promised to woken getters: they
+         * see shutdown == 2 and return -ESHUTDOWN. */
+        q->count = 0;
+        q->head = 0;
+        q->res_get = 0;
+        q->unfinished -= dropped < q->unfinished ? dropped : q->unfinished;
+        q->shutdown = 2;
+        if (q->unfinished == 0)
+            wake_all(q, &q->joiners, 0);
+    } else if (q->shutdown == 0) {
+        q->shutdown = 1;
+    }
+    /* Waiting getters exist only while nothing is available, so none of
+     * them could still get an element. */
+    wake_all(q, &q->getters, -ESHUTDOWN);
+    wake_all(q, &q->putters, -ESHUTDOWN);
+    return 0;
+}
+
+size_t ferry_queue_size(const ferry_queue *q)
+{
+    return q ? q->count : 0;
+}
+
+bool ferry_queue_empty(const ferry_queue *q)
+{
+    return q == NULL || q_avail(q) == 0;
+}
+
+bool ferry_queue_full(const ferry_queue *q)
+{
+    return q != NULL && q_free(q) == 0;
+}
