@@ -1,4 +1,5 @@
 /* testutil.c - fixtures shared by ferry's test programs. */
+#include <errno.h>
 #include <stdlib.h>
 
 #include <criterion/criterion.h>

@@ -1,0 +1,353 @@
+/* test_loop.c - the loop: callbacks, timers, attaching to an event_base,
+ * fd and signal waits, fairness, freeing with live tasks, ferry_run. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+
+#define T(name) Test(loop, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+
+static int order[16], norder;
+
+static void push_order(void *arg)
+{
+    order[norder++] = (int)(intptr_t)arg;
+}
+
+static void push_and_schedule(void *arg)
+{
+    push_order(arg);
+    ferry_call_soon(tu_loop, push_order, (void *)(intptr_t)((intptr_t)arg + 10));
+}
+
+T(call_soon_runs_in_order_and_later_ones_in_the_next_turn)
+{
+    ferry_loop_stats st;
+
+    ferry_call_soon(tu_loop, push_and_schedule, (void *)1);
+    ferry_call_soon(tu_loop, push_order, (void *)2);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(norder, 2);
+    cr_assert_eq(order[0], 1);
+    cr_assert_eq(order[1], 2);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(norder, 3);
+    cr_assert_eq(order[2], 11);
+    cr_assert_eq(ferry_loop_stats_get(tu_loop, &st), 0);
+    cr_assert_geq(st.turns, 2);
+}
+
+T(call_later_fires_in_deadline_order_and_cancel_prevents_it)
+{
+    ferry_timer *t2;
+    int64_t t0 = ferry_now();
+
+    ferry_call_later(tu_loop, tu_ms(30), push_order, (void *)3, NULL);
+    ferry_call_later(tu_loop, tu_ms(10), push_order, (void *)1, NULL);
+    ferry_call_later(tu_loop, tu_ms(20), push_order, (void *)2, &t2);
+    ferry_call_later(tu_loop, tu_ms(20), push_order, (void *)4, NULL);
+    cr_assert_eq(ferry_timer_cancel(t2), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(norder, 3);
+    cr_assert_eq(order[0], 1);
+    cr_assert_eq(order[1], 4);
+    cr_assert_eq(order[2], 3);
+    cr_assert_geq(ferry_now() - t0, tu_ms(30) / (int64_t)1 >= FERRY_MSEC(30) ? FERRY_MSEC(30) : 0);
+    cr_assert_eq(ferry_timer_cancel(NULL), -EINVAL);
+}
+
+/* ---- fairness: a task that keeps yielding cannot starve timers ------ */
+
+static int timer_fired;
+static void set_flag(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+static int spin_yield(void *arg)
+{
+    long n = 0;
+    while (!timer_fired && n < 50000000) {
+        ferry_yield();
+        n++;
+    }
+    return timer_fired ? 0 : -1;
+}
+
+T(yielding_task_does_not_starve_timers)
+{
+    ferry_task *t;
+    int st = -5;
+
+    ferry_call_later(tu_loop, tu_ms(5), set_flag, &timer_fired, NULL);
+    ferry_task_spawn(&t, tu_loop, spin_yield, NULL, NULL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(t, &st), 0);
+    cr_assert_eq(st, 0);
+}
+
+/* ---- fd and signal waits ------------------------------------------ */
+
+static int pipefd[2];
+static char got[8];
+
+static int reader(void *arg)
+{
+    int rev = 0, rc = ferry_wait_fd(pipefd[0], FERRY_READ, &rev);
+    if (rc)
+        return rc;
+    if (!(rev & FERRY_READ))
+        return -100;
+    return read(pipefd[0], got, sizeof got) > 0 ? 0 : -101;
+}
+
+static int writer(void *arg)
+{
+    ferry_sleep(tu_ms(5));
+    int rc = ferry_wait_fd(pipefd[1], FERRY_WRITE, NULL);
+    if (rc)
+        return rc;
+    return write(pipefd[1], "hi", 2) == 2 ? 0 : -102;
+}
+
+static int fd_main(void *arg)
+{
+    ferry_task *r, *w;
+    int sr = 1, sw = 1;
+
+    ferry_task_spawn(&r, NULL, reader, NULL, NULL);
+    ferry_task_spawn(&w, NULL, writer, NULL, NULL);
+    ferry_task_join(r, &sr);
+    ferry_task_join(w, &sw);
+    return sr || sw ? -1 : 0;
+}
+
+T(wait_fd_readable_and_writable)
+{
+    cr_assert_eq(pipe(pipefd), 0);
+    cr_assert_eq(tu_run(fd_main, NULL), 0);
+    cr_assert_str_eq(got, "hi");
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
+static int fd_cancel_main(void *arg)
+{
+    ferry_scope s;
+    int rc;
+
+    ferry_scope_enter(&s, ferry_now() + tu_ms(5), 0);
+    rc = ferry_wait_fd(pipefd[0], FERRY_READ, NULL);
+    ferry_scope_exit(&s);
+    return rc;
+}
+
+T(wait_fd_deadline)
+{
+    cr_assert_eq(pipe(pipefd), 0);
+    cr_assert_eq(tu_run(fd_cancel_main, NULL), -ETIMEDOUT);
+    cr_assert_eq(ferry_wait_fd(-1, FERRY_READ, NULL), -EPERM);
+    close(pipefd[0]);
+    close(pipefd[1]);
+}
+
+static int bad_fd_main(void *arg)
+{
+    int a = ferry_wait_fd(-1, FERRY_READ, NULL);
+    int b = ferry_wait_fd(0, 0, NULL);
+    int c = ferry_wait_signal(0);
+    return (a == -EINVAL && b == -EINVAL && c == -EINVAL) ? 0 : -1;
+}
+
+T(wait_bad_input_is_einval)
+{
+    cr_assert_eq(tu_run(bad_fd_main, NULL), 0);
+}
+
+static int sig_main(void *arg)
+{
+    return ferry_wait_signal(SIGUSR1);
+}
+
+static void raise_usr1(void *arg)
+{
+    raise(SIGUSR1);
+}
+
+T(wait_signal_wakes_on_delivery)
+{
+    ferry_call_later(tu_loop, tu_ms(5), raise_usr1, NULL, NULL);
+    cr_assert_eq(tu_run(sig_main, NULL), 0);
+}
+
+/* ---- attached to an application's event_base ---------------------- */
+
+static int app_ticks, task_steps;
+static char trace[64];
+static int ntrace;
+
+static void app_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct event *ev = *(struct event **)arg;
+    struct timeval tv = { 0, 1000 };
+    if (ntrace < 60)
+        trace[ntrace++] = 'A';
+    if (++app_ticks < 20)
+        event_add(ev, &tv);
+}
+
+static int attached_task(void *arg)
+{
+    for (int i = 0; i < 20; i++) {
+        if (ntrace < 60)
+            trace[ntrace++] = 'T';
+        task_steps++;
+        ferry_sleep(FERRY_USEC(700));
+    }
+    return 0;
+}
+
+Test(loop, attached_to_application_base_interleaves, .timeout = 30.)
+{
+    struct event_base *base = event_base_new();
+    ferry_loop *loop;
+    struct event *ev;
+    struct timeval tv = { 0, 1000 };
+    int alternations = 0;
+
+    cr_assert_not_null(base);
+    cr_assert_eq(ferry_loop_new(&loop, &(ferry_loop_opts){ .base = base }), 0);
+    cr_assert_eq(ferry_loop_base(loop), base);
+    ev = evtimer_new(base, app_timer_cb, &ev);
+    event_add(ev, &tv);
+    cr_assert_eq(ferry_task_spawn(NULL, loop, attached_task, NULL, NULL), 0);
+    event_base_dispatch(base);     /* the application's own loop */
+    cr_assert_eq(app_ticks, 20);
+    cr_assert_eq(task_steps, 20);
+    for (int i = 1; i < ntrace; i++)
+        alternations += trace[i] != trace[i - 1];
+    cr_assert_geq(alternations, 10, "no interleaving: %.*s", ntrace, trace);
+    event_free(ev);
+    ferry_loop_free(loop);
+    event_base_free(base);
+}
+
+/* ---- freeing a loop with live tasks ----------------------------- */
+
+static int cleanups;
+
+static int cleanup_after_cancel(void *arg)
+{
+    int rc = ferry_sleep(FERRY_SEC(100));
+    if (rc == -ECANCELED)
+        cleanups++;
+    return rc;
+}
+
+Test(loop, free_with_live_tasks_cancels_them_and_runs_cleanup, .timeout = 30.)
+{
+    ferry_loop *loop;
+
+    cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(ferry_task_spawn(NULL, loop, cleanup_after_cancel, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop, FERRY_RUN_ONCE), 0);
+    ferry_loop_free(loop);
+    cr_assert_eq(cleanups, 100);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* ---- run, stop, ref, dump ---------------------------------------- */
+
+static int run_main(void *arg)
+{
+    ferry_sleep(FERRY_MSEC(1));
+    return 77;
+}
+
+Test(loop, ferry_run_returns_main_status, .timeout = 30.)
+{
+    cr_assert_eq(ferry_run(run_main, NULL), 77);
+    cr_assert_eq(ferry_run(NULL, NULL), -EINVAL);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+static void stop_cb(void *arg)
+{
+    ferry_loop_stop(tu_loop);
+}
+
+T(ref_keeps_default_run_alive_until_stopped)
+{
+    cr_assert_eq(ferry_loop_ref(tu_loop), 0);
+    ferry_call_later(tu_loop, tu_ms(5), stop_cb, NULL, NULL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_loop_unref(tu_loop), 0);
+    cr_assert_eq(ferry_loop_unref(tu_loop), -EINVAL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+}
+
+static int dump_sleeper(void *arg)
+{
+    return ferry_sleep(FERRY_SEC(100));
+}
+
+T(dump_lists_live_tasks_with_state)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    ferry_task_spawn(NULL, tu_loop, dump_sleeper, NULL, &(ferry_task_opts){ .name = "napper" });
+    ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    cr_assert_eq(ferry_loop_dump(tu_loop, f), 1);
+    fclose(f);
+    cr_assert(strstr(buf, "napper") && strstr(buf, "waiting") && strstr(buf, "sleep"),
+              "dump was: %s", buf);
+    free(buf);
+}
+
+/* ---- blocked-loop detector ---------------------------------------- */
+
+static char logged[512];
+static int nlogged;
+
+static void capture_log(int level, const char *msg, void *ctx)
+{
+    nlogged++;
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
+static int blocker(void *arg)
+{
+    usleep(200 * 1000);        /* the mistake: a blocking call on the loop */
+    return 0;
+}
+
+static int polite(void *arg)
+{
+    for (int i = 0; i < 100; i++)
+        ferry_sleep(FERRY_USEC(100));
+    return 0;
+}
+
+T(blocked_loop_detector_names_the_task)
+{
+    ferry_set_log(capture_log, NULL);
+    cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, FERRY_MSEC(100)), 0);
+    ferry_task_spawn(NULL, tu_loop, polite, NULL, &(ferry_task_opts){ .name = "polite" });
+    ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT);
+    cr_assert_eq(nlogged, 0, "false report: %s", logged);
+    ferry_task_spawn(NULL, tu_loop, blocker, NULL, &(ferry_task_opts){ .name = "sleepy-io" });
+    ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT);
+    ferry_set_log(NULL, NULL);
+    cr_assert_eq(nlogged, 1);
+    cr_assert(strstr(logged, "sleepy-io"), "log was: %s", logged);
+    cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, -1), -EINVAL);
+}

@@ -1,0 +1,571 @@
+/* test_task.c - tasks: spawn, join, cancel, yield, sleep, scopes, groups. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+
+#define T(name) Test(task, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+
+/* ---- sleep order ---------------------------------------------------- */
+
+#define NSLEEP 10000
+static int64_t deadlines[NSLEEP];
+static int wake_order[NSLEEP];
+static int nwoken;
+
+static int sleep_one(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    int rc = ferry_sleep_until(deadlines[i]);
+    if (rc == 0)
+        wake_order[nwoken++] = i;
+    return rc;
+}
+
+T(ten_thousand_sleepers_wake_in_deadline_order)
+{
+    /* Far enough ahead that all 10,000 are asleep before the first wakes. */
+    int64_t base = ferry_now() + tu_ms(300);
+    srand(1234);
+    for (int i = 0; i < NSLEEP; i++) {
+        deadlines[i] = base + (int64_t)(rand() % 200000) * 1000;  /* 0..200 ms */
+        cr_assert_eq(ferry_task_spawn(NULL, tu_loop, sleep_one, (void *)(intptr_t)i, NULL), 0);
+    }
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(nwoken, NSLEEP);
+    for (int i = 1; i < NSLEEP; i++)
+        cr_assert(deadlines[wake_order[i - 1]] <= deadlines[wake_order[i]],
+                  "task %d (deadline %lld) woke before %d (deadline %lld)",
+                  wake_order[i - 1], (long long)deadlines[wake_order[i - 1]],
+                  wake_order[i], (long long)deadlines[wake_order[i]]);
+}
+
+/* ---- join, spawn ------------------------------------------------------ */
+
+static int ret_arg_plus_one(void *arg)
+{
+    return (int)(intptr_t)arg + 1;
+}
+
+static int join_finished_main(void *arg)
+{
+    ferry_task *t;
+    int st = 0, rc;
+
+    rc = ferry_task_spawn(&t, NULL, ret_arg_plus_one, (void *)41, NULL);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 3; i++)
+        ferry_yield();
+    if (ferry_task_state(t) != FERRY_TASK_DONE)
+        return -1000;
+    rc = ferry_task_join(t, &st);
+    return rc ? rc : st;
+}
+
+T(join_of_a_finished_task_returns_its_status)
+{
+    cr_assert_eq(tu_run(join_finished_main, NULL), 42);
+}
+
+static int join_self_main(void *arg)
+{
+    return ferry_task_join(ferry_task_current(), NULL);
+}
+
+T(join_self_is_edeadlk)
+{
+    /* The handle belongs to tu_run, which still gets it back afterwards. */
+    cr_assert_eq(tu_run(join_self_main, NULL), -EDEADLK);
+}
+
+static int spawned_from_cb;
+static ferry_task *cb_task;
+
+static int mark_cb_task(void *arg)
+{
+    spawned_from_cb = 7;
+    return 0;
+}
+
+static void spawn_from_callback(void *arg)
+{
+    cr_expect_eq(ferry_task_spawn(&cb_task, tu_loop, mark_cb_task, NULL, NULL), 0);
+}
+
+T(spawn_from_a_callback)
+{
+    int st = -1;
+    cr_assert_eq(ferry_call_soon(tu_loop, spawn_from_callback, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(spawned_from_cb, 7);
+    cr_assert_eq(ferry_task_try_join(cb_task, &st), 0);
+    cr_assert_eq(st, 0);
+}
+
+static int spawn_chain(void *arg)
+{
+    int depth = (int)(intptr_t)arg, st = 0;
+    ferry_task *t;
+
+    if (depth == 0)
+        return 1;
+    if (ferry_task_spawn(&t, NULL, spawn_chain, (void *)(intptr_t)(depth - 1), NULL))
+        return -1;
+    if (ferry_task_join(t, &st))
+        return -1;
+    return st + 1;
+}
+
+T(spawn_from_a_task_nested)
+{
+    cr_assert_eq(tu_run(spawn_chain, (void *)50), 51);
+}
+
+/* ---- cancellation ------------------------------------------------------ */
+
+static int body_ran;
+
+static int set_body_ran(void *arg)
+{
+    body_ran = 1;
+    return 0;
+}
+
+static int cancel_before_first_run_main(void *arg)
+{
+    ferry_task *t;
+    int st = 0, rc;
+
+    if ((rc = ferry_task_spawn(&t, NULL, set_body_ran, NULL, NULL)))
+        return rc;
+    ferry_task_cancel(t);
+    rc = ferry_task_join(t, &st);
+    return rc ? rc : st;
+}
+
+T(cancel_before_first_run_never_runs_the_body)
+{
+    cr_assert_eq(tu_run(cancel_before_first_run_main, NULL), -ECANCELED);
+    cr_assert_eq(body_ran, 0);
+}
+
+static int sleep_long(void *arg)
+{
+    return ferry_sleep(FERRY_SEC(60));
+}
+
+static int cancel_during_sleep_main(void *arg)
+{
+    ferry_task *t;
+    int st = 0, rc;
+    int64_t t0 = ferry_now();
+
+    if ((rc = ferry_task_spawn(&t, NULL, sleep_long, NULL, NULL)))
+        return rc;
+    ferry_sleep(tu_ms(5));
+    ferry_task_cancel(t);
+    rc = ferry_task_join(t, &st);
+    if (ferry_now() - t0 > FERRY_SEC(30))
+        return -1000;
+    return rc ? rc : st;
+}
+
+T(cancel_during_sleep_returns_ecanceled)
+{
+    cr_assert_eq(tu_run(cancel_during_sleep_main, NULL), -ECANCELED);
+}
+
+static ferry_task *joiner_target;
+static int joiner_rc = 1;
+
+static int join_target(void *arg)
+{
+    joiner_rc = ferry_task_join(joiner_target, NULL);
+    return joiner_rc;
+}
+
+static int cancel_during_join_main(void *arg)
+{
+    ferry_task *j;
+    int st = 0, rc;
+
+    if ((rc = ferry_task_spawn(&joiner_target, NULL, sleep_long, NULL, NULL)))
+        return rc;
+    if ((rc = ferry_task_spawn(&j, NULL, join_target, NULL, NULL)))
+        return rc;
+    ferry_sleep(tu_ms(2));
+    ferry_task_cancel(j);
+    ferry_task_join(j, &st);
+    /* The joiner was interrupted: the handle is still ours to use. */
+    if (ferry_task_state(joiner_target) == FERRY_TASK_DONE)
+        return -1000;
+    ferry_task_cancel(joiner_target);
+    rc = ferry_task_join(joiner_target, NULL);
+    return rc ? rc : st;
+}
+
+T(cancel_during_join_leaves_the_handle_usable)
+{
+    cr_assert_eq(tu_run(cancel_during_join_main, NULL), -ECANCELED);
+    cr_assert_eq(joiner_rc, -ECANCELED);
+}
+
+static int rc_seq[4];
+
+static int ignore_one_cancel(void *arg)
+{
+    rc_seq[0] = ferry_sleep(FERRY_SEC(60));   /* -ECANCELED, ignored */
+    rc_seq[1] = ferry_yield();                /* again */
+    rc_seq[2] = ferry_sleep(tu_ms(1));        /* and again */
+    return 5;
+}
+
+static int level_triggered_main(void *arg)
+{
+    ferry_task *t;
+    int st = 0;
+
+    ferry_task_spawn(&t, NULL, ignore_one_cancel, NULL, NULL);
+    ferry_yield();
+    ferry_task_cancel(t);
+    ferry_task_join(t, &st);
+    return st;
+}
+
+T(cancellation_is_level_triggered)
+{
+    cr_assert_eq(tu_run(level_triggered_main, NULL), 5);
+    cr_assert_eq(rc_seq[0], -ECANCELED);
+    cr_assert_eq(rc_seq[1], -ECANCELED);
+    cr_assert_eq(rc_seq[2], -ECANCELED);
+}
+
+static int shield_rc[3];
+
+static int shielded_body(void *arg)
+{
+    ferry_scope s;
+
+    ferry_scope_enter(&s, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+    shield_rc[0] = ferry_sleep(tu_ms(20));     /* cancel arrives meanwhile */
+    shield_rc[1] = ferry_scope_exit(&s);
+    shield_rc[2] = ferry_yield();              /* now it lands */
+    return 0;
+}
+
+static int shield_main(void *arg)
+{
+    ferry_task *t;
+
+    ferry_task_spawn(&t, NULL, shielded_body, NULL, NULL);
+    ferry_sleep(tu_ms(2));
+    ferry_task_cancel(t);
+    return ferry_task_join(t, NULL);
+}
+
+T(shield_defers_cancellation_until_the_scope_ends)
+{
+    cr_assert_eq(tu_run(shield_main, NULL), 0);
+    cr_assert_eq(shield_rc[0], 0, "sleep inside the shield was interrupted: %d", shield_rc[0]);
+    cr_assert_eq(shield_rc[1], 0);
+    cr_assert_eq(shield_rc[2], -ECANCELED);
+}
+
+/* ---- deadlines --------------------------------------------------------- */
+
+static int nested_rc[6];
+
+static int nested_inner_fires(void *arg)
+{
+    ferry_scope outer, inner;
+
+    ferry_scope_enter(&outer, ferry_now() + tu_ms(500), 0);
+    ferry_scope_enter(&inner, ferry_now() + tu_ms(10), 0);
+    nested_rc[0] = ferry_sleep(FERRY_SEC(5));
+    nested_rc[1] = ferry_scope_exit(&inner);
+    nested_rc[2] = ferry_sleep(tu_ms(1));       /* outer still fine */
+    nested_rc[3] = ferry_scope_exit(&outer);
+    nested_rc[4] = ferry_scope_fired(&inner);
+    nested_rc[5] = ferry_scope_fired(&outer);
+    return 0;
+}
+
+T(nested_deadline_inner_fires)
+{
+    tu_run(nested_inner_fires, NULL);
+    cr_assert_eq(nested_rc[0], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[1], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[2], 0);
+    cr_assert_eq(nested_rc[3], 0);
+    cr_assert(nested_rc[4]);
+    cr_assert(!nested_rc[5]);
+}
+
+static int nested_outer_fires(void *arg)
+{
+    ferry_scope outer, inner;
+
+    ferry_scope_enter(&outer, ferry_now() + tu_ms(10), 0);
+    ferry_scope_enter(&inner, ferry_now() + tu_ms(500), 0);
+    nested_rc[0] = ferry_sleep(FERRY_SEC(5));
+    nested_rc[1] = ferry_scope_exit(&inner);
+    nested_rc[2] = ferry_yield();               /* still inside outer: expired */
+    nested_rc[3] = ferry_scope_exit(&outer);
+    nested_rc[4] = ferry_scope_fired(&inner);
+    nested_rc[5] = ferry_scope_fired(&outer);
+    return 0;
+}
+
+T(nested_deadline_outer_fires)
+{
+    tu_run(nested_outer_fires, NULL);
+    cr_assert_eq(nested_rc[0], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[1], 0);
+    cr_assert_eq(nested_rc[2], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[3], -ETIMEDOUT);
+    cr_assert(!nested_rc[4]);
+    cr_assert(nested_rc[5]);
+}
+
+static int shield_with_deadline(void *arg)
+{
+    ferry_scope outer, sh;
+
+    ferry_scope_enter(&outer, ferry_now() + tu_ms(1), 0);
+    ferry_scope_enter(&sh, ferry_now() + tu_ms(30), FERRY_SCOPE_SHIELD);
+    nested_rc[0] = ferry_sleep(tu_ms(10));      /* outer expired, shielded */
+    nested_rc[1] = ferry_sleep(FERRY_SEC(5));   /* own deadline fires */
+    nested_rc[2] = ferry_scope_exit(&sh);
+    nested_rc[3] = ferry_yield();
+    nested_rc[4] = ferry_scope_exit(&outer);
+    return 0;
+}
+
+T(shield_blocks_outer_deadline_but_not_its_own)
+{
+    tu_run(shield_with_deadline, NULL);
+    cr_assert_eq(nested_rc[0], 0);
+    cr_assert_eq(nested_rc[1], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[2], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[3], -ETIMEDOUT);
+    cr_assert_eq(nested_rc[4], -ETIMEDOUT);
+}
+
+static int scope_misuse(void *arg)
+{
+    ferry_scope a, b;
+
+    ferry_scope_enter(&a, FERRY_NEVER, 0);
+    ferry_scope_enter(&b, FERRY_NEVER, 0);
+    nested_rc[0] = ferry_scope_exit(&a);        /* not innermost */
+    nested_rc[1] = ferry_scope_enter(&b, FERRY_NEVER, 99);
+    ferry_scope_exit(&b);
+    ferry_scope_exit(&a);
+    return 0;
+}
+
+T(scope_misuse_is_einval)
+{
+    tu_run(scope_misuse, NULL);
+    cr_assert_eq(nested_rc[0], -EINVAL);
+    cr_assert_eq(nested_rc[1], -EINVAL);
+}
+
+/* ---- groups ------------------------------------------------------------ */
+
+static int sibling_cleanups;
+
+static int long_sibling(void *arg)
+{
+    int rc = ferry_sleep(FERRY_SEC(60));
+    sibling_cleanups++;       /* runs after the cancel: cleanup happened */
+    return rc;
+}
+
+static int failing_child(void *arg)
+{
+    ferry_sleep(tu_ms(5));
+    return -EIO;
+}
+
+static int group_main(void *arg)
+{
+    ferry_group g;
+
+    ferry_group_init(&g);
+    for (int i = 0; i < 5; i++)
+        ferry_group_spawn(&g, long_sibling, NULL, NULL);
+    ferry_group_spawn(&g, failing_child, NULL, NULL);
+    return ferry_group_wait(&g);
+}
+
+T(group_failure_cancels_siblings_and_waits_for_them)
+{
+    cr_assert_eq(tu_run(group_main, NULL), -EIO);
+    cr_assert_eq(sibling_cleanups, 5);
+}
+
+static int ok_child(void *arg)
+{
+    ferry_sleep(tu_ms((intptr_t)arg));
+    sibling_cleanups++;
+    return 0;
+}
+
+static int group_ok_main(void *arg)
+{
+    ferry_group g;
+
+    ferry_group_init(&g);
+    for (int i = 0; i < 10; i++)
+        ferry_group_spawn(&g, ok_child, (void *)(intptr_t)(i % 3), NULL);
+    return ferry_group_wait(&g);
+}
+
+T(group_waits_for_all_children)
+{
+    cr_assert_eq(tu_run(group_ok_main, NULL), 0);
+    cr_assert_eq(sibling_cleanups, 10);
+}
+
+static ferry_task *group_owner;
+
+static int group_owner_body(void *arg)
+{
+    ferry_group g;
+    int rc;
+
+    ferry_group_init(&g);
+    for (int i = 0; i < 3; i++)
+        ferry_group_spawn(&g, long_sibling, NULL, NULL);
+    rc = ferry_group_wait(&g);
+    nested_rc[0] = ferry_group_spawn(&g, ok_child, NULL, NULL);
+    return rc;
+}
+
+static int group_owner_cancel_main(void *arg)
+{
+    int st = 0;
+
+    ferry_task_spawn(&group_owner, NULL, group_owner_body, NULL, NULL);
+    ferry_sleep(tu_ms(3));
+    ferry_task_cancel(group_owner);
+    ferry_task_join(group_owner, &st);
+    return st;
+}
+
+T(cancelled_group_owner_still_waits_for_children)
+{
+    cr_assert_eq(tu_run(group_owner_cancel_main, NULL), -ECANCELED);
+    cr_assert_eq(sibling_cleanups, 3, "no child may outlive its group");
+    cr_assert_eq(nested_rc[0], -ESHUTDOWN);
+}
+
+/* ---- wrong thread --------------------------------------------------- */
+
+static void *foreign_thread(void *arg)
+{
+    int *rcs = arg;
+    ferry_task *t = NULL;
+
+    rcs[0] = ferry_task_spawn(&t, tu_loop, ret_arg_plus_one, NULL, NULL);
+    rcs[1] = ferry_call_soon(tu_loop, (ferry_cb)free, NULL);
+    rcs[2] = ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    rcs[3] = ferry_yield();
+    rcs[4] = ferry_sleep(1);
+    rcs[5] = ferry_loop_stop(tu_loop);
+    rcs[6] = ferry_call_later(tu_loop, 1, (ferry_cb)free, NULL, NULL);
+    return NULL;
+}
+
+T(loop_calls_from_another_thread_are_eperm)
+{
+    int rcs[7];
+    pthread_t th;
+
+    pthread_create(&th, NULL, foreign_thread, rcs);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(rcs[i], -EPERM, "call %d returned %d", i, rcs[i]);
+}
+
+T(suspension_points_outside_a_task_are_eperm)
+{
+    cr_assert_eq(ferry_yield(), -EPERM);
+    cr_assert_eq(ferry_sleep(1), -EPERM);
+    cr_assert_eq(ferry_wait_fd(0, FERRY_READ, NULL), -EPERM);
+    cr_assert_null(ferry_task_current());
+}
+
+/* ---- bad input ---------------------------------------------------------- */
+
+T(bad_input_is_einval)
+{
+    ferry_task *t;
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, NULL, NULL, NULL), -EINVAL);
+    cr_assert_null(t);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, ret_arg_plus_one, NULL,
+                                  &(ferry_task_opts){ .stack_size = 100 }), -EINVAL);
+    cr_assert_eq(ferry_task_cancel(NULL), -EINVAL);
+    cr_assert_eq(ferry_task_join(NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_loop_run(tu_loop, 77), -EINVAL);
+    cr_assert_eq(ferry_loop_new(NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .stack_size = 10 }), -EINVAL);
+}
+
+/* ---- stack overflow ---------------------------------------------------- */
+
+static __attribute__((noinline)) int recurse(int n)
+{
+    volatile char buf[1024];
+    buf[0] = (char)n;
+    if (n == 0)
+        return buf[0];
+    return recurse(n - 1) + buf[0];
+}
+
+static int overflow_task(void *arg)
+{
+    return recurse(1 << 20);
+}
+
+T(stack_overflow_names_the_task)
+{
+    int fds[2], status;
+    char out[512] = {0};
+    pid_t pid;
+    ssize_t n, total = 0;
+
+    cr_assert_eq(pipe(fds), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        ferry_loop *loop;
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        if (ferry_loop_new(&loop, NULL))
+            _exit(3);
+        ferry_task_spawn(NULL, loop, overflow_task, NULL,
+                         &(ferry_task_opts){ .name = "deep-recursion" });
+        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+        _exit(0);
+    }
+    close(fds[1]);
+    while ((n = read(fds[0], out + total, sizeof out - 1 - (size_t)total)) > 0)
+        total += n;
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    cr_assert(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0),
+              "child survived a stack overflow");
+#if !defined(__SANITIZE_ADDRESS__)
+    cr_assert(strstr(out, "deep-recursion") != NULL, "stderr was: %s", out);
+#endif
+}
