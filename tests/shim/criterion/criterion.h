@@ -25,9 +25,15 @@
 #ifndef CRITERION_SHIM_CRITERION_H
 #define CRITERION_SHIM_CRITERION_H
 
+/* What real Criterion's header brings in, so that a test that forgot an
+ * include builds the same way with both. */
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <wchar.h>
 
 #ifdef __cplusplus
 extern "C" {
