@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# check.sh - install ferry into a temporary prefix, then build
+# tests/install/main.c against that install twice: with CMake's
+# find_package(ferry) (shared and static targets) and with a pkg-config
+# one-liner (shared, and static with --static), and run every program.
+# Usage: tests/install/check.sh [WORK_DIR]   (default: a temporary one)
+# Extra CMake arguments for the ferry build: FERRY_INSTALL_CMAKE_ARGS.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=${1:-}
+if [ -z "$work" ]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+fi
+mkdir -p "$work"
+prefix=$work/prefix
+jobs=${JOBS:-2}
+
+echo "== build and install ferry into $prefix"
+# shellcheck disable=SC2086
+cmake -S "$root" -B "$work/ferry" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DFERRY_TESTS=OFF -DFERRY_EXAMPLES=OFF \
+    -DFERRY_BENCH=OFF ${FERRY_INSTALL_CMAKE_ARGS:-} >"$work/ferry-configure.log"
+cmake --build "$work/ferry" -j"$jobs" >"$work/ferry-build.log"
+cmake --install "$work/ferry" >"$work/ferry-install.log"
+
+pcdir=$(dirname "$(find "$prefix" -name ferry.pc -print -quit)")
+libdir=$(dirname "$pcdir")
+test -f "$pcdir/ferry.pc"
+test -f "$prefix/include/ferry/ferry.h"
+test -f "$libdir/cmake/ferry/ferryConfig.cmake"
+
+echo "== find_package(ferry)"
+cmake -S "$root/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+    >"$work/consumer-configure.log"
+cmake --build "$work/consumer" -j"$jobs"
+"$work/consumer/hello_shared"
+"$work/consumer/hello_static"
+# The shared program must really use the installed library.
+ldd "$work/consumer/hello_shared" | grep -q "$libdir/libferry.so"
+
+echo "== pkg-config"
+export PKG_CONFIG_PATH=$pcdir
+cc=${CC:-cc}
+# shellcheck disable=SC2046
+$cc -o "$work/hello_pc" "$root/tests/install/main.c" $(pkg-config --cflags --libs ferry)
+LD_LIBRARY_PATH=$libdir "$work/hello_pc"
+# Static libferry: the same flags with --static, libferry.a for -lferry.
+# shellcheck disable=SC2046
+$cc -o "$work/hello_pc_static" "$root/tests/install/main.c" $(pkg-config --cflags ferry) \
+    $(pkg-config --static --libs ferry | sed "s#-lferry#$libdir/libferry.a#")
+"$work/hello_pc_static"
+echo "install check: passed"
