@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# scripts/test.sh - configure, build and run ferry's test suite: the plain
+# build with real Criterion, run by ctest.  Packages: .ci/setup.
+#   bash scripts/test.sh [extra cmake arguments, e.g. -DFERRY_WERROR=ON]
+# Environment: FERRY_BUILD_DIR (default: build), JOBS (default: nproc).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${FERRY_BUILD_DIR:-$root/build}
+jobs=${JOBS:-$(nproc)}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+cmake --build "$build" -j"$jobs"
+ctest --test-dir "$build" --output-on-failure
