@@ -1,0 +1,705 @@
+/* ferry_bench.c - ferry's side of the benchmark contract
+ * (shared/anchors/README.md): one BENCH line per workload, with the same
+ * semantics and the same n as the peer programs there.
+ *
+ *   ferry-bench                  every default workload, each in a fresh
+ *                                process (fork + exec of itself), so that
+ *                                rss_kb is that workload's own peak
+ *   ferry-bench NAME...          only these (one name: in this process;
+ *                                several: one process each)
+ *   ferry-bench --million-idle   the same as `ferry-bench idle_1m`
+ *   ferry-bench --list           the workload names
+ *
+ * Workloads (n as the peers'):
+ *   switch              two tasks each ferry_yield() n/2 times (n = 2,000,000)
+ *   spawn               spawn 1,000 tasks returning arg+1, join each, repeat
+ *                       (n = 1,000,000); check the sum
+ *   idle_tasks          100,000 tasks wait on one ferry_event; bytes_per_task
+ *                       is the current-RSS growth from before spawning until
+ *                       all wait, divided by n; then set, all end
+ *   lock_contention     100 tasks x 10,000: acquire, read, yield, write, release
+ *   queue_pipeline      ferry_queue of int64 (capacity 100), 10 producers,
+ *                       10 consumers, 0 = sentinel (n = 1,000,000)
+ *   stampede            10,000 tasks ask key i % 10; a miss runs a 1 ms sleep
+ *                       on the pool through ferry_flight_do (one fetch per
+ *                       key while in flight); the result is kept in a cache
+ *                       as the peers keep theirs; fetches must be 10
+ *   threadsafe_post     a pthread posts 1,000,000 callbacks with
+ *                       ferry_loop_call_soon_threadsafe(); timed from the
+ *                       first post until the loop ran the last
+ *   offload_rtt         one task: ferry_to_thread(pool, noop), 100,000 in a row
+ *   offload_throughput  1,000 tasks x 100 ferry_to_thread(pool, noop)
+ *   idle_1m             (not in the default set) 1,000,000 idle tasks with the
+ *                       loop's default settings; prints bytes_per_task too
+ *
+ * Pools have 4 threads and are created and warmed (8 concurrent no-op jobs)
+ * before timing.  Exit status: 0 if every workload ran and every check was
+ * ok, 1 otherwise, 2 on usage errors.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <ferry/ferry.h>
+
+#define SYS "ferry"
+#define POOL_THREADS 4
+
+/* ---- common ------------------------------------------------------------ */
+
+static double secs_since(int64_t t0)
+{
+    return (double)(ferry_now() - t0) * 1e-9;
+}
+
+/* Peak RSS of this process (getrusage ru_maxrss), kB. */
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* Current RSS from /proc/self/statm, kB (as the peers read it). */
+static long cur_rss_kb(void)
+{
+    long size = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    if (!f)
+        return -1;
+    if (fscanf(f, "%ld %ld", &size, &res) != 2)
+        res = -1;
+    fclose(f);
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Print the contract's line; returns 0 if ok, 1 otherwise. */
+static int report(const char *workload, long n, double secs, bool ok, const char *extra)
+{
+    printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ns_per_op=%.2f "
+           "ops_per_s=%.0f rss_kb=%ld check=%s%s%s\n",
+           workload, SYS, n, secs, secs * 1e9 / (double)n,
+           secs > 0 ? (double)n / secs : 0.0, peak_rss_kb(), ok ? "ok" : "FAIL",
+           extra && *extra ? " " : "", extra && *extra ? extra : "");
+    fflush(stdout);
+    return ok ? 0 : 1;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "ferry-bench: %s: %s\n", what, strerror(rc < 0 ? -rc : rc));
+    exit(1);
+}
+
+/* Spawn with a handle, or die: a failed spawn is a broken benchmark. */
+static ferry_task *spawn(ferry_task_fn fn, void *arg)
+{
+    ferry_task *t;
+    int rc = ferry_task_spawn(&t, NULL, fn, arg, NULL);
+
+    if (rc)
+        die("ferry_task_spawn", rc);
+    return t;
+}
+
+static void spawn_detached(ferry_task_fn fn, void *arg)
+{
+    int rc = ferry_task_spawn(NULL, NULL, fn, arg, NULL);
+
+    if (rc)
+        die("ferry_task_spawn", rc);
+}
+
+static int join(ferry_task *t)
+{
+    int status = 0, rc = ferry_task_join(t, &status);
+
+    if (rc)
+        die("ferry_task_join", rc);
+    return status;
+}
+
+/* ---- the pool ---------------------------------------------------------- */
+
+static atomic_long ran;   /* no-op jobs that really ran */
+
+static int noop_job(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add_explicit(&ran, 1, memory_order_relaxed);
+    return 0;
+}
+
+static int warm_task(void *arg)
+{
+    return ferry_to_thread(arg, noop_job, NULL);
+}
+
+/* A pool of POOL_THREADS threads, each of which has run a job. */
+static ferry_pool *pool_start(void)
+{
+    ferry_pool_opts o = { .threads = POOL_THREADS };
+    ferry_task *t[8];
+    ferry_pool *pool;
+    int rc = ferry_pool_new(&pool, &o);
+
+    if (rc)
+        die("ferry_pool_new", rc);
+    for (int i = 0; i < 8; i++)
+        t[i] = spawn(warm_task, pool);
+    for (int i = 0; i < 8; i++)
+        if (join(t[i]) != 0)
+            die("warming the pool", EIO);
+    atomic_store(&ran, 0);
+    return pool;
+}
+
+/* ---- switch ------------------------------------------------------------ */
+
+struct sw_count {
+    long n;                 /* yields to do */
+    long done;              /* yields done */
+    char pad[48];           /* one cache line each, as the Go peer */
+};
+
+static int switch_task(void *arg)
+{
+    struct sw_count *c = arg;
+
+    for (long i = 0; i < c->n; i++) {
+        if (ferry_yield())
+            return 1;
+        c->done++;
+    }
+    return 0;
+}
+
+static int w_switch(void *arg)
+{
+    const long n = 2000000;
+    struct sw_count c[2] = { { .n = n / 2 }, { .n = n - n / 2 } };
+    ferry_task *t[2];
+    int64_t t0;
+    bool ok;
+
+    (void)arg;
+    t0 = ferry_now();
+    t[0] = spawn(switch_task, &c[0]);
+    t[1] = spawn(switch_task, &c[1]);
+    ok = join(t[0]) == 0;
+    ok &= join(t[1]) == 0;
+    return report("switch", n, secs_since(t0), ok && c[0].done + c[1].done == n, NULL);
+}
+
+/* ---- spawn ------------------------------------------------------------- */
+
+static int spawn_job(void *arg)
+{
+    return (int)((intptr_t)arg + 1);
+}
+
+static int w_spawn(void *arg)
+{
+    enum { N = 1000000, BATCH = 1000 };
+    static ferry_task *h[BATCH];
+    int64_t sum = 0, t0;
+
+    (void)arg;
+    t0 = ferry_now();
+    for (long b = 0; b < N / BATCH; b++) {
+        for (long i = 0; i < BATCH; i++)
+            h[i] = spawn(spawn_job, (void *)(intptr_t)(b * BATCH + i));
+        for (long i = 0; i < BATCH; i++)
+            sum += join(h[i]);
+    }
+    return report("spawn", N, secs_since(t0), sum == (int64_t)N * (N + 1) / 2, NULL);
+}
+
+/* ---- idle_tasks, idle_1m ---------------------------------------------- */
+
+struct idle {
+    ferry_event go;         /* what every task waits for */
+    ferry_event all_woke;   /* set by the last task to wake */
+    long n;                 /* tasks */
+    long started;           /* tasks that reached the wait */
+    long woke;              /* tasks that returned from it with 0 */
+    long errors;            /* waits that failed */
+};
+
+static int idle_task(void *arg)
+{
+    struct idle *s = arg;
+
+    s->started++;
+    if (ferry_event_wait(&s->go))
+        s->errors++;
+    else
+        s->woke++;
+    if (s->woke + s->errors == s->n)
+        ferry_event_set(&s->all_woke);
+    return 0;
+}
+
+static int idle_run(const char *name, long n)
+{
+    struct idle s = { .n = n };
+    long rss0, rss1;
+    char extra[64];
+    int64_t t0;
+    int rc;
+
+    rss0 = cur_rss_kb();
+    t0 = ferry_now();
+    for (long i = 0; i < n; i++)
+        spawn_detached(idle_task, &s);
+    while (s.started < n)
+        if ((rc = ferry_yield()))
+            die("ferry_yield", rc);
+    rss1 = cur_rss_kb();
+    ferry_event_set(&s.go);
+    if ((rc = ferry_event_wait(&s.all_woke)))
+        die("ferry_event_wait", rc);
+    snprintf(extra, sizeof extra, "bytes_per_task=%ld", (rss1 - rss0) * 1024 / n);
+    return report(name, n, secs_since(t0), s.woke == n && !s.errors, extra);
+}
+
+static int w_idle_tasks(void *arg)
+{
+    (void)arg;
+    return idle_run("idle_tasks", 100000);
+}
+
+static int w_idle_1m(void *arg)
+{
+    (void)arg;
+    return idle_run("idle_1m", 1000000);
+}
+
+/* ---- lock_contention --------------------------------------------------- */
+
+struct lockc {
+    ferry_lock lock;
+    long per;               /* iterations per task */
+    long counter;           /* guarded by lock */
+};
+
+static int lock_task(void *arg)
+{
+    struct lockc *s = arg;
+
+    for (long i = 0; i < s->per; i++) {
+        long v;
+        if (ferry_lock_acquire(&s->lock))
+            return 1;
+        v = s->counter;
+        if (ferry_yield())
+            return 1;
+        s->counter = v + 1;
+        if (ferry_lock_release(&s->lock))
+            return 1;
+    }
+    return 0;
+}
+
+static int w_lock_contention(void *arg)
+{
+    enum { TASKS = 100, PER = 10000 };
+    struct lockc s = { .per = PER };
+    ferry_task *t[TASKS];
+    int64_t t0;
+    bool ok = true;
+
+    (void)arg;
+    ferry_lock_init(&s.lock);
+    t0 = ferry_now();
+    for (int i = 0; i < TASKS; i++)
+        t[i] = spawn(lock_task, &s);
+    for (int i = 0; i < TASKS; i++)
+        ok &= join(t[i]) == 0;
+    return report("lock_contention", (long)TASKS * PER, secs_since(t0),
+                  ok && s.counter == (long)TASKS * PER, NULL);
+}
+
+/* ---- queue_pipeline ---------------------------------------------------- */
+
+struct pipe {
+    ferry_queue q;          /* int64_t items, capacity 100 */
+    long per;               /* items per producer */
+    int64_t total;          /* sum of what the consumers got */
+};
+
+struct producer {
+    struct pipe *p;
+    int64_t base;           /* puts base+1 .. base+per */
+};
+
+static int producer_task(void *arg)
+{
+    struct producer *pr = arg;
+
+    for (int64_t i = pr->base + 1; i <= pr->base + pr->p->per; i++)
+        if (ferry_queue_put(&pr->p->q, &i))
+            return 1;
+    return 0;
+}
+
+static int consumer_task(void *arg)
+{
+    struct pipe *p = arg;
+    int64_t v, s = 0;
+
+    for (;;) {
+        if (ferry_queue_get(&p->q, &v))
+            return 1;
+        if (v == 0)
+            break;
+        s += v;
+    }
+    p->total += s;
+    return 0;
+}
+
+static int w_queue_pipeline(void *arg)
+{
+    enum { N = 1000000, NP = 10, NC = 10 };
+    struct pipe p = { .per = N / NP };
+    struct producer pr[NP];
+    ferry_task *prod[NP], *cons[NC];
+    const int64_t zero = 0;
+    int64_t t0;
+    bool ok = true;
+    int rc;
+
+    (void)arg;
+    if ((rc = ferry_queue_init(&p.q, sizeof(int64_t), 100, FERRY_QUEUE_FIFO, NULL, NULL)))
+        die("ferry_queue_init", rc);
+    t0 = ferry_now();
+    for (int c = 0; c < NC; c++)
+        cons[c] = spawn(consumer_task, &p);
+    for (int i = 0; i < NP; i++) {
+        pr[i] = (struct producer){ .p = &p, .base = (int64_t)i * p.per };
+        prod[i] = spawn(producer_task, &pr[i]);
+    }
+    for (int i = 0; i < NP; i++)
+        ok &= join(prod[i]) == 0;
+    for (int c = 0; c < NC; c++)
+        if ((rc = ferry_queue_put(&p.q, &zero)))
+            die("ferry_queue_put", rc);
+    for (int c = 0; c < NC; c++)
+        ok &= join(cons[c]) == 0;
+    rc = report("queue_pipeline", N, secs_since(t0),
+                ok && p.total == (int64_t)N * (N + 1) / 2, NULL);
+    ferry_queue_destroy(&p.q);
+    return rc;
+}
+
+/* ---- stampede ---------------------------------------------------------- */
+
+enum { ST_KEYS = 10 };
+
+struct stampede {
+    ferry_pool  *pool;
+    ferry_flight flight;    /* one fetch per key while it is in flight */
+    bool         have[ST_KEYS];   /* the cache: filled by a fetch */
+    long         cache[ST_KEYS];
+    long         fetches;   /* fetch functions run */
+    long         n, finished, bad;
+    ferry_event  all_done;  /* set by the last client */
+};
+
+static struct stampede st;
+
+static int sleep_1ms_job(void *arg)
+{
+    struct timespec ts = { 0, 1000000 };
+
+    (void)arg;
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+    return 0;
+}
+
+/* The leader's work: fetch through the pool, fill the cache. */
+static int fetch(void *arg, void *out, size_t out_size)
+{
+    long key = (long)(intptr_t)arg, val;
+    int rc;
+
+    st.fetches++;
+    rc = ferry_to_thread(st.pool, sleep_1ms_job, NULL);
+    if (rc)
+        return rc;
+    val = key * 7 + 1;
+    st.cache[key] = val;
+    st.have[key] = true;
+    memcpy(out, &val, out_size);
+    return 0;
+}
+
+static int client_task(void *arg)
+{
+    long key = (long)(intptr_t)arg % ST_KEYS, val = -1;
+
+    if (st.have[key]) {
+        val = st.cache[key];
+    } else if (ferry_flight_do(&st.flight, &key, sizeof key, fetch,
+                               (void *)(intptr_t)key, &val, sizeof val) < 0) {
+        val = -1;
+    }
+    if (val != key * 7 + 1)
+        st.bad++;
+    if (++st.finished == st.n)
+        ferry_event_set(&st.all_done);
+    return 0;
+}
+
+static int w_stampede(void *arg)
+{
+    char extra[32];
+    int64_t t0;
+    int rc;
+
+    (void)arg;
+    st.n = 10000;
+    st.pool = pool_start();
+    t0 = ferry_now();
+    for (long i = 0; i < st.n; i++)
+        spawn_detached(client_task, (void *)(intptr_t)i);
+    if ((rc = ferry_event_wait(&st.all_done)))
+        die("ferry_event_wait", rc);
+    snprintf(extra, sizeof extra, "fetches=%ld", st.fetches);
+    rc = report("stampede", st.n, secs_since(t0), !st.bad && st.fetches == ST_KEYS, extra);
+    ferry_flight_destroy(&st.flight);
+    ferry_pool_free(st.pool);
+    return rc;
+}
+
+/* ---- threadsafe_post --------------------------------------------------- */
+
+struct post {
+    ferry_loop *loop;
+    long n;
+    long counter;           /* loop thread */
+    long failed;            /* poster thread: posts refused */
+    int64_t t0, t1;         /* first post (poster), last callback (loop) */
+    ferry_event done;       /* set by the n-th callback */
+};
+
+static struct post ps;
+
+static void incr_cb(void *arg)
+{
+    (void)arg;
+    if (++ps.counter == ps.n) {
+        ps.t1 = ferry_now();
+        ferry_event_set(&ps.done);
+    }
+}
+
+static void *poster_main(void *arg)
+{
+    (void)arg;
+    ps.t0 = ferry_now();
+    for (long i = 0; i < ps.n; i++)
+        if (ferry_loop_call_soon_threadsafe(ps.loop, incr_cb, NULL))
+            ps.failed++;
+    return NULL;
+}
+
+static int w_threadsafe_post(void *arg)
+{
+    pthread_t thr;
+    int rc;
+
+    (void)arg;
+    ps.loop = ferry_loop_current();
+    ps.n = 1000000;
+    if ((rc = pthread_create(&thr, NULL, poster_main, NULL)))
+        die("pthread_create", rc);
+    /* Every post is either counted or failed; a failure leaves the event
+     * unset, so poll for that case instead of waiting forever. */
+    for (;;) {
+        ferry_scope sc;
+        ferry_scope_enter(&sc, ferry_now() + FERRY_SEC(1), 0);
+        rc = ferry_event_wait(&ps.done);
+        ferry_scope_exit(&sc);
+        if (rc == 0 || (rc == -ETIMEDOUT && ps.failed && ps.counter + ps.failed >= ps.n))
+            break;
+        if (rc != -ETIMEDOUT)
+            die("ferry_event_wait", rc);
+    }
+    pthread_join(thr, NULL);
+    if (!ps.t1)
+        ps.t1 = ferry_now();
+    return report("threadsafe_post", ps.n, (double)(ps.t1 - ps.t0) * 1e-9,
+                  ps.counter == ps.n && !ps.failed, NULL);
+}
+
+/* ---- offload_rtt, offload_throughput ---------------------------------- */
+
+static int w_offload_rtt(void *arg)
+{
+    const long n = 100000;
+    ferry_pool *pool = pool_start();
+    long done = 0;
+    int64_t t0;
+    int rc;
+
+    (void)arg;
+    t0 = ferry_now();
+    for (long i = 0; i < n; i++) {
+        if ((rc = ferry_to_thread(pool, noop_job, NULL)))
+            die("ferry_to_thread", rc);
+        done++;
+    }
+    rc = report("offload_rtt", n, secs_since(t0), done == n && atomic_load(&ran) == n, NULL);
+    ferry_pool_free(pool);
+    return rc;
+}
+
+struct offl {
+    ferry_pool *pool;
+    long per;               /* calls per task */
+};
+
+static int offload_task(void *arg)
+{
+    struct offl *o = arg;
+    int c = 0;
+
+    for (long i = 0; i < o->per; i++)
+        if (ferry_to_thread(o->pool, noop_job, NULL) == 0)
+            c++;
+    return c;
+}
+
+static int w_offload_throughput(void *arg)
+{
+    enum { TASKS = 1000, PER = 100 };
+    static ferry_task *t[TASKS];
+    struct offl o = { .per = PER };
+    long done = 0;
+    int64_t t0;
+    int rc;
+
+    (void)arg;
+    o.pool = pool_start();
+    t0 = ferry_now();
+    for (int i = 0; i < TASKS; i++)
+        t[i] = spawn(offload_task, &o);
+    for (int i = 0; i < TASKS; i++)
+        done += join(t[i]);
+    rc = report("offload_throughput", (long)TASKS * PER, secs_since(t0),
+                done == (long)TASKS * PER && atomic_load(&ran) == (long)TASKS * PER, NULL);
+    ferry_pool_free(o.pool);
+    return rc;
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+static const struct workload {
+    const char   *name;
+    ferry_task_fn fn;
+    bool          dflt;     /* in the set run with no argument */
+} workloads[] = {
+    { "switch",             w_switch,             true  },
+    { "spawn",              w_spawn,              true  },
+    { "idle_tasks",         w_idle_tasks,         true  },
+    { "lock_contention",    w_lock_contention,    true  },
+    { "queue_pipeline",     w_queue_pipeline,     true  },
+    { "stampede",           w_stampede,           true  },
+    { "threadsafe_post",    w_threadsafe_post,    true  },
+    { "offload_rtt",        w_offload_rtt,        true  },
+    { "offload_throughput", w_offload_throughput, true  },
+    { "idle_1m",            w_idle_1m,            false },
+};
+#define NWORKLOADS (sizeof workloads / sizeof workloads[0])
+
+static const struct workload *find(const char *name)
+{
+    if (strcmp(name, "--million-idle") == 0)
+        name = "idle_1m";
+    for (size_t i = 0; i < NWORKLOADS; i++)
+        if (strcmp(workloads[i].name, name) == 0)
+            return &workloads[i];
+    return NULL;
+}
+
+/* Run one workload in this process, as the main task of a fresh loop with
+ * default settings.  Returns 0 if its check passed. */
+static int run_here(const struct workload *w)
+{
+    int rc = ferry_run(w->fn, NULL);
+
+    if (rc < 0)
+        die(w->name, rc);
+    return rc;
+}
+
+/* Run one workload in a fresh process (fork + exec of this program). */
+static int run_child(const char *self, const struct workload *w)
+{
+    int status;
+    pid_t pid;
+
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        die("fork", errno);
+    if (pid == 0) {
+        execl(self, self, w->name, (char *)NULL);
+        fprintf(stderr, "ferry-bench: exec %s: %s\n", self, strerror(errno));
+        _exit(2);
+    }
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            die("waitpid", errno);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "ferry-bench: %s: killed by signal %d\n", w->name, WTERMSIG(status));
+    else
+        fprintf(stderr, "ferry-bench: %s: exit status %d\n", w->name, WEXITSTATUS(status));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *self = "/proc/self/exe";
+    int fail = 0;
+
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < NWORKLOADS; i++)
+            printf("%s%s\n", workloads[i].name, workloads[i].dflt ? "" : " (not in the default set)");
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!find(argv[i])) {
+            fprintf(stderr, "ferry-bench: unknown workload '%s' (try --list)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (argc == 2)
+        return run_here(find(argv[1])) ? 1 : 0;
+    if (argc > 2) {
+        for (int i = 1; i < argc; i++)
+            fail |= run_child(self, find(argv[i]));
+        return fail;
+    }
+    for (size_t i = 0; i < NWORKLOADS; i++)
+        if (workloads[i].dflt)
+            fail |= run_child(self, &workloads[i]);
+    return fail;
+}
