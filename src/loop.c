@@ -379,6 +379,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     if (loop->in_run || loop->in_turn)
         return;
     tls_loop = loop;
+    loop->since_poll = 0;
     expire_timers(loop);
     while (steps < loop->io_interval && !ferry__list_empty(&loop->runq)) {
         uint64_t before = loop->stats.steps;
@@ -493,6 +494,15 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     loop->stack_size = (ssz + 4095) / 4096 * 4096 + 4096;
     loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;
     loop->io_interval = o.io_interval ? o.io_interval : 128;
+    /* FERRY_STACK_GUARD=mprotect|none forces an older kernel's fallbacks
+     * (for tests); the default probes MADV_GUARD_INSTALL first. */
+    {
+        const char *g = getenv("FERRY_STACK_GUARD");
+        if (g && strcmp(g, "mprotect") == 0)
+            loop->guard_mode = FERRY__GUARD_MPROTECT;
+        else if (g && strcmp(g, "none") == 0)
+            loop->guard_forced_none = true;
+    }
 #ifndef NDEBUG
     loop->slow_ns = FERRY_MSEC(100);
 #endif
@@ -513,12 +523,16 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
     if (!loop->altstack)
         goto err_free_tick;
+    if (ferry__bridge_attach(loop))
+        goto err_free_altstack;
     ferry__overflow_setup(loop);
     if (!tls_loop)
         tls_loop = loop;
     *out = loop;
     return 0;
 
+err_free_altstack:
+    ferry__free(loop->altstack);
 err_free_tick:
     event_free(loop->tick_ev);
 err_free_kick:

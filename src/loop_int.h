@@ -136,6 +136,7 @@ struct ferry_loop {
     void                 *altstack;   /* memory for this thread's sigaltstack */
     bool                  altstack_on;/* we installed it */
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
+    bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
     size_t                mprotect_live; /* live mprotect-guarded stacks */
 };
 

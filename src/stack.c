@@ -71,7 +71,9 @@ int ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out)
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (base == MAP_FAILED)
         return -ENOMEM;
-    if (loop->guard_mode == FERRY__GUARD_MADV &&
+    if (loop->guard_forced_none)
+        guard = FERRY__GUARD_NONE;
+    else if (loop->guard_mode == FERRY__GUARD_MADV &&
         madvise(base, pg, MADV_GUARD_INSTALL) == 0)
         guard = FERRY__GUARD_MADV;
     else

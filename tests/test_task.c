@@ -537,7 +537,7 @@ static int overflow_task(void *arg)
     return recurse(1 << 20);
 }
 
-T(stack_overflow_names_the_task)
+static void overflow_in_child(const char *guard_mode)
 {
     int fds[2], status;
     char out[512] = {0};
@@ -551,6 +551,8 @@ T(stack_overflow_names_the_task)
         ferry_loop *loop;
         dup2(fds[1], STDERR_FILENO);
         close(fds[0]);
+        if (guard_mode)
+            setenv("FERRY_STACK_GUARD", guard_mode, 1);
         if (ferry_loop_new(&loop, NULL))
             _exit(3);
         ferry_task_spawn(NULL, loop, overflow_task, NULL,
@@ -568,4 +570,15 @@ T(stack_overflow_names_the_task)
 #if !defined(__SANITIZE_ADDRESS__)
     cr_assert(strstr(out, "deep-recursion") != NULL, "stderr was: %s", out);
 #endif
+}
+
+T(stack_overflow_names_the_task)
+{
+    overflow_in_child(NULL);
+}
+
+T(stack_overflow_names_the_task_with_mprotect_guards)
+{
+    /* What kernels before 6.13 get: an mprotect'd guard page. */
+    overflow_in_child("mprotect");
 }
