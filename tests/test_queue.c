@@ -1,0 +1,845 @@
+/* test_queue.c - FIFO, LIFO and priority queues: order, backpressure,
+ * cancellation with exact item accounting, task_done/join, shutdown.
+ *
+ * No cr_assert inside task bodies (see testutil.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+#include "ferry_int.h"
+
+#define T(name) \
+    Test(queue, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 10.)
+
+static ferry_task *spawn(ferry_task_fn fn, void *arg)
+{
+    ferry_task *t = NULL;
+
+    if (ferry_task_spawn(&t, NULL, fn, arg, NULL) != 0)
+        return NULL;
+    return t;
+}
+
+static int join(ferry_task *t)
+{
+    int st = -99999;
+
+    if (t == NULL || ferry_task_join(t, &st) != 0)
+        return -99998;
+    return st;
+}
+
+static void settle(void)
+{
+    for (int i = 0; i < 8; i++)
+        ferry_yield();
+}
+
+static ferry_queue g_q;
+static int g_rc[32];
+static int g_got[32];
+
+/* ---- Order ---------------------------------------------------------- */
+
+static int order_main(void *arg)
+{
+    int *out = arg;
+
+    for (int i = 0; i < 5; i++)
+        if (ferry_queue_put(&g_q, &i))
+            return 1;
+    for (int i = 0; i < 5; i++)
+        if (ferry_queue_get(&g_q, &out[i]))
+            return 2;
+    return 0;
+}
+
+T(fifo_and_lifo_order)
+{
+    int out[5];
+
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(tu_run(order_main, out), 0);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(out[i], i);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_LIFO, NULL, NULL), 0);
+    cr_assert_eq(tu_run(order_main, out), 0);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(out[i], 4 - i);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+struct job {
+    int prio;
+    int id;
+    char pad[3];      /* an odd size: elements must still come out aligned */
+};
+
+static int g_misaligned;
+
+static int job_cmp(const void *a, const void *b, void *arg)
+{
+    const struct job *x = a, *y = b;
+
+    if (((uintptr_t)a % _Alignof(struct job)) || ((uintptr_t)b % _Alignof(struct job)))
+        g_misaligned++;
+    (*(int *)arg)++;
+    return (x->prio > y->prio) - (x->prio < y->prio);
+}
+
+#define NJOBS 500
+
+static int prio_main(void *arg)
+{
+    struct job *out = arg;
+    unsigned seed = 42;
+
+    for (int i = 0; i < NJOBS; i++) {
+        struct job j = { .prio = rand_r(&seed) % 7, .id = i };
+        if (ferry_queue_put(&g_q, &j))
+            return 1;
+    }
+    for (int i = 0; i < NJOBS; i++)
+        if (ferry_queue_get(&g_q, &out[i]))
+            return 2;
+    return 0;
+}
+
+T(priority_order_is_stable)
+{
+    static struct job out[NJOBS];
+    int calls = 0;
+
+    g_misaligned = 0;
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(struct job), 0, FERRY_QUEUE_PRIORITY,
+                                  job_cmp, &calls), 0);
+    cr_assert_eq(tu_run(prio_main, out), 0);
+    cr_assert_gt(calls, 0);
+    cr_assert_eq(g_misaligned, 0);
+    for (int i = 1; i < NJOBS; i++) {
+        cr_assert_leq(out[i - 1].prio, out[i].prio, "priority order broken at %d", i);
+        if (out[i - 1].prio == out[i].prio)
+            cr_assert_lt(out[i - 1].id, out[i].id, "equal priorities out of put order at %d", i);
+    }
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+static int grow_main(void *arg)
+{
+    for (int i = 0; i < 5000; i++)
+        if (ferry_queue_try_put(&g_q, &i))
+            return 1;
+    for (int i = 0; i < 5000; i++) {
+        int v = -1;
+        if (ferry_queue_try_get(&g_q, &v) || v != i)
+            return 2;
+        /* Interleave so the ring wraps while it grows. */
+        if (i % 3 == 0 && ferry_queue_try_put(&g_q, &(int){ 5000 + i }))
+            return 3;
+    }
+    return 0;
+}
+
+T(unbounded_grows_and_gives_storage_back)
+{
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(tu_run(grow_main, NULL), 0);
+    cr_assert_eq(ferry_queue_size(&g_q), 1667);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+static int drain_main(void *arg)
+{
+    int v;
+
+    for (int i = 0; i < 3000; i++)
+        if (ferry_queue_put(&g_q, &i))
+            return 1;
+    for (int i = 0; i < 3000; i++)
+        if (ferry_queue_get(&g_q, &v) || v != i)
+            return 2;
+    return 0;
+}
+
+T(drained_large_queue_frees_its_storage)
+{
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(tu_run(drain_main, NULL), 0);
+    cr_assert_null(g_q.buf);
+    cr_assert_eq(ferry_queue_size(&g_q), 0);
+}
+
+/* ---- Backpressure and try ------------------------------------------- */
+
+static int try_main(void *arg)
+{
+    int *r = arg, v = 7, out = 0;
+
+    r[0] = ferry_queue_try_get(&g_q, &out);       /* empty: -EAGAIN */
+    r[1] = ferry_queue_try_put(&g_q, &v);
+    r[2] = ferry_queue_try_put(&g_q, &v);
+    r[3] = ferry_queue_try_put(&g_q, &v);         /* maxsize 2: QueueFull */
+    r[4] = ferry_queue_full(&g_q);
+    r[5] = (int)ferry_queue_size(&g_q);
+    r[6] = ferry_queue_try_get(&g_q, &out);
+    r[7] = out;
+    r[8] = ferry_queue_empty(&g_q);
+    r[9] = ferry_queue_full(&g_q);
+    return 0;
+}
+
+T(try_put_full_and_try_get_empty)
+{
+    int r[10];
+    ferry_queue q = FERRY_QUEUE_INIT(sizeof(int), 2);
+
+    g_q = q;
+    cr_assert_eq(tu_run(try_main, r), 0);
+    cr_assert_eq(r[0], -EAGAIN);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(r[2], 0);
+    cr_assert_eq(r[3], -EAGAIN);
+    cr_assert_eq(r[4], true);
+    cr_assert_eq(r[5], 2);
+    cr_assert_eq(r[6], 0);
+    cr_assert_eq(r[7], 7);
+    cr_assert_eq(r[8], false);
+    cr_assert_eq(r[9], false);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+/* The seed's pipeline: 10 workers, a queue of 100, a producer that cannot
+ * run ahead, sentinels to stop, join for the processing. */
+static int g_processed, g_max_size;
+
+static int pipe_worker(void *arg)
+{
+    int item;
+
+    for (;;) {
+        int rc = ferry_queue_get(&g_q, &item);
+        if (rc)
+            return rc;
+        if (item < 0) {
+            ferry_queue_task_done(&g_q);
+            return 0;
+        }
+        ferry_yield();               /* handle(item) */
+        g_processed++;
+        ferry_queue_task_done(&g_q);
+    }
+}
+
+static int pipeline_main(void *arg)
+{
+    ferry_group g;
+    int stop = -1, rc;
+
+    ferry_group_init(&g);
+    for (int i = 0; i < 10; i++)
+        ferry_group_spawn(&g, pipe_worker, NULL, NULL);
+    for (int i = 0; i < 2000; i++) {
+        if ((rc = ferry_queue_put(&g_q, &i)) != 0)
+            return rc;
+        if (ferry_queue_size(&g_q) > (size_t)g_max_size)
+            g_max_size = (int)ferry_queue_size(&g_q);
+    }
+    rc = ferry_queue_join(&g_q);
+    if (rc)
+        return rc;
+    for (int i = 0; i < 10; i++)
+        ferry_queue_put(&g_q, &stop);
+    return ferry_group_wait(&g);
+}
+
+T(pipeline_with_backpressure_and_join)
+{
+    ferry_queue_init(&g_q, sizeof(int), 100, FERRY_QUEUE_FIFO, NULL, NULL);
+    g_processed = g_max_size = 0;
+    cr_assert_eq(tu_run(pipeline_main, NULL), 0);
+    cr_assert_eq(g_processed, 2000);
+    cr_assert_leq(g_max_size, 100);
+    cr_assert_eq(ferry_queue_size(&g_q), 0);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+/* ---- Cancellation --------------------------------------------------- */
+
+static int getter(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+
+    g_got[id] = -1;
+    g_rc[id] = ferry_queue_get(&g_q, &g_got[id]);
+    return 0;
+}
+
+static int putter(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    int item = 100 + id;
+
+    g_rc[id] = ferry_queue_put(&g_q, &item);
+    return 0;
+}
+
+static int get_cancel_main(void *arg)
+{
+    int *r = arg, v;
+    ferry_task *t[4];
+
+    for (int i = 1; i <= 3; i++)
+        t[i] = spawn(getter, (void *)(intptr_t)i);
+    settle();
+    ferry_task_cancel(t[2]);           /* middle one, while queued */
+    settle();
+    v = 10;
+    ferry_queue_put(&g_q, &v);          /* promised to 1 ... */
+    ferry_task_cancel(t[1]);           /* ... cancelled before it runs */
+    r[0] = ferry_queue_destroy(&g_q);   /* woken getter not run yet: busy */
+    for (int i = 1; i <= 3; i++)
+        join(t[i]);
+    r[1] = (int)ferry_queue_size(&g_q);
+    return 0;
+}
+
+T(get_cancelled_queued_or_after_grant_loses_no_item)
+{
+    int r[2];
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(get_cancel_main, r), 0);
+    cr_assert_eq(r[0], -EBUSY);
+    cr_assert_eq(g_rc[1], -ECANCELED);
+    cr_assert_eq(g_got[1], -1, "a cancelled get must leave `out` untouched");
+    cr_assert_eq(g_rc[2], -ECANCELED);
+    cr_assert_eq(g_got[2], -1);
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_got[3], 10, "the item must reach the third getter");
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+static int put_cancel_main(void *arg)
+{
+    int *r = arg, v = 1;
+    ferry_task *t[4];
+
+    ferry_queue_put(&g_q, &v);          /* full (capacity 1) */
+    for (int i = 1; i <= 3; i++)
+        t[i] = spawn(putter, (void *)(intptr_t)i);
+    settle();
+    ferry_task_cancel(t[2]);
+    settle();
+    ferry_queue_get(&g_q, &v);          /* slot promised to 1 ... */
+    ferry_task_cancel(t[1]);           /* ... cancelled before it runs */
+    for (int i = 1; i <= 3; i++)
+        join(t[i]);
+    r[0] = (int)ferry_queue_size(&g_q);
+    r[1] = -1;
+    ferry_queue_try_get(&g_q, &r[1]);
+    r[2] = ferry_queue_try_get(&g_q, &v);
+    return 0;
+}
+
+T(put_cancelled_queued_or_after_grant_inserts_nothing)
+{
+    int r[3];
+
+    ferry_queue_init(&g_q, sizeof(int), 1, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(put_cancel_main, r), 0);
+    cr_assert_eq(g_rc[1], -ECANCELED);
+    cr_assert_eq(g_rc[2], -ECANCELED);
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(r[0], 1);
+    cr_assert_eq(r[1], 103, "only the third putter's item may be in the queue");
+    cr_assert_eq(r[2], -EAGAIN);
+}
+
+static int cancelled_uncontended_main(void *arg)
+{
+    int *r = arg, v = 5;
+
+    ferry_queue_put(&g_q, &v);
+    ferry_task_cancel(ferry_task_current());
+    r[0] = ferry_queue_get(&g_q, &v);     /* item there, but cancelled */
+    r[1] = ferry_queue_put(&g_q, &v);     /* room there, but cancelled */
+    r[2] = (int)ferry_queue_size(&g_q);
+    r[3] = ferry_queue_join(&g_q);
+    return 0;
+}
+
+T(uncontended_get_put_join_are_cancellation_points)
+{
+    int r[4];
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(cancelled_uncontended_main, r), 0);
+    cr_assert_eq(r[0], -ECANCELED);
+    cr_assert_eq(r[1], -ECANCELED);
+    cr_assert_eq(r[2], 1);
+    cr_assert_eq(r[3], -ECANCELED);
+}
+
+static int deadline_getter(void *arg)
+{
+    ferry_scope s;
+    int v = -1;
+
+    ferry_scope_enter(&s, ferry_now() + tu_ms(10), 0);
+    g_rc[0] = ferry_queue_get(&g_q, &v);
+    ferry_scope_exit(&s);
+    g_got[0] = v;
+    return 0;
+}
+
+static int deadline_putter(void *arg)
+{
+    ferry_scope s;
+    int v = 99;
+
+    ferry_scope_enter(&s, ferry_now() + tu_ms(10), 0);
+    g_rc[1] = ferry_queue_put(&g_q, &v);
+    ferry_scope_exit(&s);
+    return 0;
+}
+
+static int deadline_main(void *arg)
+{
+    int *r = arg, v = 1;
+
+    join(spawn(deadline_getter, NULL));   /* empty queue */
+    ferry_queue_put(&g_q, &v);             /* now full */
+    join(spawn(deadline_putter, NULL));
+    r[0] = (int)ferry_queue_size(&g_q);
+    ferry_queue_get(&g_q, &r[1]);
+    return 0;
+}
+
+T(deadline_expires_in_get_and_put)
+{
+    int r[2];
+
+    ferry_queue_init(&g_q, sizeof(int), 1, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(deadline_main, r), 0);
+    cr_assert_eq(g_rc[0], -ETIMEDOUT);
+    cr_assert_eq(g_got[0], -1);
+    cr_assert_eq(g_rc[1], -ETIMEDOUT);
+    cr_assert_eq(r[0], 1);
+    cr_assert_eq(r[1], 1);
+}
+
+/*
+ * Exact accounting under cancellation at every point: producers put unique
+ * ids into a small queue, consumers get them, and a chaos task cancels a
+ * task after a varying number of switches.  Every id whose put returned 0
+ * must come out exactly once (from a get that returned 0 or the final
+ * drain), and no other id may.
+ */
+#define NPROD 4
+#define NCONS 4
+#define PER_PROD 30
+#define MAXID (NPROD * PER_PROD)
+
+static unsigned char g_put_ok[MAXID], g_seen[MAXID];
+static int g_dups, g_bogus;
+
+static void seen(int id)
+{
+    if (id < 0 || id >= MAXID || !g_put_ok[id])
+        g_bogus++;
+    else if (g_seen[id]++)
+        g_dups++;
+}
+
+static int chaos_producer(void *arg)
+{
+    int base = (int)(intptr_t)arg * PER_PROD;
+
+    for (int i = 0; i < PER_PROD; i++) {
+        int id = base + i;
+        int rc = ferry_queue_put(&g_q, &id);
+        if (rc == 0)
+            g_put_ok[id] = 1;
+        else if (rc != -ECANCELED)
+            g_bogus++;
+        if (rc)
+            return 0;
+    }
+    return 0;
+}
+
+static int chaos_consumer(void *arg)
+{
+    for (;;) {
+        int id = -7;
+        int rc = ferry_queue_get(&g_q, &id);
+        if (rc == 0) {
+            seen(id);
+            ferry_queue_task_done(&g_q);
+        } else {
+            if (id != -7)
+                g_bogus++;          /* a failed get wrote `out` */
+            return 0;
+        }
+        if (ferry_yield())
+            return 0;
+    }
+}
+
+static int chaos_main(void *arg)
+{
+    unsigned seed = (unsigned)(intptr_t)arg;
+    ferry_task *t[NPROD + NCONS];
+    int id;
+
+    for (int i = 0; i < NPROD; i++)
+        t[i] = spawn(chaos_producer, (void *)(intptr_t)i);
+    for (int i = 0; i < NCONS; i++)
+        t[NPROD + i] = spawn(chaos_consumer, NULL);
+    for (int step = 0; step < 12; step++) {
+        for (int k = rand_r(&seed) % 6; k >= 0; k--)
+            ferry_yield();
+        ferry_task_cancel(t[rand_r(&seed) % (NPROD + NCONS)]);
+        if (rand_r(&seed) % 4 == 0) {
+            /* Grant and cancel in the same step. */
+            int v;
+            if (ferry_queue_try_get(&g_q, &v) == 0) {
+                seen(v);
+                ferry_queue_task_done(&g_q);
+            }
+            ferry_task_cancel(t[NPROD + rand_r(&seed) % NCONS]);
+        }
+    }
+    for (int i = 0; i < NPROD; i++)
+        ferry_task_cancel(t[i]);
+    for (int i = 0; i < NPROD + NCONS; i++)
+        ferry_task_cancel(t[i]);
+    for (int i = 0; i < NPROD + NCONS; i++)
+        join(t[i]);
+    while (ferry_queue_try_get(&g_q, &id) == 0) {
+        seen(id);
+        ferry_queue_task_done(&g_q);
+    }
+    return ferry_queue_join(&g_q);
+}
+
+T(cancellation_at_every_point_keeps_exact_accounting)
+{
+    for (int seed = 1; seed <= 60; seed++) {
+        memset(g_put_ok, 0, sizeof g_put_ok);
+        memset(g_seen, 0, sizeof g_seen);
+        g_dups = g_bogus = 0;
+        ferry_queue_init(&g_q, sizeof(int), (size_t)(1 + seed % 3), FERRY_QUEUE_FIFO, NULL, NULL);
+        cr_assert_eq(tu_run(chaos_main, (void *)(intptr_t)seed), 0, "seed %d", seed);
+        cr_assert_eq(g_dups, 0, "an item came out twice (seed %d)", seed);
+        cr_assert_eq(g_bogus, 0, "an item came out that was not put (seed %d)", seed);
+        for (int id = 0; id < MAXID; id++)
+            cr_assert_eq(g_seen[id], g_put_ok[id], "item %d lost (seed %d)", id, seed);
+        cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+    }
+}
+
+/* ---- task_done / join ----------------------------------------------- */
+
+static int joiner(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+
+    g_rc[id] = ferry_queue_join(&g_q);
+    return 0;
+}
+
+static int join_main(void *arg)
+{
+    int *r = arg, v = 1;
+    ferry_task *j;
+
+    r[0] = ferry_queue_task_done(&g_q);      /* nothing put: -EINVAL */
+    r[1] = ferry_queue_join(&g_q);           /* nothing unfinished: at once */
+    ferry_queue_put(&g_q, &v);
+    ferry_queue_put(&g_q, &v);
+    j = spawn(joiner, (void *)(intptr_t)1);
+    settle();
+    ferry_queue_get(&g_q, &v);
+    ferry_queue_get(&g_q, &v);
+    ferry_queue_task_done(&g_q);
+    settle();
+    r[2] = g_rc[1];                          /* still waiting: sentinel */
+    r[3] = ferry_queue_task_done(&g_q);
+    join(j);
+    r[4] = ferry_queue_task_done(&g_q);      /* beyond: -EINVAL */
+    return 0;
+}
+
+T(task_done_and_join)
+{
+    int r[5];
+
+    g_rc[1] = 12345;
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_LIFO, NULL, NULL);
+    cr_assert_eq(tu_run(join_main, r), 0);
+    cr_assert_eq(r[0], -EINVAL);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(r[2], 12345);
+    cr_assert_eq(r[3], 0);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(r[4], -EINVAL);
+}
+
+/* ---- Shutdown ------------------------------------------------------- */
+
+static int graceful_main(void *arg)
+{
+    int *r = arg, v;
+    ferry_task *p[3], *g[3], *j;
+
+    for (v = 1; v <= 2; v++)
+        ferry_queue_put(&g_q, &v);            /* full */
+    for (int i = 1; i <= 2; i++)
+        p[i] = spawn(putter, (void *)(intptr_t)i);
+    j = spawn(joiner, (void *)(intptr_t)5);
+    settle();
+    r[0] = ferry_queue_shutdown(&g_q, false);
+    for (int i = 1; i <= 2; i++)
+        join(p[i]);
+    r[1] = ferry_queue_put(&g_q, &v);         /* -ESHUTDOWN */
+    r[2] = ferry_queue_try_put(&g_q, &v);
+    r[3] = ferry_queue_get(&g_q, &r[10]);     /* drains: 1 */
+    r[4] = ferry_queue_try_get(&g_q, &r[11]); /* drains: 2 */
+    r[5] = ferry_queue_get(&g_q, &v);         /* empty: -ESHUTDOWN */
+    r[6] = ferry_queue_try_get(&g_q, &v);
+    /* Getters blocked on an empty queue at shutdown. */
+    for (int i = 3; i <= 4; i++)
+        g[i - 3] = spawn(getter, (void *)(intptr_t)i);
+    settle();
+    ferry_queue_task_done(&g_q);
+    ferry_queue_task_done(&g_q);
+    join(j);
+    for (int i = 0; i < 2; i++)
+        join(g[i]);
+    r[7] = ferry_queue_destroy(&g_q);
+    return 0;
+}
+
+T(graceful_shutdown_wakes_putters_and_drains)
+{
+    int r[12];
+
+    ferry_queue_init(&g_q, sizeof(int), 2, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(graceful_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(g_rc[1], -ESHUTDOWN);
+    cr_assert_eq(g_rc[2], -ESHUTDOWN);
+    cr_assert_eq(r[1], -ESHUTDOWN);
+    cr_assert_eq(r[2], -ESHUTDOWN);
+    cr_assert_eq(r[3], 0);
+    cr_assert_eq(r[10], 1);
+    cr_assert_eq(r[4], 0);
+    cr_assert_eq(r[11], 2);
+    cr_assert_eq(r[5], -ESHUTDOWN);
+    cr_assert_eq(r[6], -ESHUTDOWN);
+    cr_assert_eq(g_rc[3], -ESHUTDOWN);
+    cr_assert_eq(g_rc[4], -ESHUTDOWN);
+    cr_assert_eq(g_rc[5], 0, "join returns once both items are done");
+    cr_assert_eq(r[7], 0);
+}
+
+static int blocked_getters_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *g[3];
+
+    for (int i = 0; i < 3; i++)
+        g[i] = spawn(getter, (void *)(intptr_t)(i + 1));
+    settle();
+    r[0] = ferry_queue_shutdown(&g_q, false);
+    for (int i = 0; i < 3; i++)
+        join(g[i]);
+    r[1] = ferry_queue_shutdown(&g_q, false);     /* again: nothing */
+    return 0;
+}
+
+T(shutdown_wakes_blocked_getters)
+{
+    int r[2];
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(blocked_getters_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(g_rc[i], -ESHUTDOWN);
+    cr_assert_eq(r[1], 0);
+    cr_assert(ferry__waitq_empty(&g_q.getters));
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+static int immediate_main(void *arg)
+{
+    int *r = arg, v = 0;
+    ferry_task *p, *j;
+
+    for (int i = 0; i < 3; i++)
+        ferry_queue_put(&g_q, &v);                 /* full (3) */
+    p = spawn(putter, (void *)(intptr_t)2);
+    j = spawn(joiner, (void *)(intptr_t)3);
+    settle();
+    ferry_queue_get(&g_q, &v);                     /* slot promised to 2 */
+    ferry_queue_task_done(&g_q);
+    /* Shut down before putter 2 runs: its item must not go in. */
+    r[0] = ferry_queue_shutdown(&g_q, true);
+    r[1] = (int)ferry_queue_size(&g_q);
+    join(p);
+    join(j);
+    r[2] = ferry_queue_get(&g_q, &v);
+    r[3] = (int)ferry_queue_size(&g_q);
+    r[4] = ferry_queue_task_done(&g_q);            /* dropped ones count as done */
+    r[5] = ferry_queue_destroy(&g_q);
+    return 0;
+}
+
+T(immediate_shutdown_drops_items_and_releases_join)
+{
+    int r[6];
+
+    ferry_queue_init(&g_q, sizeof(int), 3, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(immediate_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(g_rc[2], -ESHUTDOWN);
+    cr_assert_eq(g_rc[3], 0, "join must be released by the immediate shutdown");
+    cr_assert_eq(r[2], -ESHUTDOWN);
+    cr_assert_eq(r[3], 0);
+    cr_assert_eq(r[4], -EINVAL);
+    cr_assert_eq(r[5], 0);
+}
+
+static int immediate_promised_main(void *arg)
+{
+    int *r = arg, v = 42;
+    ferry_task *g, *j;
+
+    g = spawn(getter, (void *)(intptr_t)1);
+    settle();
+    ferry_queue_put(&g_q, &v);                     /* promised to getter 1 */
+    j = spawn(joiner, (void *)(intptr_t)2);
+    r[0] = ferry_queue_shutdown(&g_q, true);       /* before 1 runs */
+    join(g);
+    join(j);
+    r[1] = (int)ferry_queue_size(&g_q);
+    return 0;
+}
+
+T(immediate_shutdown_drops_item_promised_to_a_getter)
+{
+    int r[2];
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(immediate_promised_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(g_rc[1], -ESHUTDOWN);
+    cr_assert_eq(g_got[1], -1);
+    cr_assert_eq(g_rc[2], 0);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+/* ---- Errors --------------------------------------------------------- */
+
+static int bind_q(void *arg)
+{
+    int v = 1;
+    return ferry_queue_put(&g_q, &v);
+}
+
+static int foreign_q(int *r)
+{
+    int n = 0, v = 0;
+
+    r[n++] = ferry_queue_put(&g_q, &v);
+    r[n++] = ferry_queue_try_put(&g_q, &v);
+    r[n++] = ferry_queue_get(&g_q, &v);
+    r[n++] = ferry_queue_try_get(&g_q, &v);
+    r[n++] = ferry_queue_task_done(&g_q);
+    r[n++] = ferry_queue_join(&g_q);
+    r[n++] = ferry_queue_shutdown(&g_q, true);
+    r[n++] = ferry_queue_destroy(&g_q);
+    return n;
+}
+
+static int g_n;
+
+static void *thread_q(void *arg)
+{
+    g_n = foreign_q(arg);
+    return NULL;
+}
+
+static int loop2_q(void *arg)
+{
+    g_n = foreign_q(arg);
+    return 0;
+}
+
+T(errors_einval_eperm)
+{
+    int r[16];
+    pthread_t th;
+    ferry_loop *loop2;
+    ferry_queue zero = { 0 };
+
+    cr_assert_eq(ferry_queue_init(NULL, 4, 0, FERRY_QUEUE_FIFO, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_queue_init(&g_q, 0, 0, FERRY_QUEUE_FIFO, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_queue_init(&g_q, 4, 0, FERRY_QUEUE_PRIORITY, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_queue_init(&g_q, 4, 0, FERRY_QUEUE_FIFO, job_cmp, NULL), -EINVAL);
+    cr_assert_eq(ferry_queue_init(&g_q, 4, 0, (enum ferry_queue_kind)7, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_queue_try_put(&zero, &r[0]), -EINVAL);
+    cr_assert_eq(ferry_queue_try_put(NULL, &r[0]), -EINVAL);
+
+    cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(tu_run(bind_q, NULL), 0);
+    cr_assert_eq(pthread_create(&th, NULL, thread_q, r), 0);
+    pthread_join(th, NULL);
+    for (int i = 0; i < g_n; i++)
+        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_q, r, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
+    ferry_loop_free(loop2);
+    for (int i = 0; i < g_n; i++)
+        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    cr_assert_eq(ferry_queue_size(&g_q), 1);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+static int destroy_busy_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *t = spawn(getter, (void *)(intptr_t)1);
+
+    settle();
+    r[0] = ferry_queue_destroy(&g_q);
+    ferry_task_cancel(t);
+    join(t);
+    r[1] = ferry_queue_destroy(&g_q);
+    return 0;
+}
+
+T(destroy_with_waiters_is_ebusy)
+{
+    int r[2];
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(tu_run(destroy_busy_main, r), 0);
+    cr_assert_eq(r[0], -EBUSY);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(tu_leaks(), 0);
+}
