@@ -1,0 +1,3 @@
+#include <stdio.h>
+#include "examples.h"
+int main(void) { return ex_hello() | ex_race_lock(); }
