@@ -156,6 +156,11 @@ struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
  * by bridge/ before the first loop makes its event_base.  Thread: any. */
 void ferry__threads_init(void);
 
+/* Give a new loop its cross-thread inbox (eventfd, event, hooks above);
+ * called by ferry_loop_new() on the loop thread once the event_base
+ * exists.  Returns: 0; -ENOMEM.  Implemented in bridge/inbox.c. */
+int ferry__bridge_attach(ferry_loop *loop);
+
 /* Log a line through the log hook.  Thread: any. */
 void ferry__log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
