@@ -1,5 +1,377 @@
-/* ferry/bridge.h - (being written) */
+/* ferry/bridge.h - the border between a loop and threads.
+ *
+ * Everything that crosses threads goes through the functions here:
+ *
+ *   - posting a callback into a loop from any thread (call_soon_threadsafe),
+ *     and stopping a loop from any thread;
+ *   - thread pools: a task hands a blocking call to a pool and suspends
+ *     (ferry_to_thread), or a plain thread submits a job whose completion
+ *     runs on a chosen loop (ferry_pool_submit);
+ *   - a foreign thread runs a function or a task on a loop and blocks for
+ *     its status (ferry_loop_run_sync, ferry_loop_run_task_sync), or keeps a
+ *     thread-side future for it;
+ *   - a bounded channel between threads and tasks (ferry_chan).
+ *
+ * Errors are negative errno values.  -ESHUTDOWN always means "refused,
+ * nothing happened": the loop, pool or channel is closing or closed.
+ *
+ * Lifetimes.  A function that takes a `ferry_loop *` from another thread
+ * requires that ferry_loop_free() has not returned for that loop: ferry
+ * cannot check a pointer to freed memory.  Threads that may outlive the loop
+ * hold a ferry_inbox instead: it is reference-counted, and posting through
+ * it after the loop closed returns -ESHUTDOWN.
+ */
 #ifndef FERRY_BRIDGE_H
 #define FERRY_BRIDGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ferry/loop.h"
 #include "ferry/task.h"
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+/* ---- Posting into a loop ---------------------------------------------- */
+
+/*
+ * Run cb(arg) on `loop`'s thread in a later turn.  Callbacks posted by one
+ * thread run in the order posted.  A post that returned 0 always runs, also
+ * when the loop is being freed (ferry_loop_free() runs it before it
+ * returns).  Posting allocates nothing per call (the queue's storage grows
+ * in amortised steps and is reused).  The loop is woken through an eventfd
+ * that is written only when the loop is not already awake.
+ * Thread: any, the loop's own included.  Suspends: no.
+ * Returns: 0; -ESHUTDOWN (the loop is closed, nothing queued); -ENOMEM
+ * (the queue could not grow, nothing queued); -EINVAL (loop or cb NULL).
+ * Owns: `arg` stays the caller's; ferry only passes it to cb.
+ */
+int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg);
+
+/*
+ * Make ferry_loop_run() on `loop` return, as ferry_loop_stop() does, from
+ * any thread.  Several calls before the loop sees them count as one.
+ * Allocates nothing.
+ * Thread: any.  Suspends: no.
+ * Returns: 0; -ESHUTDOWN (loop closed); -EINVAL.
+ */
+int ferry_loop_stop_threadsafe(ferry_loop *loop);
+
+/*
+ * A counted handle on a loop's inbox: the queue that
+ * ferry_loop_call_soon_threadsafe() posts into.  Unlike the loop pointer it
+ * stays valid after the loop is freed; posts then return -ESHUTDOWN.
+ */
+typedef struct ferry_inbox ferry_inbox;
+
+/*
+ * Take a reference on `loop`'s inbox.
+ * Thread: any (the loop must not be freed yet).  Suspends: no.
+ * Owns: the caller holds one reference; give it back with
+ * ferry_inbox_release().  The last reference frees the inbox.
+ * Returns: 0; -ESHUTDOWN (loop already closed); -EINVAL.
+ */
+int ferry_inbox_get(ferry_inbox **out /* OUT */, ferry_loop *loop);
+
+/*
+ * Exactly ferry_loop_call_soon_threadsafe() on the inbox's loop; -ESHUTDOWN
+ * once that loop has closed (or been freed).
+ * Thread: any.  Suspends: no.  Returns: as ferry_loop_call_soon_threadsafe().
+ */
+int ferry_inbox_post(ferry_inbox *inbox, ferry_cb cb, void *arg);
+
+/* Drop one reference.  NULL is ignored.  Thread: any. */
+void ferry_inbox_release(ferry_inbox *inbox);
+
+/* Counters of a loop's inbox. */
+typedef struct ferry_inbox_stats {
+    uint64_t posts;        /* callbacks accepted (user posts and completions) */
+    uint64_t wakeups;      /* eventfd writes made to wake the loop */
+    uint64_t write_errors; /* eventfd writes that failed (each was logged) */
+    uint64_t drains;       /* batches the loop took from the queue */
+    uint64_t run;          /* callbacks and completions run on the loop */
+    size_t   max_batch;    /* largest number run in one drain callback */
+} ferry_inbox_stats;
+
+/*
+ * Read the counters of `loop`'s inbox (or of `inbox`).
+ * Thread: any.  Suspends: no.  Returns: 0; -EINVAL; -ESHUTDOWN (loop
+ * closed; the inbox variant still reports).
+ */
+int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out /* OUT */);
+int ferry_inbox_stats_get(ferry_inbox *inbox, ferry_inbox_stats *out /* OUT */);
+
+/* ---- Thread pools ------------------------------------------------------ */
+
+/*
+ * A fixed set of threads running blocking calls, fed by a bounded FIFO
+ * submission queue.  Several pools may coexist (slow jobs in one pool do
+ * not starve fast ones in another).
+ */
+typedef struct ferry_pool ferry_pool;
+
+typedef struct ferry_pool_opts {
+    /* Number of threads; 0 means FERRY_POOL_SIZE from the environment,
+     * else max(4, number of CPUs). */
+    unsigned threads;
+    /* Jobs that may wait in the queue; 0 means 4096. */
+    size_t capacity;
+    /* Stack size of each thread, bytes; 0 means the system default. */
+    size_t stack_size;
+} ferry_pool_opts;
+
+/* A job: runs on a pool thread; its return value is the job's status. */
+typedef int (*ferry_job_fn)(void *arg);
+
+/*
+ * Start a pool.
+ * Thread: any.  Suspends: no.
+ * Owns: the caller; free with ferry_pool_free().
+ * Returns: 0; -ENOMEM (memory or a thread could not be made; nothing left
+ * behind); -EINVAL.
+ */
+int ferry_pool_new(ferry_pool **out /* OUT */, const ferry_pool_opts *opts);
+
+/*
+ * Stop a pool: refuse new jobs (-ESHUTDOWN), complete every queued job with
+ * -ECANCELED to its waiter or completion callback (they never run), wake
+ * tasks waiting for queue room with -ESHUTDOWN, wait for running jobs
+ * (abandoned ones included) to end, join the threads, free.  Nothing is
+ * silently dropped.  NULL and the default pool are ignored.
+ * Thread: any but the pool's own threads.  Blocks while jobs run.  A
+ * task's waiter on this loop is woken when its loop runs next.
+ */
+void ferry_pool_free(ferry_pool *pool);
+
+/*
+ * The process-wide default pool, started on first use with the default
+ * options (see ferry_pool_opts).  Never freed.
+ * Thread: any.  Returns: the pool, or NULL if it could not be started.
+ */
+ferry_pool *ferry_pool_default(void);
+
+/*
+ * Run fn(arg) on a thread of `pool` (NULL: the default pool) and suspend
+ * the calling task (not the loop) until it ends.  If the submission queue
+ * is full the task waits for room (backpressure).
+ *
+ * Cancellation (and deadlines) while the job is still queued removes it:
+ * it never runs and the call returns -ECANCELED (or -ETIMEDOUT).  A job
+ * that has started cannot be interrupted: the call keeps waiting, shielded,
+ * until fn returns, and then returns fn's status (the job ran: the call
+ * took effect; the task's next suspension point reports the cancellation).
+ * To stop waiting for a running job, use ferry_to_thread_abandon().
+ *
+ * Allocates nothing: the job lives on the task's stack.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: fn's status; -ECANCELED, -ETIMEDOUT (never ran); -ESHUTDOWN (the
+ * pool is being freed; never ran, or was queued and dropped); -EDEADLK
+ * (every thread of the pool is blocked calling into a loop, as with a
+ * pool job that calls ferry_loop_run_task_sync() whose task offloads to the
+ * same pool: the job could never start); -EPERM; -EINVAL (fn NULL);
+ * -ENOMEM (the default pool could not be started).
+ * Owns: `arg` stays the caller's; it must outlive the call.
+ */
+int ferry_to_thread(ferry_pool *pool, ferry_job_fn fn, void *arg);
+
+/* Receives the late status of an abandoned job, on the pool thread. */
+typedef void (*ferry_job_cleanup)(void *arg, int status);
+
+/*
+ * As ferry_to_thread(), but if the task is cancelled (or its deadline
+ * passes) while fn runs, the call returns -ECANCELED (or -ETIMEDOUT) at
+ * once and abandons the job: fn keeps running and keeps its pool thread
+ * until it really ends (the pool never runs more threads than its size),
+ * then cleanup(arg, status) runs on that pool thread.  If the job completes
+ * normally, cleanup is not called.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: as ferry_to_thread(); -ENOMEM (the job's state could not be
+ * allocated; fn never ran).
+ * Owns: `arg` stays the caller's while the call waits.  Once the call has
+ * returned -ECANCELED or -ETIMEDOUT for a running job, ferry owns the last
+ * use of `arg`: cleanup(arg, status) is it.  cleanup may be NULL.
+ */
+int ferry_to_thread_abandon(ferry_pool *pool, ferry_job_fn fn, void *arg,
+                            ferry_job_cleanup cleanup);
+
+/*
+ * Completion of a submitted job: status is fn's, or -ECANCELED if the job
+ * never ran (its pool was freed).  A non-zero return is logged and counted
+ * (ferry_pool_stats.callback_errors); later jobs are not affected.
+ */
+typedef int (*ferry_job_done)(void *done_arg, int status);
+
+/*
+ * Queue fn(arg) on `pool` (NULL: the default pool) from any thread.  When
+ * it ends, done(done_arg, status) runs on `loop`'s thread (loop not NULL)
+ * or on the pool thread (loop NULL).  A job submitted to a loop keeps that
+ * loop from finishing FERRY_RUN_DEFAULT, and ferry_loop_free() waits for it,
+ * so the completion never reaches a freed loop.  If the queue is full the
+ * calling thread blocks for room; on a loop's thread it returns -EAGAIN
+ * instead (tasks use ferry_to_thread()).
+ * Thread: any.  Suspends: no (blocks a thread while the queue is full).
+ * Returns: 0 (done will be called exactly once); -EAGAIN; -ESHUTDOWN (pool
+ * or loop closed); -EDEADLK (see ferry_to_thread); -ENOMEM; -EINVAL.  On
+ * an error nothing was queued and done is not called.
+ * Owns: `arg` and `done_arg` stay the caller's; the call to done is ferry's
+ * last use of both.
+ */
+int ferry_pool_submit(ferry_pool *pool, ferry_job_fn fn, void *arg,
+                      ferry_loop *loop, ferry_job_done done, void *done_arg);
+
+/* Counters of a pool. */
+typedef struct ferry_pool_stats {
+    unsigned threads;         /* pool size */
+    size_t   capacity;        /* submission queue capacity */
+    size_t   queued;          /* jobs waiting now */
+    size_t   running;         /* jobs running now, abandoned ones included */
+    size_t   abandoned;       /* of `running`: abandoned by their task */
+    uint64_t completed;       /* jobs whose fn returned */
+    uint64_t cancelled;       /* jobs removed from the queue, never run */
+    uint64_t callback_errors; /* completion callbacks that returned non-zero */
+} ferry_pool_stats;
+
+/* Thread: any.  Returns: 0; -EINVAL; -ENOMEM (default pool not started). */
+int ferry_pool_stats_get(ferry_pool *pool, ferry_pool_stats *out /* OUT */);
+
+/* ---- From a thread into a loop ---------------------------------------- */
+
+/*
+ * A thread-side handle on a result computed on a loop: asyncio's
+ * concurrent.futures.Future from run_coroutine_threadsafe().
+ */
+typedef struct ferry_future ferry_future;
+
+/*
+ * Run fn(arg) on `loop`: as a new task (ferry_loop_spawn_threadsafe, name
+ * from `opts`) or as a plain callback (ferry_loop_call_threadsafe, which
+ * must not suspend).  Returns at once with a future for fn's status.
+ * Thread: any but `loop`'s own.  Suspends: no.
+ * Returns: 0; -EDEADLK (called on the loop's thread: waiting on the result
+ * would block the loop that must compute it); -ESHUTDOWN (loop closed);
+ * -ENOMEM; -EINVAL.
+ * Owns: the caller owns *out; free it with ferry_future_free().  `arg`
+ * stays the caller's and must outlive fn.
+ */
+int ferry_loop_spawn_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                                const ferry_task_opts *opts,
+                                ferry_future **out /* OUT */);
+int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                               ferry_future **out /* OUT */);
+
+/*
+ * Block until the future is done, at most `timeout` nanoseconds
+ * (FERRY_NEVER: no limit; 0: only look), then store fn's status in *status.
+ * Thread: any but the loop's own.  Suspends: no (blocks the thread).
+ * Returns: 0 (done, *status set); -ETIMEDOUT (not done yet; nothing
+ * changed); -EDEADLK (on the loop's thread); -EINVAL.
+ */
+int ferry_future_wait(ferry_future *fut, int64_t timeout, int *status /* OUT */);
+
+/* True once the result is in.  Thread: any. */
+bool ferry_future_done(ferry_future *fut);
+
+/*
+ * Cancel the task behind the future (ferry_task_cancel() on the loop); if
+ * it has not started yet it never runs and the status becomes -ECANCELED.
+ * A plain callback that has not run yet is skipped the same way.  The
+ * future still completes: wait for it, or free it.
+ * Thread: any.  Suspends: no.  Returns: 0; -EINVAL; -ENOMEM.
+ */
+int ferry_future_cancel(ferry_future *fut);
+
+/* Give the future back; the loop side lets go of it when fn ends.
+ * Thread: any.  NULL is ignored. */
+void ferry_future_free(ferry_future *fut);
+
+/*
+ * Trio's from_thread.run / asyncio's run_coroutine_threadsafe().result():
+ * run fn(arg) on `loop` as a task (run_task_sync) or a plain callback
+ * (run_sync), block up to `timeout` (FERRY_NEVER: no limit) and store fn's
+ * status in *status.  On timeout the task is cancelled (the plain callback
+ * is skipped if it has not run yet) and the call returns without waiting
+ * for it to end.
+ * Thread: any but the loop's own.  Suspends: no (blocks the thread).
+ * Returns: 0 (*status is fn's); -ETIMEDOUT; -EDEADLK (on the loop's
+ * thread); -ESHUTDOWN (loop closed, fn never ran); -ENOMEM; -EINVAL.
+ */
+int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                             int64_t timeout, int *status /* OUT, optional */);
+int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                        int64_t timeout, int *status /* OUT, optional */);
+
+/* ---- Mixed channel: threads and tasks --------------------------------- */
+
+/*
+ * A bounded FIFO of pointers shared by threads and tasks (Python's janus):
+ * tasks send and receive suspending, threads blocking with a timeout; both
+ * sides feel the bound.  Tasks of several loops may use one channel.
+ * ferry_chan_close() wakes everyone: sends then fail with -ESHUTDOWN,
+ * receives drain what is left and then fail with -ESHUTDOWN.  Every item
+ * that a send accepted (returned 0) is received exactly once, or is still
+ * in the channel.
+ */
+typedef struct ferry_chan ferry_chan;
+
+/*
+ * Thread: any.  Owns: the caller; free with ferry_chan_free().
+ * Returns: 0; -ENOMEM; -EINVAL (capacity 0).
+ */
+int ferry_chan_new(ferry_chan **out /* OUT */, size_t capacity);
+
+/* Free a channel nobody waits on any more (close it and let the waiters
+ * return first).  Items still inside are the caller's business: they are
+ * dropped.  NULL is ignored.  Thread: any. */
+void ferry_chan_free(ferry_chan *ch);
+
+/* Refuse further sends and wake every waiter.  Idempotent.
+ * Thread: any.  Returns: 0; -EINVAL. */
+int ferry_chan_close(ferry_chan *ch);
+
+/*
+ * Send from a task: wait while the channel is full.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0 (queued); -ECANCELED, -ETIMEDOUT (not queued); -ESHUTDOWN
+ * (closed, not queued); -EPERM; -EINVAL.
+ */
+int ferry_chan_send(ferry_chan *ch, void *item);
+
+/*
+ * Receive from a task: wait while the channel is empty.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0 (*item set); -ECANCELED, -ETIMEDOUT (nothing taken);
+ * -ESHUTDOWN (closed and empty); -EPERM; -EINVAL.
+ */
+int ferry_chan_recv(ferry_chan *ch, void **item /* OUT */);
+
+/*
+ * Send or receive from a plain thread, blocking up to `timeout` ns
+ * (FERRY_NEVER: no limit; 0: do not wait).
+ * Thread: any thread that does not run a loop (on a loop's thread a wait
+ * would block the tasks that could end it: -EDEADLK unless timeout is 0).
+ * Suspends: no (blocks the thread).
+ * Returns: 0; -ETIMEDOUT (nothing sent / taken); -ESHUTDOWN; -EDEADLK;
+ * -EINVAL.
+ */
+int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout);
+int ferry_chan_recv_blocking(ferry_chan *ch, void **item /* OUT */, int64_t timeout);
+
+/*
+ * Send or receive without waiting, from anywhere.
+ * Thread: any.  Suspends: no.
+ * Returns: 0; -EAGAIN (full / empty); -ESHUTDOWN (closed; for recv: and
+ * empty); -EINVAL.
+ */
+int ferry_chan_try_send(ferry_chan *ch, void *item);
+int ferry_chan_try_recv(ferry_chan *ch, void **item /* OUT */);
+
+/* Items in the channel now (a snapshot).  Thread: any. */
+size_t ferry_chan_len(ferry_chan *ch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_BRIDGE_H */

@@ -1,0 +1,123 @@
+/* bridge_int.h - what the files of bridge/ share: the loop's inbox seen
+ * from inside, completions that cannot fail, and cross-thread wakes of a
+ * waiting task.
+ *
+ * Lock order (outermost first), for every file of bridge/:
+ *   ferry_pool.mu  ->  ferry_chan.mu  ->  ferry_inbox.mu
+ *   ferry_future.mu is a leaf.
+ * A file takes only locks further right than the ones it holds.
+ */
+#ifndef FERRY_BRIDGE_INT_H
+#define FERRY_BRIDGE_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "ferry_int.h"
+#include "ferry/bridge.h"
+
+/* The loop's inbox (no reference taken), or NULL if it has none.
+ * Thread: any, while the loop is not freed. */
+struct ferry_inbox *ferry__inbox_of(ferry_loop *loop);
+
+/* The loop an inbox belongs to.  Thread: any; the pointer is only
+ * compared, or used on the loop thread. */
+ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib);
+
+void ferry__inbox_ref(struct ferry_inbox *ib);
+
+/* True on the inbox's loop thread.  Thread: any. */
+bool ferry__inbox_on_loop(const struct ferry_inbox *ib);
+
+/* ---- completions ------------------------------------------------------ */
+
+/*
+ * A completion node: fn(node) runs on the inbox's loop thread.  It lives
+ * inside whatever it completes (a job on a task's stack, a waiter), so
+ * posting it allocates nothing and cannot fail.
+ */
+struct ferry__cnode {
+    struct ferry__cnode *next;                  /* guarded by ferry_inbox.mu, then loop thread */
+    void (*fn)(struct ferry__cnode *node);      /* set by the poster */
+};
+
+/*
+ * Post a completion.  Never fails and ignores "closed": the caller holds a
+ * reservation (ferry__inbox_reserve) or a task on that loop is waiting for
+ * this node, which keeps the loop from closing.  After it returns the
+ * caller must not touch the inbox (the eventfd is written under its lock).
+ * Thread: any.
+ */
+void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n);
+
+/*
+ * Reserve one completion: the loop's FERRY_RUN_DEFAULT keeps running and
+ * ferry_loop_free() waits until the matching ferry__inbox_complete_reserved
+ * (or ferry__inbox_unreserve) happened.
+ * Thread: any.  Returns: 0; -ESHUTDOWN (closing).
+ */
+int  ferry__inbox_reserve(struct ferry_inbox *ib);
+void ferry__inbox_unreserve(struct ferry_inbox *ib);
+void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n);
+
+/* Post that may fail (the public call_soon_threadsafe path). */
+int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
+
+/* True while ferry_loop_free() is in the close step (loop thread). */
+bool ferry__inbox_closing(const struct ferry_inbox *ib);
+
+/* ---- cross-thread wakes of one waiting task --------------------------- */
+
+/*
+ * A task waits on `w`; another thread (or a task of the same loop) fires
+ * the wake once.  From another thread the wake travels as a completion
+ * through the task's inbox, so the node must stay alive until it has been
+ * delivered: a task that stops waiting (cancelled) after its wake was
+ * fired calls ferry__xwake_settle() before leaving.
+ * Lives on the waiting task's stack.
+ */
+struct ferry__xwake {
+    struct ferry__cnode  cn;        /* posted when fired from another thread */
+    struct ferry__waiter w;         /* loop thread */
+    struct ferry_inbox  *ib;        /* inbox of the waiting task's loop */
+    int                  result;    /* written by the firer before delivery */
+    bool                 delivered; /* loop thread: the wake reached the task */
+};
+
+/* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */
+int  ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj);
+/* Re-arm for another wait (same task). */
+void ferry__xwake_rearm(struct ferry__xwake *x);
+/* Any thread, once per arm: deliver `result` to the waiting task. */
+void ferry__xwake_fire(struct ferry__xwake *x, int result);
+/* Loop, in the task: wait for the wake.  Returns its result, or
+ * -ECANCELED / -ETIMEDOUT (check x->delivered and the owner's state). */
+int  ferry__xwake_wait(struct ferry__xwake *x);
+/* Loop, in the task: the wake was fired; wait, shielded, until it has been
+ * delivered, so the node may go away. */
+void ferry__xwake_settle(struct ferry__xwake *x);
+
+/* ---- pool threads calling into loops ---------------------------------- */
+
+/* Around a blocking wait of a thread for a loop (run_sync, future wait):
+ * if the thread is a pool thread, the pool counts it as blocked, so that
+ * offloading into a pool all of whose threads wait on loops gives
+ * -EDEADLK instead of hanging.  Thread: any. */
+void ferry__pool_block_enter(void);
+void ferry__pool_block_exit(void);
+
+/* ---- helpers (threads.c) ---------------------------------------------- */
+
+/* A relative timeout in ns (FERRY_NEVER: none) as an absolute deadline on
+ * ferry_now()'s clock; FERRY_NEVER stays FERRY_NEVER. */
+int64_t ferry__deadline(int64_t timeout);
+/* Wait on `cv` (made by ferry__cond_init) until `deadline` (FERRY_NEVER:
+ * forever).  Returns 0 or ETIMEDOUT (positive, as pthread does). */
+int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
+/* Initialise a condition variable on CLOCK_MONOTONIC.  Returns 0 or -ENOMEM. */
+int ferry__cond_init(pthread_cond_t *cv);
+/* The value of environment variable `name` as 1..4096, else `dflt`. */
+unsigned ferry__env_unsigned(const char *name, unsigned dflt);
+
+#endif /* FERRY_BRIDGE_INT_H */

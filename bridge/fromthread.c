@@ -1,0 +1,291 @@
+/* fromthread.c - a foreign thread runs a function or a task on a loop and
+ * waits for its status: futures, run_sync, run_task_sync.
+ *
+ * The future is shared by the thread that holds the handle and the loop
+ * that computes the result, so it is reference-counted: the handle, the
+ * loop side (until fn's status is in) and every cancel request in flight
+ * hold one; the last one frees it.  Requests reach the loop through its
+ * inbox (which the future keeps a reference on, so a late cancel finds a
+ * closed inbox, never a freed one).
+ *
+ * Lock order: ferry_future.mu is a leaf; nothing is called under it.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bridge_int.h"
+
+struct ferry_future {
+    pthread_mutex_t     mu;        /* guards the fields marked "mu" */
+    pthread_cond_t      cv;        /* threads waiting for `done` */
+    int                 refs;      /* mu: handle + loop side + cancel posts */
+    bool                done;      /* mu: status is in */
+    int                 status;    /* mu: fn's status, or why it never ran */
+    bool                ran;       /* mu: fn was called */
+    struct ferry_inbox *ib;        /* set once; one inbox reference */
+    ferry_task_fn       fn;        /* set once */
+    void               *arg;       /* set once */
+    bool                as_task;   /* set once: spawn a task, else call fn */
+    char                name[32];  /* set once: the task's name */
+    size_t              stack_size;/* set once */
+
+    /* loop thread only */
+    ferry_task         *task;      /* the task while fn runs in it */
+    bool                cancel_req;/* a cancel came before fn started */
+};
+
+/* ==== any thread ======================================================= */
+
+static void future_unref(struct ferry_future *f)
+{
+    bool last;
+
+    pthread_mutex_lock(&f->mu);
+    last = --f->refs == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (!last)
+        return;
+    ferry_inbox_release(f->ib);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    ferry__free(f);
+}
+
+/* The loop side is done: publish the status and drop its reference. */
+static void future_complete(struct ferry_future *f, int status, bool ran)
+{
+    pthread_mutex_lock(&f->mu);
+    f->done = true;
+    f->status = status;
+    f->ran = ran;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    future_unref(f);
+}
+
+/* ==== loop thread ====================================================== */
+
+static int task_body(void *arg)
+{
+    struct ferry_future *f = arg;
+    int st;
+
+    if (f->cancel_req) {
+        future_complete(f, -ECANCELED, false);
+        return -ECANCELED;
+    }
+    f->task = ferry_task_current();
+    st = f->fn(f->arg);
+    f->task = NULL;
+    future_complete(f, st, true);
+    return st;
+}
+
+static void start_cb(void *arg)
+{
+    struct ferry_future *f = arg;
+    ferry_task_opts o = { .name = f->name, .stack_size = f->stack_size };
+    int rc;
+
+    if (f->cancel_req) {
+        future_complete(f, -ECANCELED, false);
+        return;
+    }
+    if (!f->as_task) {
+        future_complete(f, f->fn(f->arg), true);
+        return;
+    }
+    if (ferry__inbox_closing(f->ib)) {
+        /* ferry_loop_free() runs accepted posts after every task ended:
+         * no new task may start now. */
+        future_complete(f, -ESHUTDOWN, false);
+        return;
+    }
+    rc = ferry_task_spawn(NULL, ferry__inbox_loop(f->ib), task_body, f, &o);
+    if (rc)
+        future_complete(f, rc, false);
+}
+
+static void cancel_cb(void *arg)
+{
+    struct ferry_future *f = arg;
+    bool done;
+
+    pthread_mutex_lock(&f->mu);
+    done = f->done;
+    pthread_mutex_unlock(&f->mu);
+    if (!done) {
+        if (f->task)
+            ferry_task_cancel(f->task);
+        else
+            f->cancel_req = true;
+    }
+    future_unref(f);
+}
+
+/* ==== any thread: the API ============================================== */
+
+static int submit(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
+                  const ferry_task_opts *opts, ferry_future **out)
+{
+    struct ferry_future *f;
+    struct ferry_inbox *ib;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!loop || !fn)
+        return -EINVAL;
+    if (ferry_loop_is_current(loop))
+        return -EDEADLK;
+    rc = ferry_inbox_get(&ib, loop);
+    if (rc)
+        return rc;
+    f = ferry__calloc(1, sizeof *f);
+    if (!f) {
+        rc = -ENOMEM;
+        goto err_inbox;
+    }
+    if (pthread_mutex_init(&f->mu, NULL)) {
+        rc = -ENOMEM;
+        goto err_free;
+    }
+    rc = ferry__cond_init(&f->cv);
+    if (rc)
+        goto err_mutex;
+    f->refs = 2;
+    f->ib = ib;
+    f->fn = fn;
+    f->arg = arg;
+    f->as_task = as_task;
+    snprintf(f->name, sizeof f->name, "%s", opts && opts->name ? opts->name : "from_thread");
+    f->stack_size = opts ? opts->stack_size : 0;
+    rc = ferry__inbox_post(ib, start_cb, f);
+    if (rc)
+        goto err_cond;
+    *out = f;
+    return 0;
+
+err_cond:
+    pthread_cond_destroy(&f->cv);
+err_mutex:
+    pthread_mutex_destroy(&f->mu);
+err_free:
+    ferry__free(f);
+err_inbox:
+    ferry_inbox_release(ib);
+    return rc;
+}
+
+int ferry_loop_spawn_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                                const ferry_task_opts *opts, ferry_future **out)
+{
+    return submit(loop, fn, arg, true, opts, out);
+}
+
+int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                               ferry_future **out)
+{
+    return submit(loop, fn, arg, false, NULL, out);
+}
+
+int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
+{
+    int64_t deadline;
+    int rc = 0;
+
+    if (!f)
+        return -EINVAL;
+    if (ferry__inbox_on_loop(f->ib))
+        return -EDEADLK;
+    deadline = ferry__deadline(timeout);
+    ferry__pool_block_enter();
+    pthread_mutex_lock(&f->mu);
+    while (!f->done) {
+        if (timeout == 0 || ferry__cond_wait_until(&f->cv, &f->mu, deadline) == ETIMEDOUT) {
+            if (!f->done)
+                rc = -ETIMEDOUT;
+            break;
+        }
+    }
+    if (!rc && status)
+        *status = f->status;
+    pthread_mutex_unlock(&f->mu);
+    ferry__pool_block_exit();
+    return rc;
+}
+
+bool ferry_future_done(ferry_future *f)
+{
+    bool d;
+
+    if (!f)
+        return false;
+    pthread_mutex_lock(&f->mu);
+    d = f->done;
+    pthread_mutex_unlock(&f->mu);
+    return d;
+}
+
+int ferry_future_cancel(ferry_future *f)
+{
+    int rc;
+
+    if (!f)
+        return -EINVAL;
+    pthread_mutex_lock(&f->mu);
+    if (f->done) {
+        pthread_mutex_unlock(&f->mu);
+        return 0;
+    }
+    f->refs++;
+    pthread_mutex_unlock(&f->mu);
+    rc = ferry__inbox_post(f->ib, cancel_cb, f);
+    if (rc) {
+        future_unref(f);
+        /* A closed loop ran (or refused) everything: nothing to cancel. */
+        return rc == -ESHUTDOWN ? 0 : rc;
+    }
+    return 0;
+}
+
+void ferry_future_free(ferry_future *f)
+{
+    if (f)
+        future_unref(f);
+}
+
+static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
+                    int64_t timeout, int *status)
+{
+    ferry_future *f;
+    int rc, st = 0;
+
+    rc = submit(loop, fn, arg, as_task, NULL, &f);
+    if (rc)
+        return rc;
+    rc = ferry_future_wait(f, timeout, &st);
+    if (rc == -ETIMEDOUT)
+        ferry_future_cancel(f);
+    else if (!rc && !f->ran)
+        rc = st;              /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
+    ferry_future_free(f);
+    if (!rc && status)
+        *status = st;
+    return rc;
+}
+
+int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                             int64_t timeout, int *status)
+{
+    return run_sync(loop, fn, arg, true, timeout, status);
+}
+
+int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                        int64_t timeout, int *status)
+{
+    return run_sync(loop, fn, arg, false, timeout, status);
+}

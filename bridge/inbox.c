@@ -1,0 +1,658 @@
+/* inbox.c - call_soon_threadsafe: the one channel from threads into a loop.
+ *
+ * Any thread posts a callback (or a completion node, which cannot fail);
+ * the loop runs them.  Posts go into an array under a mutex (no node, no
+ * allocation per post: the array grows in amortised steps and is reused by
+ * double buffering), completions into an intrusive list.  The loop is woken
+ * through an eventfd (a pipe where there is none) that is written only when
+ * the loop is not already awake:
+ *
+ *   `woken` (under mu) means "a drain of the queue is guaranteed to come":
+ *   an eventfd write is on its way, a drain step is scheduled, or a drain
+ *   is running and will look at the queue again under mu before it ends.
+ *   A poster sets it and writes the eventfd only if it was clear.  The
+ *   drain clears it only under mu, after finding the queue empty.  The
+ *   eventfd is read at the start of the event callback, before the queue is
+ *   looked at, so a write that lands while the loop drains stays readable
+ *   and only costs an extra, empty drain (TESTING.md 2.1).
+ *
+ * The loop drains in steps of at most FERRY__DRAIN_BATCH items.  Each step
+ * is a zero-delay ferry_call_later() callback, so it runs as a step of the
+ * loop's own scheduler (the blocked-loop detector sees it) and I/O and
+ * timers are polled between steps: a flood of posts cannot starve them.
+ *
+ * Closing (ferry_loop_free): refuse posts, then run every accepted post and
+ * wait for every reserved completion (jobs submitted to run their callback
+ * on this loop), then free the events.  The inbox memory and the eventfd
+ * live until the last reference goes (the loop's, and ferry_inbox_get's).
+ *
+ * Lock order: see bridge_int.h; this file takes ferry_inbox.mu only and
+ * never calls out while holding it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#ifdef __linux__
+#include <sys/eventfd.h>
+#define FERRY__HAVE_EVENTFD 1
+#endif
+
+#include "bridge_int.h"
+
+/* Items run per drain step before I/O and timers get a turn. */
+#define FERRY__DRAIN_BATCH 1024
+
+struct post {
+    ferry_cb cb;   /* callback */
+    void    *arg;  /* its argument */
+};
+
+struct ferry_inbox {
+    pthread_mutex_t      mu;         /* guards the fields marked "mu" */
+    pthread_cond_t       idle;       /* close() waits here for reserved completions */
+    struct post         *q;          /* mu: posts not yet taken by the loop, FIFO */
+    size_t               qlen;       /* mu */
+    size_t               qcap;       /* mu */
+    struct ferry__cnode *chead;      /* mu: completions not yet taken, FIFO */
+    struct ferry__cnode **ctail;     /* mu */
+    size_t               reserved;   /* mu: completions promised by jobs in flight */
+    bool                 woken;      /* mu: a drain is guaranteed to come (see top) */
+    bool                 closed;     /* mu: posts are refused */
+    bool                 ev_gone;    /* mu: ev was freed: no event_active() any more */
+    bool                 closer_waits; /* mu: close() sleeps on `idle` */
+    bool                 stop_queued;/* mu: stop_node is in the completion list */
+    uint64_t             posts;      /* mu: accepted posts and completions */
+    uint64_t             wakeups;    /* mu: eventfd writes */
+    uint64_t             write_errors; /* mu: failed eventfd writes */
+    uint64_t             drains;     /* mu: batches taken by the loop */
+    uint64_t             run;        /* mu: items run (added once per step) */
+    size_t               max_batch;  /* mu: most items run in one step */
+    struct ferry__cnode  stop_node;  /* posted by ferry_loop_stop_threadsafe() */
+    atomic_uint          refs;       /* the loop's (dropped by close) + ferry_inbox_get's */
+    int                  rfd;        /* eventfd, or the pipe's read end; closed by the last ref */
+    int                  wfd;        /* eventfd, or the pipe's write end; written under mu */
+    const void          *owner;      /* identity of the loop's thread; set once */
+    ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
+
+    /* loop thread only */
+    struct event        *ev;         /* EV_READ|EV_PERSIST on rfd */
+    ferry_timer         *step;       /* the scheduled drain step, or NULL */
+    struct post         *lq;         /* posts taken from q, being run */
+    size_t               lhead;      /* next to run in lq */
+    size_t               llen;       /* items in lq */
+    size_t               lcap;       /* capacity of lq */
+    struct ferry__cnode *lc;         /* completions taken, being run */
+    bool                 draining;   /* inside drain() */
+    bool                 closing;    /* close() has begun */
+};
+
+/* Its address identifies the calling thread. */
+static _Thread_local char tls_token;
+
+/* ==== any thread ======================================================= */
+
+static bool on_loop_thread(const struct ferry_inbox *ib)
+{
+    return ib->owner == &tls_token;
+}
+
+/*
+ * Make sure a drain comes.  Requires mu; sets nothing but counters.
+ * Returns 0 or the errno of a failed eventfd write (the caller logs it
+ * after unlocking; the loop was woken through libevent instead).
+ */
+static int wake_locked(struct ferry_inbox *ib)
+{
+    static const uint64_t one = 1;
+    ssize_t n;
+    int err;
+
+    if (on_loop_thread(ib)) {
+        /* No system call: activate the event (its callback schedules a
+         * drain step), unless a drain is running: it re-checks the queue
+         * under mu before it ends.  close() drains until empty itself. */
+        if (!ib->draining && !ib->ev_gone)
+            event_active(ib->ev, EV_READ, 1);
+        return 0;
+    }
+    ib->wakeups++;
+    if (ferry__fault_point("eventfd write")) {
+        n = -1;
+        err = EIO;
+    } else {
+        do
+            n = write(ib->wfd, &one, sizeof one);
+        while (n < 0 && errno == EINTR);
+        err = n == (ssize_t)sizeof one ? 0 : (n < 0 ? errno : EIO);
+        if (err == EAGAIN)
+            return 0;   /* the counter (or pipe) is full: the loop is awake */
+    }
+    if (!err)
+        return 0;
+    ib->write_errors++;
+    /* Wake through libevent's own notification instead (thread-safe once
+     * evthread_use_pthreads() ran).  The event exists until close() has
+     * refused new posts and run the old ones. */
+    if (!ib->ev_gone)
+        event_active(ib->ev, EV_READ, 1);
+    return err;
+}
+
+static void log_write_error(int err)
+{
+    if (err)
+        ferry__log(FERRY_LOG_ERROR,
+                   "call_soon_threadsafe: waking the loop failed: eventfd write: %s; "
+                   "woken through libevent instead", strerror(err));
+}
+
+static int grow_locked(struct ferry_inbox *ib)
+{
+    size_t ncap = ib->qcap ? ib->qcap * 2 : 256;
+    struct post *nq;
+
+    if (ncap < ib->qcap || ncap > SIZE_MAX / sizeof *nq)
+        return -ENOMEM;
+    nq = ferry__realloc(ib->q, ncap * sizeof *nq);
+    if (!nq)
+        return -ENOMEM;
+    ib->q = nq;
+    ib->qcap = ncap;
+    return 0;
+}
+
+int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
+{
+    int err = 0;
+
+    pthread_mutex_lock(&ib->mu);
+    if (ib->closed) {
+        pthread_mutex_unlock(&ib->mu);
+        return -ESHUTDOWN;
+    }
+    if (ib->qlen == ib->qcap && grow_locked(ib)) {
+        pthread_mutex_unlock(&ib->mu);
+        return -ENOMEM;
+    }
+    ib->q[ib->qlen].cb = cb;
+    ib->q[ib->qlen].arg = arg;
+    ib->qlen++;
+    ib->posts++;
+    if (!ib->woken) {
+        ib->woken = true;
+        err = wake_locked(ib);
+    }
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+    return 0;
+}
+
+/* Requires mu. */
+static int complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
+{
+    n->next = NULL;
+    *ib->ctail = n;
+    ib->ctail = &n->next;
+    ib->posts++;
+    if (!ib->woken) {
+        ib->woken = true;
+        return wake_locked(ib);
+    }
+    return 0;
+}
+
+void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n)
+{
+    int err;
+
+    pthread_mutex_lock(&ib->mu);
+    err = complete_locked(ib, n);
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+}
+
+int ferry__inbox_reserve(struct ferry_inbox *ib)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&ib->mu);
+    if (ib->closed)
+        rc = -ESHUTDOWN;
+    else
+        ib->reserved++;
+    pthread_mutex_unlock(&ib->mu);
+    return rc;
+}
+
+void ferry__inbox_unreserve(struct ferry_inbox *ib)
+{
+    pthread_mutex_lock(&ib->mu);
+    ib->reserved--;
+    if (ib->closer_waits)
+        pthread_cond_signal(&ib->idle);
+    pthread_mutex_unlock(&ib->mu);
+}
+
+void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n)
+{
+    int err;
+
+    pthread_mutex_lock(&ib->mu);
+    ib->reserved--;
+    err = complete_locked(ib, n);
+    if (ib->closer_waits)
+        pthread_cond_signal(&ib->idle);
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+}
+
+void ferry__inbox_ref(struct ferry_inbox *ib)
+{
+    atomic_fetch_add_explicit(&ib->refs, 1, memory_order_relaxed);
+}
+
+void ferry_inbox_release(struct ferry_inbox *ib)
+{
+    if (!ib)
+        return;
+    if (atomic_fetch_sub_explicit(&ib->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    /* Last reference: the loop has closed (it held one until then), so no
+     * thread posts and no event refers to the descriptors. */
+    if (ib->wfd != ib->rfd)
+        close(ib->wfd);
+    close(ib->rfd);
+    pthread_cond_destroy(&ib->idle);
+    pthread_mutex_destroy(&ib->mu);
+    ferry__free(ib->q);
+    ferry__free(ib->lq);
+    ferry__free(ib);
+}
+
+struct ferry_inbox *ferry__inbox_of(ferry_loop *loop)
+{
+    return loop ? ferry__loop_bridge(loop)->ctx : NULL;
+}
+
+ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib)
+{
+    return ib->loop;
+}
+
+int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
+{
+    struct ferry_inbox *ib = ferry__inbox_of(loop);
+
+    if (!loop || !cb)
+        return -EINVAL;
+    if (!ib)
+        return -ESHUTDOWN;
+    return ferry__inbox_post(ib, cb, arg);
+}
+
+int ferry_inbox_post(ferry_inbox *ib, ferry_cb cb, void *arg)
+{
+    if (!ib || !cb)
+        return -EINVAL;
+    return ferry__inbox_post(ib, cb, arg);
+}
+
+int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
+{
+    struct ferry_inbox *ib;
+    int rc = 0;
+
+    if (!out || !loop)
+        return -EINVAL;
+    *out = NULL;
+    ib = ferry__inbox_of(loop);
+    if (!ib)
+        return -ESHUTDOWN;
+    pthread_mutex_lock(&ib->mu);
+    if (ib->closed)
+        rc = -ESHUTDOWN;
+    else
+        ferry__inbox_ref(ib);
+    pthread_mutex_unlock(&ib->mu);
+    if (!rc)
+        *out = ib;
+    return rc;
+}
+
+static void stop_run(struct ferry__cnode *n)
+{
+    struct ferry_inbox *ib = ferry__container_of(n, struct ferry_inbox, stop_node);
+
+    pthread_mutex_lock(&ib->mu);
+    ib->stop_queued = false;
+    pthread_mutex_unlock(&ib->mu);
+    ferry_loop_stop(ib->loop);
+}
+
+int ferry_loop_stop_threadsafe(ferry_loop *loop)
+{
+    struct ferry_inbox *ib = ferry__inbox_of(loop);
+    int rc = 0, err = 0;
+
+    if (!loop)
+        return -EINVAL;
+    if (!ib)
+        return -ESHUTDOWN;
+    pthread_mutex_lock(&ib->mu);
+    if (ib->closed) {
+        rc = -ESHUTDOWN;
+    } else if (!ib->stop_queued) {
+        ib->stop_queued = true;
+        ib->stop_node.fn = stop_run;
+        err = complete_locked(ib, &ib->stop_node);
+    }
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+    return rc;
+}
+
+int ferry_inbox_stats_get(ferry_inbox *ib, ferry_inbox_stats *out)
+{
+    if (!ib || !out)
+        return -EINVAL;
+    pthread_mutex_lock(&ib->mu);
+    out->posts = ib->posts;
+    out->wakeups = ib->wakeups;
+    out->write_errors = ib->write_errors;
+    out->drains = ib->drains;
+    out->run = ib->run;
+    out->max_batch = ib->max_batch;
+    pthread_mutex_unlock(&ib->mu);
+    return 0;
+}
+
+int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
+{
+    struct ferry_inbox *ib = ferry__inbox_of(loop);
+
+    if (!loop || !out)
+        return -EINVAL;
+    if (!ib)
+        return -ESHUTDOWN;
+    return ferry_inbox_stats_get(ib, out);
+}
+
+/* ==== loop thread ====================================================== */
+
+bool ferry__inbox_closing(const struct ferry_inbox *ib)
+{
+    return ib->closing;
+}
+
+/* Requires mu. */
+static void account_locked(struct ferry_inbox *ib, size_t n)
+{
+    ib->run += n;
+    if (n > ib->max_batch)
+        ib->max_batch = n;
+}
+
+/*
+ * Run up to `budget` items.  Completions first (they wake tasks), then
+ * posts in order.  Returns true if items are left over: `woken` stays set
+ * and the caller schedules another step.
+ */
+static bool drain(struct ferry_inbox *ib, size_t budget)
+{
+    size_t n = 0;
+    bool left = true;
+
+    ib->draining = true;
+    for (;;) {
+        while (ib->lc && n < budget) {
+            struct ferry__cnode *c = ib->lc;
+            ib->lc = c->next;
+            c->fn(c);
+            n++;
+        }
+        while (ib->lhead < ib->llen && n < budget) {
+            struct post p = ib->lq[ib->lhead++];
+            p.cb(p.arg);
+            n++;
+        }
+        if (ib->lc || ib->lhead < ib->llen) {
+            pthread_mutex_lock(&ib->mu);
+            break;                      /* budget spent */
+        }
+        ib->lhead = ib->llen = 0;
+
+        pthread_mutex_lock(&ib->mu);
+        if (!ib->chead && !ib->qlen) {
+            ib->woken = false;          /* only here, under mu, queue empty */
+            left = false;
+            break;
+        }
+        /* Take everything in O(1): the list, and the array by swapping
+         * buffers (the emptied one goes back to the posters). */
+        ib->lc = ib->chead;
+        ib->chead = NULL;
+        ib->ctail = &ib->chead;
+        {
+            struct post *tq = ib->lq;
+            size_t tcap = ib->lcap;
+            ib->lq = ib->q;
+            ib->lcap = ib->qcap;
+            ib->llen = ib->qlen;
+            ib->q = tq;
+            ib->qcap = tcap;
+            ib->qlen = 0;
+        }
+        ib->drains++;
+        if (n >= budget)
+            break;
+        pthread_mutex_unlock(&ib->mu);
+    }
+    account_locked(ib, n);
+    pthread_mutex_unlock(&ib->mu);
+    ib->draining = false;
+    return left;
+}
+
+static void schedule_step(struct ferry_inbox *ib);
+
+static void step_cb(void *arg)
+{
+    struct ferry_inbox *ib = arg;
+
+    ib->step = NULL;
+    if (drain(ib, FERRY__DRAIN_BATCH))
+        schedule_step(ib);
+}
+
+/* Schedule a drain step as a zero-delay timer of the loop: it runs after
+ * the next poll of I/O and timers.  If that cannot be allocated, drain at
+ * once instead (correct, only less fair). */
+static void schedule_step(struct ferry_inbox *ib)
+{
+    if (ib->step || ib->closing)
+        return;
+    if (ferry_call_later(ib->loop, 0, step_cb, ib, &ib->step) != 0) {
+        ib->step = NULL;
+        if (!ib->draining)
+            while (drain(ib, FERRY__DRAIN_BATCH))
+                ;
+    }
+}
+
+static void event_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ferry_inbox *ib = arg;
+    uint64_t v;
+    char buf[64];
+
+    (void)what;
+    /* Read first: a write that lands after this keeps the fd readable. */
+#ifdef FERRY__HAVE_EVENTFD
+    if (read(fd, &v, sizeof v) < 0)
+        v = 0;
+    (void)buf;
+#else
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    (void)v;
+#endif
+    if (!ib->draining)
+        schedule_step(ib);
+}
+
+static bool hook_pending(void *ctx)
+{
+    struct ferry_inbox *ib = ctx;
+    bool p;
+
+    if (ib->lc || ib->lhead < ib->llen || ib->step)
+        return true;
+    pthread_mutex_lock(&ib->mu);
+    p = ib->chead || ib->qlen || ib->reserved;
+    pthread_mutex_unlock(&ib->mu);
+    return p;
+}
+
+static void hook_drain(void *ctx)
+{
+    struct ferry_inbox *ib = ctx;
+
+    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH))
+        schedule_step(ib);
+}
+
+/* ferry_loop_free(): every task has ended.  Refuse new posts, run all
+ * accepted ones and wait for the reserved completions, free the events,
+ * drop the loop's reference. */
+static void hook_close(void *ctx)
+{
+    struct ferry_inbox *ib = ctx;
+    struct ferry__bridge_hooks *h;
+
+    ib->closing = true;
+    if (ib->step) {
+        ferry_timer_cancel(ib->step);
+        ib->step = NULL;
+    }
+    pthread_mutex_lock(&ib->mu);
+    ib->closed = true;
+    pthread_mutex_unlock(&ib->mu);
+    for (;;) {
+        while (drain(ib, SIZE_MAX))
+            ;
+        pthread_mutex_lock(&ib->mu);
+        if (!ib->chead && !ib->qlen) {
+            if (!ib->reserved) {
+                ib->ev_gone = true;
+                pthread_mutex_unlock(&ib->mu);
+                break;
+            }
+            ib->closer_waits = true;
+            pthread_cond_wait(&ib->idle, &ib->mu);
+            ib->closer_waits = false;
+        }
+        pthread_mutex_unlock(&ib->mu);
+    }
+    event_free(ib->ev);
+    ib->ev = NULL;
+    h = ferry__loop_bridge(ib->loop);
+    h->pending = NULL;
+    h->drain = NULL;
+    h->close = NULL;
+    /* h->ctx stays: threads that still reach the loop pointer find a
+     * closed inbox (valid until the last reference goes). */
+    ferry_inbox_release(ib);
+}
+
+static int make_fds(int *rfd, int *wfd)
+{
+    if (ferry__fault_point("eventfd"))
+        return -ENOMEM;
+#ifdef FERRY__HAVE_EVENTFD
+    *rfd = *wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return *rfd < 0 ? -ENOMEM : 0;
+#else
+    int p[2];
+    if (pipe(p) < 0)
+        return -ENOMEM;
+    for (int i = 0; i < 2; i++) {
+        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
+        fcntl(p[i], F_SETFD, FD_CLOEXEC);
+    }
+    *rfd = p[0];
+    *wfd = p[1];
+    return 0;
+#endif
+}
+
+int ferry__bridge_attach(ferry_loop *loop)
+{
+    struct ferry__bridge_hooks *h = ferry__loop_bridge(loop);
+    struct ferry_inbox *ib;
+    int rc;
+
+    ib = ferry__calloc(1, sizeof *ib);
+    if (!ib)
+        return -ENOMEM;
+    ib->ctail = &ib->chead;
+    ib->owner = &tls_token;
+    ib->loop = loop;
+    atomic_init(&ib->refs, 1);
+    rc = make_fds(&ib->rfd, &ib->wfd);
+    if (rc)
+        goto err_free;
+    if (pthread_mutex_init(&ib->mu, NULL)) {
+        rc = -ENOMEM;
+        goto err_close;
+    }
+    rc = ferry__cond_init(&ib->idle);
+    if (rc)
+        goto err_mutex;
+    ib->ev = event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib);
+    if (!ib->ev) {
+        rc = -ENOMEM;
+        goto err_cond;
+    }
+    /* Like libevent's own notification event, ours does not count as an
+     * event of the base: it must not keep an application's
+     * event_base_dispatch() on an attached base running forever.  Whether
+     * the loop has work left is the core's call (the `pending` hook). */
+    ib->ev->ev_evcallback.evcb_flags |= EVLIST_INTERNAL;
+    if (event_add(ib->ev, NULL) < 0) {
+        rc = -ENOMEM;
+        goto err_event;
+    }
+    h->ctx = ib;
+    h->pending = hook_pending;
+    h->drain = hook_drain;
+    h->close = hook_close;
+    return 0;
+
+err_event:
+    event_free(ib->ev);
+err_cond:
+    pthread_cond_destroy(&ib->idle);
+err_mutex:
+    pthread_mutex_destroy(&ib->mu);
+err_close:
+    if (ib->wfd != ib->rfd)
+        close(ib->wfd);
+    close(ib->rfd);
+err_free:
+    ferry__free(ib);
+    return rc;
+}
+
+/* ==== cross-thread wakes of one task =================================== */
+
+bool ferry__inbox_on_loop(const struct ferry_inbox *ib)
+{
+    return on_loop_thread(ib);
+}

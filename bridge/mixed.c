@@ -1,0 +1,364 @@
+/* mixed.c - ferry_chan: a bounded channel between threads and tasks.
+ *
+ * One mutex guards a ring buffer.  Threads wait on two condition
+ * variables; tasks wait on nodes of their own (on their stacks) in two
+ * FIFO lists and are woken through their loop's inbox (ferry__xwake).
+ * A wake is a hint, not a handoff: the woken waiter takes the mutex and
+ * retries, so no item is ever held by a waiter that might not run.  A task
+ * that was woken but leaves anyway (cancelled, deadline) passes the wake on
+ * to the next waiter of its side, so a wake is never swallowed
+ * (TESTING.md 2.2).  Every state change wakes one thread and one task of
+ * the side that can now proceed; an extra wake costs only a retry.
+ *
+ * Lock order: ferry_chan.mu -> ferry_inbox.mu (bridge_int.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+
+#include "bridge_int.h"
+
+struct cwait {
+    struct ferry__link  link;   /* mu: in recvq or sendq until woken */
+    struct ferry__xwake xw;     /* the waiting task */
+};
+
+struct ferry_chan {
+    pthread_mutex_t    mu;        /* guards everything below */
+    pthread_cond_t     not_empty; /* threads waiting to receive */
+    pthread_cond_t     not_full;  /* threads waiting to send */
+    unsigned           thr_recv;  /* threads waiting on not_empty */
+    unsigned           thr_send;  /* threads waiting on not_full */
+    struct ferry__link recvq;     /* tasks waiting to receive: struct cwait */
+    struct ferry__link sendq;     /* tasks waiting to send: struct cwait */
+    void             **buf;       /* ring of `cap` items */
+    size_t             cap;       /* capacity, set once */
+    size_t             head;      /* index of the oldest item */
+    size_t             count;     /* items in the ring */
+    bool               closed;    /* sends refused */
+};
+
+/* ==== any thread ======================================================= */
+
+/* Wake one thread and one task of a side.  Requires mu. */
+static void wake_one_locked(struct ferry_chan *ch, bool receivers)
+{
+    struct ferry__link *l;
+
+    if (receivers) {
+        if (ch->thr_recv)
+            pthread_cond_signal(&ch->not_empty);
+        l = ferry__list_pop_front(&ch->recvq);
+    } else {
+        if (ch->thr_send)
+            pthread_cond_signal(&ch->not_full);
+        l = ferry__list_pop_front(&ch->sendq);
+    }
+    if (l)
+        ferry__xwake_fire(&ferry__container_of(l, struct cwait, link)->xw, 0);
+}
+
+static void wake_all_locked(struct ferry__link *q)
+{
+    struct ferry__link *l;
+
+    while ((l = ferry__list_pop_front(q)) != NULL)
+        ferry__xwake_fire(&ferry__container_of(l, struct cwait, link)->xw, 0);
+}
+
+/* Requires mu and room. */
+static void put_locked(struct ferry_chan *ch, void *item)
+{
+    ch->buf[(ch->head + ch->count) % ch->cap] = item;
+    ch->count++;
+    wake_one_locked(ch, true);
+}
+
+/* Requires mu and an item. */
+static void *take_locked(struct ferry_chan *ch)
+{
+    void *item = ch->buf[ch->head];
+
+    ch->head = (ch->head + 1) % ch->cap;
+    ch->count--;
+    wake_one_locked(ch, false);
+    return item;
+}
+
+int ferry_chan_new(ferry_chan **out, size_t capacity)
+{
+    struct ferry_chan *ch;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!capacity || capacity > SIZE_MAX / sizeof(void *))
+        return -EINVAL;
+    ch = ferry__calloc(1, sizeof *ch);
+    if (!ch)
+        return -ENOMEM;
+    ch->buf = ferry__calloc(capacity, sizeof *ch->buf);
+    if (!ch->buf)
+        goto err_free;
+    ch->cap = capacity;
+    if (pthread_mutex_init(&ch->mu, NULL))
+        goto err_buf;
+    if (ferry__cond_init(&ch->not_empty))
+        goto err_mutex;
+    if (ferry__cond_init(&ch->not_full))
+        goto err_cond;
+    *out = ch;
+    return 0;
+
+err_cond:
+    pthread_cond_destroy(&ch->not_empty);
+err_mutex:
+    pthread_mutex_destroy(&ch->mu);
+err_buf:
+    ferry__free(ch->buf);
+err_free:
+    ferry__free(ch);
+    return -ENOMEM;
+}
+
+void ferry_chan_free(ferry_chan *ch)
+{
+    if (!ch)
+        return;
+    pthread_cond_destroy(&ch->not_full);
+    pthread_cond_destroy(&ch->not_empty);
+    pthread_mutex_destroy(&ch->mu);
+    ferry__free(ch->buf);
+    ferry__free(ch);
+}
+
+int ferry_chan_close(ferry_chan *ch)
+{
+    if (!ch)
+        return -EINVAL;
+    pthread_mutex_lock(&ch->mu);
+    if (!ch->closed) {
+        ch->closed = true;
+        pthread_cond_broadcast(&ch->not_empty);
+        pthread_cond_broadcast(&ch->not_full);
+        wake_all_locked(&ch->recvq);
+        wake_all_locked(&ch->sendq);
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return 0;
+}
+
+size_t ferry_chan_len(ferry_chan *ch)
+{
+    size_t n;
+
+    if (!ch)
+        return 0;
+    pthread_mutex_lock(&ch->mu);
+    n = ch->count;
+    pthread_mutex_unlock(&ch->mu);
+    return n;
+}
+
+int ferry_chan_try_send(ferry_chan *ch, void *item)
+{
+    int rc = 0;
+
+    if (!ch)
+        return -EINVAL;
+    pthread_mutex_lock(&ch->mu);
+    if (ch->closed)
+        rc = -ESHUTDOWN;
+    else if (ch->count == ch->cap)
+        rc = -EAGAIN;
+    else
+        put_locked(ch, item);
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+int ferry_chan_try_recv(ferry_chan *ch, void **item)
+{
+    int rc = 0;
+
+    if (!ch || !item)
+        return -EINVAL;
+    pthread_mutex_lock(&ch->mu);
+    if (ch->count)
+        *item = take_locked(ch);
+    else
+        rc = ch->closed ? -ESHUTDOWN : -EAGAIN;
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+/* Blocking from a plain thread: wait on `cv` until ready() or the deadline. */
+int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
+{
+    int64_t deadline;
+    bool expired = false;
+    int rc = 0;
+
+    if (!ch)
+        return -EINVAL;
+    if (timeout != 0 && ferry_loop_current())
+        return -EDEADLK;
+    deadline = ferry__deadline(timeout);
+    pthread_mutex_lock(&ch->mu);
+    for (;;) {
+        if (ch->closed) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        if (ch->count < ch->cap) {
+            put_locked(ch, item);
+            break;
+        }
+        if (expired || timeout == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        ch->thr_send++;
+        /* Re-check once after a timeout: a signal meant for us counts. */
+        expired = ferry__cond_wait_until(&ch->not_full, &ch->mu, deadline) == ETIMEDOUT;
+        ch->thr_send--;
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+int ferry_chan_recv_blocking(ferry_chan *ch, void **item, int64_t timeout)
+{
+    int64_t deadline;
+    bool expired = false;
+    int rc = 0;
+
+    if (!ch || !item)
+        return -EINVAL;
+    if (timeout != 0 && ferry_loop_current())
+        return -EDEADLK;
+    deadline = ferry__deadline(timeout);
+    pthread_mutex_lock(&ch->mu);
+    for (;;) {
+        if (ch->count) {
+            *item = take_locked(ch);
+            break;
+        }
+        if (ch->closed) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        if (expired || timeout == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        ch->thr_recv++;
+        expired = ferry__cond_wait_until(&ch->not_empty, &ch->mu, deadline) == ETIMEDOUT;
+        ch->thr_recv--;
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+/* ==== loop thread (tasks) ============================================== */
+
+/*
+ * Park the calling task on `q` until woken, then come back with mu held.
+ * Requires mu.  Returns 0 (woken: retry) or -ECANCELED / -ETIMEDOUT (the
+ * node is out of the queue and settled; a wake it got was passed on).
+ */
+static int park_locked(struct ferry_chan *ch, struct cwait *cw, struct ferry__link *q,
+                       bool receiver)
+{
+    bool fired;
+    int rc;
+
+    ferry__xwake_rearm(&cw->xw);
+    ferry__link_init(&cw->link);
+    ferry__list_push_back(q, &cw->link);
+    pthread_mutex_unlock(&ch->mu);
+    rc = ferry__xwake_wait(&cw->xw);
+    pthread_mutex_lock(&ch->mu);
+    fired = !ferry__link_linked(&cw->link);
+    if (!fired) {
+        ferry__list_remove(&cw->link);
+    } else if (!cw->xw.delivered) {
+        pthread_mutex_unlock(&ch->mu);
+        ferry__xwake_settle(&cw->xw);
+        pthread_mutex_lock(&ch->mu);
+    }
+    if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+        if (fired && (receiver ? ch->count > 0 : ch->count < ch->cap))
+            wake_one_locked(ch, receiver);
+        return rc;
+    }
+    return 0;
+}
+
+/* Start a task-side operation: the waiter node, and the cancellation
+ * point (every suspension point is one, also when it need not wait). */
+static int task_begin(struct cwait *cw, const char *what, const void *obj)
+{
+    int rc = ferry__xwake_init(&cw->xw, what, obj);
+
+    if (rc)
+        return rc;
+    return ferry__check(cw->xw.w.task);
+}
+
+int ferry_chan_send(ferry_chan *ch, void *item)
+{
+    struct cwait cw;
+    int rc;
+
+    if (!ch)
+        return -EINVAL;
+    rc = task_begin(&cw, "chan send", ch);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ch->mu);
+    for (;;) {
+        if (ch->closed) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        if (ch->count < ch->cap) {
+            put_locked(ch, item);
+            rc = 0;
+            break;
+        }
+        rc = park_locked(ch, &cw, &ch->sendq, false);
+        if (rc)
+            break;
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+int ferry_chan_recv(ferry_chan *ch, void **item)
+{
+    struct cwait cw;
+    int rc;
+
+    if (!ch || !item)
+        return -EINVAL;
+    rc = task_begin(&cw, "chan recv", ch);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&ch->mu);
+    for (;;) {
+        if (ch->count) {
+            *item = take_locked(ch);
+            rc = 0;
+            break;
+        }
+        if (ch->closed) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        rc = park_locked(ch, &cw, &ch->recvq, true);
+        if (rc)
+            break;
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/* xwake.c - waking one waiting task from any thread.
+ *
+ * The waiting task owns the node (on its stack).  A wake fired on the
+ * task's own loop thread grants the waiter at once; from another thread it
+ * travels as a completion through the loop's inbox, which cannot fail and
+ * allocates nothing.  Because the node is in the inbox until the loop runs
+ * it, a task that stops waiting after its wake was fired must settle (wait,
+ * shielded, for the delivery) before its stack frame goes away: the
+ * thread-pool job writing into a cancelled task's stack is the bug this
+ * prevents (TESTING.md 2.5).
+ *
+ * Loop thread, except ferry__xwake_fire (any thread).
+ */
+#include "bridge_int.h"
+
+static void deliver(struct ferry__cnode *n)
+{
+    struct ferry__xwake *x = ferry__container_of(n, struct ferry__xwake, cn);
+
+    x->delivered = true;
+    ferry__grant(&x->w, x->result);
+}
+
+int ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj)
+{
+    struct ferry_task *self;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    x->ib = ferry__inbox_of(ferry__task_loop(self));
+    if (!x->ib)
+        return -EPERM;
+    ferry__waiter_init(&x->w, self, what, obj);
+    x->cn.next = NULL;
+    x->cn.fn = deliver;
+    x->result = 0;
+    x->delivered = false;
+    return 0;
+}
+
+void ferry__xwake_rearm(struct ferry__xwake *x)
+{
+    ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
+    x->result = 0;
+    x->delivered = false;
+}
+
+void ferry__xwake_fire(struct ferry__xwake *x, int result)
+{
+    x->result = result;
+    if (ferry__inbox_on_loop(x->ib))
+        deliver(&x->cn);
+    else
+        ferry__inbox_complete(x->ib, &x->cn);
+}
+
+int ferry__xwake_wait(struct ferry__xwake *x)
+{
+    if (x->delivered)
+        return x->result;    /* fired on this thread before we waited */
+    return ferry__wait(NULL, &x->w, FERRY_NEVER);
+}
+
+void ferry__xwake_settle(struct ferry__xwake *x)
+{
+    ferry_scope sc;
+
+    if (x->delivered)
+        return;
+    ferry_scope_enter(&sc, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+    while (!x->delivered) {
+        ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
+        ferry__wait(NULL, &x->w, FERRY_NEVER);
+    }
+    ferry_scope_exit(&sc);
+}
