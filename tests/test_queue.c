@@ -495,6 +495,11 @@ static int chaos_consumer(void *arg)
     }
 }
 
+static int int_cmp(const void *a, const void *b, void *arg)
+{
+    return (*(const int *)a % 5) - (*(const int *)b % 5);
+}
+
 static int chaos_main(void *arg)
 {
     unsigned seed = (unsigned)(intptr_t)arg;
@@ -538,7 +543,10 @@ T(cancellation_at_every_point_keeps_exact_accounting)
         memset(g_put_ok, 0, sizeof g_put_ok);
         memset(g_seen, 0, sizeof g_seen);
         g_dups = g_bogus = 0;
-        ferry_queue_init(&g_q, sizeof(int), (size_t)(1 + seed % 3), FERRY_QUEUE_FIFO, NULL, NULL);
+        /* Every kind, capacities 1 to 3. */
+        enum ferry_queue_kind kind = (enum ferry_queue_kind)(seed % 3);
+        ferry_queue_init(&g_q, sizeof(int), (size_t)(1 + (seed / 3) % 3), kind,
+                         kind == FERRY_QUEUE_PRIORITY ? int_cmp : NULL, NULL);
         cr_assert_eq(tu_run(chaos_main, (void *)(intptr_t)seed), 0, "seed %d", seed);
         cr_assert_eq(g_dups, 0, "an item came out twice (seed %d)", seed);
         cr_assert_eq(g_bogus, 0, "an item came out that was not put (seed %d)", seed);

@@ -64,11 +64,13 @@ struct ferry_flight {
  */
 typedef int (*ferry_flight_fn)(void *arg, void *out, size_t out_size);
 
-/* Initialise an empty, unbound group.  Thread: any.  Returns: 0; -EINVAL. */
+/* Initialise an empty, unbound group.
+ * Thread: any.  Suspends: no.  Returns: 0; -EINVAL. */
 int ferry_flight_init(ferry_flight *f);
 
 /*
- * Free the group's table.  Thread: the bound loop's, or any if never used.
+ * Free the group's table.
+ * Thread: the bound loop's, or any if never used.  Suspends: no.
  * Returns: 0; -EBUSY (a call is in flight: nothing changed); -EPERM; -EINVAL.
  */
 int ferry_flight_destroy(ferry_flight *f);
@@ -106,7 +108,8 @@ int ferry_flight_destroy(ferry_flight *f);
 int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
                     ferry_flight_fn fn, void *arg, void *out, size_t out_size);
 
-/* Number of calls in flight (keys with a live entry).  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: the number of calls in flight (keys with a live entry). */
 size_t ferry_flight_count(const ferry_flight *f);
 
 /* ---- Per-key locks -------------------------------------------------- */
@@ -129,12 +132,14 @@ struct ferry_keylock {
 /* All-zero is an empty set of per-key locks. */
 #define FERRY_KEYLOCK_INIT {0}
 
-/* Initialise an empty, unbound set.  Thread: any.  Returns: 0; -EINVAL. */
+/* Initialise an empty, unbound set.
+ * Thread: any.  Suspends: no.  Returns: 0; -EINVAL. */
 int ferry_keylock_init(ferry_keylock *kl);
 
 /*
- * Free everything (broken keys included).  Thread: the bound loop's, or any
- * if never used.  Returns: 0; -EBUSY (a key is held or waited for: nothing
+ * Free everything (broken keys included).
+ * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Returns: 0; -EBUSY (a key is held or waited for: nothing
  * changed); -EPERM; -EINVAL.
  */
 int ferry_keylock_destroy(ferry_keylock *kl);
@@ -164,10 +169,11 @@ int ferry_keylock_try_acquire(ferry_keylock *kl, const void *key, size_t key_len
  */
 int ferry_keylock_release(ferry_keylock *kl, const void *key, size_t key_len);
 
-/* True if some task holds the lock of `key` (or it is broken).  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true if some task holds the lock of `key` (or it is broken). */
 bool ferry_keylock_locked(const ferry_keylock *kl, const void *key, size_t key_len);
 
-/* Number of keys with a live lock.  Thread: loop. */
+/* Thread: loop.  Suspends: no.  Returns: the number of keys with a live lock. */
 size_t ferry_keylock_count(const ferry_keylock *kl);
 
 #ifdef __cplusplus

@@ -170,14 +170,17 @@ int ferry_queue_join(ferry_queue *q);
  */
 int ferry_queue_shutdown(ferry_queue *q, bool immediate);
 
-/* Elements stored now (including those promised to woken getters).
- * Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: the elements stored now (including those promised to woken
+ * getters). */
 size_t ferry_queue_size(const ferry_queue *q);
-/* True if a get would wait now (nothing stored that is not promised to a
- * woken getter).  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true if a get would wait now (nothing stored that is not
+ * promised to a woken getter). */
 bool ferry_queue_empty(const ferry_queue *q);
-/* True if a put would wait now (bounded, and no slot that is not promised
- * to a woken putter).  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true if a put would wait now (bounded, and no slot that is not
+ * promised to a woken putter). */
 bool ferry_queue_full(const ferry_queue *q);
 
 #ifdef __cplusplus

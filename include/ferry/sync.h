@@ -98,7 +98,8 @@ int ferry_lock_try_acquire(ferry_lock *lock);
  */
 int ferry_lock_release(ferry_lock *lock);
 
-/* True if some task holds the lock (also while broken).  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true if some task holds the lock (also while broken). */
 bool ferry_lock_locked(const ferry_lock *lock);
 
 /* ---- Semaphore ------------------------------------------------------ */
@@ -177,7 +178,7 @@ int ferry_sem_try_acquire(ferry_sem *sem);
 int ferry_sem_release_n(ferry_sem *sem, uint64_t n);
 int ferry_sem_release(ferry_sem *sem);
 
-/* Permits available now.  Thread: loop. */
+/* Thread: loop.  Suspends: no.  Returns: the permits available now. */
 uint64_t ferry_sem_value(const ferry_sem *sem);
 
 /* ---- Event ---------------------------------------------------------- */
@@ -198,12 +199,14 @@ struct ferry_event {
 /* All-zero is a clear event. */
 #define FERRY_EVENT_INIT {0}
 
-/* Initialise a clear, unbound event.  Thread: any.  Returns: 0; -EINVAL. */
+/* Initialise a clear, unbound event.
+ * Thread: any.  Suspends: no.  Returns: 0; -EINVAL. */
 int ferry_event_init(ferry_event *ev);
 
 /*
- * Check that nobody waits and unbind.  Thread: the bound loop's, or any if
- * never used.  Returns: 0; -EBUSY (waiters); -EPERM; -EINVAL.
+ * Check that nobody waits and unbind.
+ * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Returns: 0; -EBUSY (waiters); -EPERM; -EINVAL.
  */
 int ferry_event_destroy(ferry_event *ev);
 
@@ -214,10 +217,11 @@ int ferry_event_destroy(ferry_event *ev);
  */
 int ferry_event_set(ferry_event *ev);
 
-/* Clear the flag.  Thread: loop.  Returns: 0; -EPERM; -EINVAL. */
+/* Clear the flag.
+ * Thread: loop (task or callback).  Suspends: no.  Returns: 0; -EPERM; -EINVAL. */
 int ferry_event_clear(ferry_event *ev);
 
-/* True if the flag is set.  Thread: loop. */
+/* Thread: loop.  Suspends: no.  Returns: true if the flag is set. */
 bool ferry_event_is_set(const ferry_event *ev);
 
 /*
@@ -261,14 +265,15 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock);
 
 /*
  * Check that nobody waits (and that its own lock is free) and unbind.
- * Thread: the bound loop's, or any if never used.
+ * Thread: the bound loop's, or any if never used.  Suspends: no.
  * Returns: 0; -EBUSY; -EPERM; -EINVAL.
  */
 int ferry_cond_destroy(ferry_cond *cond);
 
 /*
  * The lock of the condition: acquire and release it with ferry_lock_*().
- * Thread: any.  Never NULL for a valid `cond`.
+ * Thread: any.  Suspends: no.
+ * Returns: the shared lock or the condition's own; NULL only for NULL.
  */
 ferry_lock *ferry_cond_lock(ferry_cond *cond);
 
