@@ -1,0 +1,2141 @@
+/* model.c - the model-based tester: decoder, reference model, interpreter
+ * on a real loop, comparisons and invariants.  See model.h.
+ *
+ * Layout of this file:
+ *   1. operations and their decoding from bytes;
+ *   2. the reference model (m_*): a sequential simulation of tasks, a FIFO
+ *      run queue and every primitive, from the header contracts;
+ *   3. the real side (r_*): actor tasks calling the real primitives;
+ *   4. the driver task: runs each operation on both, compares, checks
+ *      invariants, tears the sequence down.
+ *
+ * Loop thread only.  Uses ferry internals (linked from ferry_static) to read
+ * the run queue and the primitives' counters and to fire a task's timer.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop_int.h"
+#include "ferry/ferry.h"
+#include "model.h"
+
+/* ---- 1. operations ---------------------------------------------------- */
+
+enum dop {
+    D_SPAWN, D_CANCEL, D_EXPIRE, D_STEP, D_QUIESCE, D_FL_FINISH, D_CMD,
+};
+
+enum cop {
+    C_LOCK_ACQ, C_LOCK_REL, C_LOCK_TRY,
+    C_SEM_ACQ, C_SEM_REL, C_SEM_TRY,
+    C_EV_WAIT, C_EV_SET, C_EV_CLEAR,
+    C_COND_WAIT, C_COND_NOTIFY, C_COND_NOTIFY_ALL,
+    C_Q_PUT, C_Q_GET, C_Q_TRYPUT, C_Q_TRYGET, C_Q_DONE, C_Q_JOIN, C_Q_SHUT,
+    C_FL_DO,
+    C_KL_ACQ, C_KL_REL, C_KL_TRY,
+    C_EXIT,
+    C_CLEANUP,   /* teardown only: release everything held, then end */
+    C_NCOP
+};
+
+static const char *const cop_names[] = {
+    "lock_acquire", "lock_release", "lock_try",
+    "sem_acquire", "sem_release", "sem_try",
+    "event_wait", "event_set", "event_clear",
+    "cond_wait", "cond_notify", "cond_notify_all",
+    "queue_put", "queue_get", "queue_try_put", "queue_try_get", "queue_task_done",
+    "queue_join", "queue_shutdown",
+    "flight_do",
+    "keylock_acquire", "keylock_release", "keylock_try",
+    "exit", "cleanup",
+};
+
+/* Command weights: index by byte % length. */
+static const uint8_t cmd_table[] = {
+    C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
+    C_SEM_ACQ, C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
+    C_EV_WAIT, C_EV_WAIT, C_EV_SET, C_EV_CLEAR,
+    C_COND_WAIT, C_COND_WAIT, C_COND_NOTIFY, C_COND_NOTIFY_ALL,
+    C_Q_PUT, C_Q_PUT, C_Q_GET, C_Q_GET, C_Q_TRYPUT, C_Q_TRYGET, C_Q_DONE, C_Q_JOIN,
+    C_Q_SHUT,
+    C_FL_DO, C_FL_DO,
+    C_KL_ACQ, C_KL_ACQ, C_KL_REL, C_KL_REL, C_KL_TRY,
+    C_EXIT,
+};
+
+enum { DL_NONE = 0, DL_FAR = 1, DL_PAST = 2 };
+
+struct cmd {
+    int op;       /* enum cop */
+    int arg;      /* n for sem, key for flight/keylock, n for notify, immediate for shutdown */
+    int dl;       /* DL_* */
+    int val;      /* queue_put: the item */
+};
+
+struct op {
+    int kind;     /* enum dop */
+    int actor;    /* selector byte, resolved against the live actors */
+    struct cmd c;
+    int arg;      /* step count; flight key */
+    int arg2;     /* flight: success? */
+};
+
+/* Decode the operation at bytes[pos..pos+MODEL_OP_BYTES). */
+static void decode_op(const uint8_t *b, struct op *o)
+{
+    unsigned k = b[0] % 100;
+
+    memset(o, 0, sizeof *o);
+    o->actor = b[1];
+    if (k < 5)
+        o->kind = D_SPAWN;
+    else if (k < 10)
+        o->kind = D_CANCEL;
+    else if (k < 14)
+        o->kind = D_EXPIRE;
+    else if (k < 36)
+        o->kind = D_STEP;
+    else if (k < 43)
+        o->kind = D_QUIESCE;
+    else if (k < 50)
+        o->kind = D_FL_FINISH;
+    else
+        o->kind = D_CMD;
+    o->c.op = cmd_table[b[2] % sizeof cmd_table];
+    o->c.arg = b[3];
+    o->c.dl = b[4] % 8 == 6 ? DL_FAR : b[4] % 8 == 7 ? DL_PAST : DL_NONE;
+    o->arg = b[3];
+    o->arg2 = b[5];
+}
+
+/* ---- shared sizes ------------------------------------------------------ */
+
+#define MAXA     12         /* actors per sequence */
+#define MAXLIVE  6          /* live at once */
+#define NKEYS    2          /* flight and keylock keys */
+#define MAXITEMS (MODEL_MAX_OPS + 8)
+#define DRIVER   (-1)       /* the driver in the model's run queue */
+
+/* Lock ids (for the held lists and exit hooks). */
+enum { LK_L = 0, LK_KL0 = 1 };
+#define NLOCKS (1 + NKEYS)
+
+/* Wait queue ids of the model. */
+enum {
+    WQ_NONE = 0, WQ_LOCK, WQ_SEM, WQ_EV, WQ_COND, WQ_QGET, WQ_QPUT, WQ_QJOIN,
+    WQ_FL0, WQ_KL0 = WQ_FL0 + NKEYS, WQ_N = WQ_KL0 + NKEYS
+};
+
+/* Per-sequence configuration, from the header bytes. */
+struct config {
+    uint64_t sem_v0;
+    bool     sem_bounded;
+    int      qkind;
+    size_t   qcap;
+};
+
+/* ---- 2. the reference model -------------------------------------------- */
+
+enum { M_NONE = 0, M_READY, M_WAIT, M_DONE };
+enum { WS_IDLE = 0, WS_WAITING, WS_GRANTED, WS_CANCELLED, WS_TIMEDOUT };
+/* Phases: PH_PARK is "idle, waiting for a command"; PH_START is "given a
+ * command, not run yet"; others are per command. */
+enum { PH_NEW = 0, PH_PARK, PH_START, PH_WAIT1, PH_WAIT2, PH_FN };
+
+struct mact {
+    int      st;          /* M_* */
+    bool     started;     /* body entered (or finished before) */
+    bool     cancelled;
+    bool     shielded;    /* inside the condition's shielded re-acquire, or parked */
+    bool     timer;       /* its deadline timer is in the heap */
+    int      scope;       /* DL_* of the active command scope */
+    int      phase;
+    int      wstate;      /* WS_* of the current waiter */
+    int      wres;
+    int      wq;          /* WQ_* it is linked in */
+    uint64_t wn;          /* semaphore weight */
+    bool     wlead;       /* flight: woken to lead */
+    int      wval;        /* flight: result copied in */
+    struct cmd cmd;
+    int      saved;       /* cond: rc of the notification wait */
+    int      lockid;      /* lock/keylock command: which lock */
+    int      nheld;
+    int      held[NLOCKS];/* exit-hook order */
+    uint64_t sem_held;
+    int      done_n, last_rc, last_val;
+};
+
+struct mlock {
+    int  owner;           /* actor id or -1 */
+    bool broken;
+};
+
+struct model {
+    struct config cfg;
+    struct mact a[MAXA];
+    int  na;
+    int  wq[WQ_N][MAXA];
+    int  wqn[WQ_N];
+    int  rq[64];
+    int  rqh, rqn;
+    struct mlock lk[NLOCKS];
+    /* semaphore */
+    uint64_t sem_value;
+    size_t   sem_pending;
+    /* event */
+    bool ev_set;
+    /* condition */
+    size_t cond_pending;
+    /* queue */
+    int    qitems[MAXITEMS];
+    int    qn;
+    size_t q_res_get, q_res_put, q_unfinished, q_pending;
+    int    q_shutdown;
+    /* flight */
+    bool fl_active[NKEYS];
+    int  fl_leader[NKEYS];
+    /* keylock */
+    bool kl_exists[NKEYS];
+    int  kl_refs[NKEYS];
+};
+
+static void rq_push(struct model *m, int id)
+{
+    m->rq[(m->rqh + m->rqn) % 64] = id;
+    m->rqn++;
+}
+
+static int rq_pop(struct model *m)
+{
+    int id = m->rq[m->rqh];
+    m->rqh = (m->rqh + 1) % 64;
+    m->rqn--;
+    return id;
+}
+
+static void wq_push(struct model *m, int q, int id)
+{
+    m->wq[q][m->wqn[q]++] = id;
+}
+
+static void wq_del(struct model *m, int q, int id)
+{
+    int i, j;
+
+    for (i = 0; i < m->wqn[q]; i++)
+        if (m->wq[q][i] == id) {
+            for (j = i; j + 1 < m->wqn[q]; j++)
+                m->wq[q][j] = m->wq[q][j + 1];
+            m->wqn[q]--;
+            return;
+        }
+}
+
+static int wq_first(const struct model *m, int q)
+{
+    return m->wqn[q] ? m->wq[q][0] : -1;
+}
+
+static void m_ready(struct model *m, int id)
+{
+    m->a[id].st = M_READY;
+    rq_push(m, id);
+}
+
+/* ferry__grant(). */
+static bool m_grant(struct model *m, int id, int res)
+{
+    struct mact *a = &m->a[id];
+
+    if (a->st != M_WAIT || a->wstate != WS_WAITING)
+        return false;
+    if (a->wq)
+        wq_del(m, a->wq, id);
+    a->wq = WQ_NONE;
+    a->wstate = WS_GRANTED;
+    a->wres = res;
+    m_ready(m, id);
+    return true;
+}
+
+/* ferry__check(). */
+static int m_check(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    if (a->shielded)
+        return 0;
+    if (a->scope == DL_PAST)
+        return a->cancelled ? -ECANCELED : -ETIMEDOUT;
+    return a->cancelled ? -ECANCELED : 0;
+}
+
+/* ferry__wait() up to the suspension: 0 if suspended, else the error
+ * returned without suspending. */
+static int m_wait_begin(struct model *m, int id, int q)
+{
+    struct mact *a = &m->a[id];
+    int rc = m_check(m, id);
+
+    if (rc)
+        return rc;
+    if (q)
+        wq_push(m, q, id);
+    a->wq = q;
+    a->wstate = WS_WAITING;
+    a->wres = 0;
+    a->wlead = false;
+    a->st = M_WAIT;
+    a->timer = !a->shielded && a->scope == DL_FAR;
+    return 0;
+}
+
+/* ferry__wait() after the task resumed. */
+static int m_wait_result(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+    int rc;
+
+    switch (a->wstate) {
+    case WS_GRANTED:
+        if (a->cancelled && !a->shielded)
+            return -ECANCELED;
+        return a->wres;
+    case WS_CANCELLED:
+        return -ECANCELED;
+    default:
+        a->wstate = WS_TIMEDOUT;
+        rc = m_check(m, id);
+        return rc ? rc : -ETIMEDOUT;
+    }
+}
+
+static void m_cancel(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    if (a->st == M_DONE)
+        return;
+    a->cancelled = true;
+    if (a->st == M_WAIT && a->wstate == WS_WAITING && !a->shielded) {
+        if (a->wq)
+            wq_del(m, a->wq, id);
+        a->wq = WQ_NONE;
+        a->wstate = WS_CANCELLED;
+        m_ready(m, id);
+    }
+}
+
+/* The deadline of the actor's command scope passes. */
+static void m_expire(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    a->scope = DL_PAST;
+    if (a->timer) {
+        a->timer = false;
+        if (a->st == M_WAIT && a->wstate == WS_WAITING) {
+            if (a->wq)
+                wq_del(m, a->wq, id);
+            a->wq = WQ_NONE;
+            a->wstate = WS_TIMEDOUT;
+            m_ready(m, id);
+        }
+    }
+}
+
+/* Locks: take, pass, owner died. */
+static void m_lock_take(struct model *m, int lk, int id)
+{
+    m->lk[lk].owner = id;
+    m->a[id].held[m->a[id].nheld++] = lk;
+}
+
+static void m_held_del(struct mact *a, int lk)
+{
+    int i, j;
+
+    for (i = 0; i < a->nheld; i++)
+        if (a->held[i] == lk) {
+            for (j = i; j + 1 < a->nheld; j++)
+                a->held[j] = a->held[j + 1];
+            a->nheld--;
+            return;
+        }
+}
+
+static int lock_wq(int lk)
+{
+    return lk == LK_L ? WQ_LOCK : WQ_KL0 + (lk - LK_KL0);
+}
+
+static void m_lock_pass(struct model *m, int lk)
+{
+    int w;
+
+    if (m->lk[lk].owner >= 0)
+        m_held_del(&m->a[m->lk[lk].owner], lk);
+    m->lk[lk].owner = -1;
+    w = wq_first(m, lock_wq(lk));
+    if (w >= 0) {
+        m_lock_take(m, lk, w);
+        m_grant(m, w, 0);
+    }
+}
+
+static void m_lock_died(struct model *m, int lk)
+{
+    int q = lock_wq(lk), w;
+
+    m->lk[lk].broken = true;
+    m->lk[lk].owner = -1;
+    while ((w = wq_first(m, q)) >= 0)
+        m_grant(m, w, -EOWNERDEAD);
+}
+
+/* Semaphore. */
+static void m_sem_serve(struct model *m)
+{
+    int w;
+
+    while ((w = wq_first(m, WQ_SEM)) >= 0 && m->a[w].wn <= m->sem_value) {
+        m->sem_value -= m->a[w].wn;
+        m->sem_pending++;
+        m_grant(m, w, 0);
+    }
+}
+
+/* Condition. */
+static int m_cond_wake(struct model *m, unsigned n)
+{
+    unsigned woken = 0;
+    int w;
+
+    while (woken < n && (w = wq_first(m, WQ_COND)) >= 0) {
+        m->cond_pending++;
+        m_grant(m, w, 0);
+        woken++;
+    }
+    return (int)woken;
+}
+
+/* Queue. */
+static size_t m_q_avail(const struct model *m)
+{
+    return (size_t)m->qn - m->q_res_get;
+}
+
+static size_t m_q_free(const struct model *m)
+{
+    size_t used = (size_t)m->qn + m->q_res_put;
+
+    if (m->cfg.qcap == 0)
+        return SIZE_MAX;
+    return used >= m->cfg.qcap ? 0 : m->cfg.qcap - used;
+}
+
+static void m_q_serve_getters(struct model *m)
+{
+    int w;
+
+    while (m_q_avail(m) > 0 && (w = wq_first(m, WQ_QGET)) >= 0) {
+        m->q_res_get++;
+        m->q_pending++;
+        m_grant(m, w, 0);
+    }
+}
+
+static void m_q_serve_putters(struct model *m)
+{
+    int w;
+
+    while (m_q_free(m) > 0 && (w = wq_first(m, WQ_QPUT)) >= 0) {
+        m->q_res_put++;
+        m->q_pending++;
+        m_grant(m, w, 0);
+    }
+}
+
+static void m_q_wake_all(struct model *m, int q, int res)
+{
+    int w;
+
+    while ((w = wq_first(m, q)) >= 0) {
+        m_grant(m, w, res);
+        m->q_pending++;
+    }
+}
+
+static void m_q_push(struct model *m, int v)
+{
+    m->qitems[m->qn++] = v;
+    m->q_unfinished++;
+    m_q_serve_getters(m);
+}
+
+static int prio_of(int v)
+{
+    return v % 3;
+}
+
+static int m_q_pop(struct model *m)
+{
+    int i, best = 0, v;
+
+    if (m->cfg.qkind == FERRY_QUEUE_FIFO)
+        best = 0;
+    else if (m->cfg.qkind == FERRY_QUEUE_LIFO)
+        best = m->qn - 1;
+    else
+        for (i = 1; i < m->qn; i++)
+            if (prio_of(m->qitems[i]) < prio_of(m->qitems[best]))
+                best = i;
+    v = m->qitems[best];
+    for (i = best; i + 1 < m->qn; i++)
+        m->qitems[i] = m->qitems[i + 1];
+    m->qn--;
+    m_q_serve_putters(m);
+    return v;
+}
+
+/* Flight. */
+static bool m_fl_hand_over(struct model *m, int k)
+{
+    int w = wq_first(m, WQ_FL0 + k);
+
+    if (w < 0)
+        return false;
+    m->fl_leader[k] = w;
+    m->a[w].wlead = true;
+    m_grant(m, w, 0);
+    m->a[w].wlead = true;
+    return true;
+}
+
+static void m_fl_finish(struct model *m, int k, int st, int val)
+{
+    int w;
+
+    m->fl_active[k] = false;
+    m->fl_leader[k] = -1;
+    while ((w = wq_first(m, WQ_FL0 + k)) >= 0) {
+        if (st >= 0)
+            m->a[w].wval = val;
+        m_grant(m, w, st);
+    }
+}
+
+/* Keylock entries. */
+static void m_kl_ref(struct model *m, int k)
+{
+    if (!m->kl_exists[k]) {
+        m->kl_exists[k] = true;
+        m->lk[LK_KL0 + k].owner = -1;
+        m->lk[LK_KL0 + k].broken = false;
+    }
+    m->kl_refs[k]++;
+}
+
+static void m_kl_unref(struct model *m, int k)
+{
+    if (--m->kl_refs[k] == 0)
+        m->kl_exists[k] = false;
+}
+
+/* A task ends: exit hooks in order, then DONE. */
+static void m_finish(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    while (a->nheld > 0) {
+        int lk = a->held[0];
+        m_held_del(a, lk);
+        m_lock_died(m, lk);
+    }
+    a->st = M_DONE;
+}
+
+static void m_park(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    a->phase = PH_PARK;
+    a->shielded = true;
+    a->scope = DL_NONE;
+    a->wq = WQ_NONE;
+    a->wstate = WS_WAITING;
+    a->st = M_WAIT;
+    a->timer = false;
+}
+
+static void m_done(struct model *m, int id, int rc, int val)
+{
+    struct mact *a = &m->a[id];
+
+    a->done_n++;
+    a->last_rc = rc;
+    a->last_val = val;
+    m_park(m, id);
+}
+
+/*
+ * Lock acquire (L or a keylock entry), first part: returns 1 if the actor
+ * suspended (phase set to `wait_phase`), else 0 with *rc set.
+ */
+static int m_lock_acq_begin(struct model *m, int id, int lk, int wait_phase, int *rc)
+{
+    struct mact *a = &m->a[id];
+
+    if (m->lk[lk].broken) {
+        *rc = -EOWNERDEAD;
+        return 0;
+    }
+    if (m->lk[lk].owner == id) {
+        *rc = -EDEADLK;
+        return 0;
+    }
+    *rc = m_check(m, id);
+    if (*rc)
+        return 0;
+    if (m->lk[lk].owner < 0) {
+        m_lock_take(m, lk, id);
+        *rc = 0;
+        return 0;
+    }
+    *rc = m_wait_begin(m, id, lock_wq(lk));
+    if (*rc)
+        return 0;
+    a->phase = wait_phase;
+    a->lockid = lk;
+    return 1;
+}
+
+static int m_lock_acq_end(struct model *m, int id, int lk)
+{
+    struct mact *a = &m->a[id];
+    int rc = m_wait_result(m, id);
+
+    if (rc != 0 && a->wstate == WS_GRANTED && a->wres == 0)
+        m_lock_pass(m, lk);
+    return rc;
+}
+
+/* Start or continue the actor's command.  Returns through m_done() or by
+ * suspending (st M_WAIT). */
+static void m_exec(struct model *m, int id, bool resumed)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0, k;
+    uint64_t n;
+
+    switch (c->op) {
+    case C_LOCK_ACQ:
+        if (!resumed) {
+            if (m_lock_acq_begin(m, id, LK_L, PH_WAIT1, &rc))
+                return;
+        } else {
+            rc = m_lock_acq_end(m, id, LK_L);
+        }
+        break;
+    case C_LOCK_REL:
+        if (m->lk[LK_L].owner != id)
+            rc = -EPERM;
+        else
+            m_lock_pass(m, LK_L);
+        break;
+    case C_LOCK_TRY:
+        if (m->lk[LK_L].broken)
+            rc = -EOWNERDEAD;
+        else if (m->lk[LK_L].owner == id)
+            rc = -EDEADLK;
+        else if (m->lk[LK_L].owner >= 0)
+            rc = -EAGAIN;
+        else
+            m_lock_take(m, LK_L, id);
+        break;
+
+    case C_SEM_ACQ:
+        n = (uint64_t)(c->arg % 3 + 1);
+        if (!resumed) {
+            if (m->cfg.sem_bounded && n > m->cfg.sem_v0) {
+                rc = -EINVAL;
+                break;
+            }
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (m->sem_value >= n && wq_first(m, WQ_SEM) < 0) {
+                m->sem_value -= n;
+                a->sem_held += n;
+                break;
+            }
+            rc = m_wait_begin(m, id, WQ_SEM);
+            if (rc)
+                break;
+            a->wn = n;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        rc = m_wait_result(m, id);
+        if (a->wstate == WS_GRANTED) {
+            m->sem_pending--;
+            if (rc != 0) {
+                m->sem_value += n;
+                m_sem_serve(m);
+            }
+        } else if (rc != 0) {
+            m_sem_serve(m);
+        }
+        if (rc == 0)
+            a->sem_held += n;
+        break;
+    case C_SEM_REL:
+        n = (uint64_t)(c->arg % 3 + 1);
+        if (m->cfg.sem_bounded && m->sem_value + n > m->cfg.sem_v0) {
+            rc = -EOVERFLOW;
+            break;
+        }
+        m->sem_value += n;
+        a->sem_held -= n < a->sem_held ? n : a->sem_held;
+        m_sem_serve(m);
+        break;
+    case C_SEM_TRY:
+        n = (uint64_t)(c->arg % 3 + 1);
+        if (m->cfg.sem_bounded && n > m->cfg.sem_v0)
+            rc = -EINVAL;
+        else if (m->sem_value < n || wq_first(m, WQ_SEM) >= 0)
+            rc = -EAGAIN;
+        else {
+            m->sem_value -= n;
+            a->sem_held += n;
+        }
+        break;
+
+    case C_EV_WAIT:
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc || m->ev_set)
+                break;
+            rc = m_wait_begin(m, id, WQ_EV);
+            if (rc)
+                break;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        rc = m_wait_result(m, id);
+        break;
+    case C_EV_SET:
+        m->ev_set = true;
+        while ((k = wq_first(m, WQ_EV)) >= 0)
+            m_grant(m, k, 0);
+        break;
+    case C_EV_CLEAR:
+        m->ev_set = false;
+        break;
+
+    case C_COND_WAIT:
+        if (!resumed) {
+            if (m->lk[LK_L].owner != id) {
+                rc = -EPERM;
+                break;
+            }
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            m_lock_pass(m, LK_L);
+            rc = m_wait_begin(m, id, WQ_COND);   /* check passed just now */
+            a->phase = PH_WAIT1;
+            return;
+        }
+        if (a->phase == PH_WAIT1) {
+            rc = m_wait_result(m, id);
+            if (a->wstate == WS_GRANTED) {
+                m->cond_pending--;
+                if (rc != 0)
+                    m_cond_wake(m, 1);
+            }
+            a->saved = rc;
+            a->shielded = true;
+            if (m_lock_acq_begin(m, id, LK_L, PH_WAIT2, &rc))
+                return;
+            a->shielded = false;
+            rc = rc ? rc : a->saved;
+            break;
+        }
+        /* PH_WAIT2: the shielded re-acquire resumed. */
+        rc = m_lock_acq_end(m, id, LK_L);
+        a->shielded = false;
+        rc = rc ? rc : a->saved;
+        break;
+    case C_COND_NOTIFY:
+    case C_COND_NOTIFY_ALL:
+        if (m->lk[LK_L].owner != id) {
+            rc = -EPERM;
+            break;
+        }
+        rc = m_cond_wake(m, c->op == C_COND_NOTIFY ? (unsigned)(c->arg % 3) : ~0u);
+        break;
+
+    case C_Q_PUT:
+        if (!resumed) {
+            if (m->q_shutdown) {
+                rc = -ESHUTDOWN;
+                break;
+            }
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (m_q_free(m) > 0) {
+                m_q_push(m, c->val);
+                break;
+            }
+            rc = m_wait_begin(m, id, WQ_QPUT);
+            if (rc)
+                break;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        rc = m_wait_result(m, id);
+        if (a->wstate != WS_GRANTED)
+            break;
+        m->q_pending--;
+        if (a->wres != 0)
+            break;
+        m->q_res_put--;
+        if (rc == 0 && m->q_shutdown)
+            rc = -ESHUTDOWN;
+        if (rc) {
+            m_q_serve_putters(m);
+            break;
+        }
+        m_q_push(m, c->val);
+        break;
+    case C_Q_TRYPUT:
+        if (m->q_shutdown)
+            rc = -ESHUTDOWN;
+        else if (m_q_free(m) == 0)
+            rc = -EAGAIN;
+        else
+            m_q_push(m, c->val);
+        break;
+    case C_Q_GET:
+        val = -1;
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (m_q_avail(m) > 0) {
+                val = m_q_pop(m);
+                break;
+            }
+            if (m->q_shutdown) {
+                rc = -ESHUTDOWN;
+                break;
+            }
+            rc = m_wait_begin(m, id, WQ_QGET);
+            if (rc)
+                break;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        rc = m_wait_result(m, id);
+        if (a->wstate != WS_GRANTED)
+            break;
+        m->q_pending--;
+        if (a->wres != 0)
+            break;
+        if (m->q_shutdown == 2) {
+            rc = rc ? rc : -ESHUTDOWN;
+            break;
+        }
+        m->q_res_get--;
+        if (rc) {
+            m_q_serve_getters(m);
+            break;
+        }
+        val = m_q_pop(m);
+        break;
+    case C_Q_TRYGET:
+        val = -1;
+        if (m_q_avail(m) == 0)
+            rc = m->q_shutdown ? -ESHUTDOWN : -EAGAIN;
+        else
+            val = m_q_pop(m);
+        break;
+    case C_Q_DONE:
+        if (m->q_unfinished == 0) {
+            rc = -EINVAL;
+            break;
+        }
+        if (--m->q_unfinished == 0)
+            m_q_wake_all(m, WQ_QJOIN, 0);
+        break;
+    case C_Q_JOIN:
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc || m->q_unfinished == 0)
+                break;
+            rc = m_wait_begin(m, id, WQ_QJOIN);
+            if (rc)
+                break;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        rc = m_wait_result(m, id);
+        if (a->wstate == WS_GRANTED)
+            m->q_pending--;
+        break;
+    case C_Q_SHUT:
+        if ((c->arg & 1) && m->q_shutdown != 2) {
+            size_t dropped = (size_t)m->qn;
+            m->qn = 0;
+            m->q_res_get = 0;
+            m->q_unfinished -= dropped < m->q_unfinished ? dropped : m->q_unfinished;
+            m->q_shutdown = 2;
+            if (m->q_unfinished == 0)
+                m_q_wake_all(m, WQ_QJOIN, 0);
+        } else if (m->q_shutdown == 0) {
+            m->q_shutdown = 1;
+        }
+        m_q_wake_all(m, WQ_QGET, -ESHUTDOWN);
+        m_q_wake_all(m, WQ_QPUT, -ESHUTDOWN);
+        break;
+
+    case C_FL_DO:
+        k = c->arg % NKEYS;
+        val = -1;
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (m->fl_active[k]) {
+                rc = m_wait_begin(m, id, WQ_FL0 + k);
+                if (rc)
+                    break;
+                a->wval = -1;
+                a->phase = PH_WAIT1;
+                return;
+            }
+            m->fl_active[k] = true;
+            m->fl_leader[k] = id;
+            goto run_fn;
+        }
+        if (a->phase == PH_WAIT1) {
+            rc = m_wait_result(m, id);
+            if (a->wstate != WS_GRANTED)
+                break;
+            if (!a->wlead) {
+                rc = a->wres;
+                val = a->wres >= 0 ? a->wval : -1;
+                break;
+            }
+            if (rc) {
+                if (!m_fl_hand_over(m, k)) {
+                    m->fl_active[k] = false;
+                    m->fl_leader[k] = -1;
+                }
+                break;
+            }
+            goto run_fn;
+        }
+        /* PH_FN: the leader's fn resumed. */
+        if (a->wstate == WS_GRANTED) {
+            rc = a->wres;
+            val = rc >= 0 ? a->wval : -1;
+        } else {
+            rc = m_wait_result(m, id);
+        }
+        goto fn_done;
+    run_fn:
+        rc = m_wait_begin(m, id, WQ_NONE);
+        if (rc == 0) {
+            a->phase = PH_FN;
+            return;
+        }
+    fn_done:
+        if ((rc == -ECANCELED || rc == -ETIMEDOUT) && m_check(m, id) != 0 &&
+            m_fl_hand_over(m, k))
+            break;
+        m_fl_finish(m, k, rc, val);
+        break;
+
+    case C_KL_ACQ:
+        k = c->arg % NKEYS;
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            m_kl_ref(m, k);
+            if (m_lock_acq_begin(m, id, LK_KL0 + k, PH_WAIT1, &rc))
+                return;
+        } else {
+            rc = m_lock_acq_end(m, id, LK_KL0 + k);
+        }
+        if (rc)
+            m_kl_unref(m, k);
+        break;
+    case C_KL_TRY:
+        k = c->arg % NKEYS;
+        m_kl_ref(m, k);
+        if (m->lk[LK_KL0 + k].broken)
+            rc = -EOWNERDEAD;
+        else if (m->lk[LK_KL0 + k].owner == id)
+            rc = -EDEADLK;
+        else if (m->lk[LK_KL0 + k].owner >= 0)
+            rc = -EAGAIN;
+        else
+            m_lock_take(m, LK_KL0 + k, id);
+        if (rc)
+            m_kl_unref(m, k);
+        break;
+    case C_KL_REL:
+        k = c->arg % NKEYS;
+        if (!m->kl_exists[k] || m->lk[LK_KL0 + k].owner != id) {
+            rc = -EPERM;
+            break;
+        }
+        m_lock_pass(m, LK_KL0 + k);
+        m_kl_unref(m, k);
+        break;
+    default:
+        break;
+    }
+    m_done(m, id, rc, val);
+}
+
+/* C_CLEANUP: give back the lock, the keys (in key order) and the permits
+ * held, as r_cleanup() does. */
+static void m_cleanup(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+    int k;
+
+    if (m->lk[LK_L].owner == id)
+        m_lock_pass(m, LK_L);
+    for (k = 0; k < NKEYS; k++)
+        if (m->kl_exists[k] && m->lk[LK_KL0 + k].owner == id) {
+            m_lock_pass(m, LK_KL0 + k);
+            m_kl_unref(m, k);
+        }
+    if (a->sem_held && !(m->cfg.sem_bounded && m->sem_value + a->sem_held > m->cfg.sem_v0)) {
+        m->sem_value += a->sem_held;
+        a->sem_held = 0;
+        m_sem_serve(m);
+    }
+}
+
+/* The scheduler runs actor `id` for one step. */
+static void m_run(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+
+    a->timer = false;
+    if (!a->started) {
+        a->started = true;
+        if (a->cancelled) {
+            m_finish(m, id);
+            return;
+        }
+        m_park(m, id);
+        return;
+    }
+    if (a->phase == PH_PARK) {
+        /* Given a command. */
+        a->shielded = false;
+        if (a->cmd.op == C_EXIT) {
+            m_finish(m, id);
+            return;
+        }
+        if (a->cmd.op == C_CLEANUP) {
+            m_cleanup(m, id);
+            m_finish(m, id);
+            return;
+        }
+        a->scope = a->cmd.dl;
+        a->phase = PH_START;
+        m_exec(m, id, false);
+    } else {
+        m_exec(m, id, true);
+    }
+    if (a->phase == PH_PARK)
+        a->scope = DL_NONE;
+}
+
+/* The driver yields once: everything queued before it runs one step. */
+static void m_step(struct model *m)
+{
+    int id;
+
+    rq_push(m, DRIVER);
+    while ((id = rq_pop(m)) != DRIVER)
+        m_run(m, id);
+}
+
+/* ---- 3. the real side --------------------------------------------------- */
+
+struct ract {
+    ferry_task           *t;          /* handle, joined at teardown */
+    struct ferry__waiter *parkw;      /* its park waiter while idle */
+    struct ferry__waiter *fnw;        /* its flight fn waiter while in fn */
+    ferry_scope          *scope;      /* command scope while running one */
+    struct cmd            cmd;        /* command given */
+    int                   fn_val;     /* flight result to write */
+    int                   done_n, last_rc, last_val;
+    /* What it believes it holds, from its own return codes. */
+    bool                  holds_l;
+    bool                  holds_kl[NKEYS];
+    uint64_t              sem_held;
+    uint64_t              sem_cur;    /* permits requested by the running sem_acquire */
+    bool                  in_sem;
+    bool                  ended;
+};
+
+struct seq;
+
+/* Everything of one sequence. */
+struct seq {
+    ferry_loop    *loop;
+    struct config  cfg;
+    struct model   m;
+    struct ract    r[MAXA];
+    int            na;
+    /* the real primitives */
+    ferry_lock     lock;
+    ferry_sem      sem;
+    ferry_event    ev;
+    ferry_cond     cond;
+    ferry_queue    q;
+    ferry_flight   fl;
+    ferry_keylock  kl;
+    /* real-side accounting for invariants */
+    uint64_t       sem_extra;        /* successful releases beyond what the releaser held */
+    int            inserted[MAXITEMS];
+    int            ninserted;        /* values inserted, in insertion order */
+    int            got[MAXITEMS];
+    int            ngot;
+    int            dropped;          /* items dropped by an immediate shutdown */
+    int            in_fn[NKEYS];     /* actors inside the flight fn of a key */
+    int            put_counter, fin_counter;
+    /* reporting */
+    FILE          *trace;
+    model_report  *rep;
+    int            opi;
+    bool           failed;
+};
+
+static struct seq *cur;   /* the sequence the actors belong to */
+
+/* Outcome histogram: (command, return code) -> count, for model_hist_print(). */
+static unsigned long hist[C_NCOP][160];
+
+static void model_hist_add(int op, int rc)
+{
+    int i = rc < 0 ? -rc : 150 + (rc > 9 ? 9 : rc);
+    if (i >= 160)
+        i = 159;
+    hist[op][i]++;
+}
+
+void model_hist_print(FILE *out)
+{
+    int op, i;
+
+    for (op = 0; op < C_NCOP; op++) {
+        fprintf(out, "%-16s", cop_names[op]);
+        for (i = 0; i < 160; i++)
+            if (hist[op][i])
+                fprintf(out, " %s%d:%lu", i >= 150 ? "+" : "-", i >= 150 ? i - 150 : i, hist[op][i]);
+        fprintf(out, "\n");
+    }
+}
+
+static void failf(struct seq *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void failf(struct seq *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (s->failed)
+        return;
+    s->failed = true;
+    s->rep->failed = 1;
+    s->rep->op_index = s->opi;
+    va_start(ap, fmt);
+    vsnprintf(s->rep->msg, sizeof s->rep->msg, fmt, ap);
+    va_end(ap);
+    if (s->trace)
+        fprintf(s->trace, "FAIL at op %d: %s\n", s->opi, s->rep->msg);
+}
+
+static int r_id(struct seq *s, const ferry_task *t)
+{
+    int i;
+
+    for (i = 0; i < s->na; i++)
+        if (s->r[i].t == t)
+            return i;
+    return -2;
+}
+
+static int qcmp(const void *a, const void *b, void *arg)
+{
+    (void)arg;
+    return prio_of(*(const int *)a) - prio_of(*(const int *)b);
+}
+
+static int fl_fn(void *arg, void *out, size_t size)
+{
+    struct ract *a = arg;
+    struct ferry__waiter w;
+    int k = a->cmd.arg % NKEYS, rc;
+
+    (void)size;
+    ferry__waiter_init(&w, ferry_task_current(), "flight fn", a);
+    a->fnw = &w;
+    if (++cur->in_fn[k] > 1)
+        failf(cur, "singleflight: %d calls in flight for key %d", cur->in_fn[k], k);
+    rc = ferry__wait(NULL, &w, FERRY_NEVER);
+    cur->in_fn[k]--;
+    a->fnw = NULL;
+    if (w.state == FERRY__W_GRANTED) {
+        if (w.result >= 0)
+            *(int *)out = a->fn_val;
+        return w.result;
+    }
+    return rc;
+}
+
+/* Run the actor's command on the real primitives. */
+static int r_exec(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int k, rc, item;
+    uint64_t n = (uint64_t)(c->arg % 3 + 1);
+
+    *val = 0;
+    switch (c->op) {
+    case C_LOCK_ACQ:
+        rc = ferry_lock_acquire(&s->lock);
+        if (rc == 0)
+            a->holds_l = true;
+        return rc;
+    case C_LOCK_REL:
+        rc = ferry_lock_release(&s->lock);
+        if (rc == 0)
+            a->holds_l = false;
+        return rc;
+    case C_LOCK_TRY:
+        rc = ferry_lock_try_acquire(&s->lock);
+        if (rc == 0)
+            a->holds_l = true;
+        return rc;
+    case C_SEM_ACQ:
+        a->in_sem = true;
+        a->sem_cur = n;
+        rc = ferry_sem_acquire_n(&s->sem, n);
+        a->in_sem = false;
+        if (rc == 0)
+            a->sem_held += n;
+        return rc;
+    case C_SEM_REL:
+        rc = ferry_sem_release_n(&s->sem, n);
+        if (rc == 0) {
+            uint64_t mine = n < a->sem_held ? n : a->sem_held;
+            a->sem_held -= mine;
+            s->sem_extra += n - mine;
+        }
+        return rc;
+    case C_SEM_TRY:
+        rc = ferry_sem_try_acquire_n(&s->sem, n);
+        if (rc == 0)
+            a->sem_held += n;
+        return rc;
+    case C_EV_WAIT:
+        return ferry_event_wait(&s->ev);
+    case C_EV_SET:
+        return ferry_event_set(&s->ev);
+    case C_EV_CLEAR:
+        return ferry_event_clear(&s->ev);
+    case C_COND_WAIT: {
+        /* The lock is not ours while we wait; held again on every return
+         * but -EOWNERDEAD (and -EPERM: it was not held). */
+        bool had = a->holds_l;
+        a->holds_l = false;
+        rc = ferry_cond_wait(&s->cond);
+        a->holds_l = had && rc != -EOWNERDEAD;
+        return rc;
+    }
+    case C_COND_NOTIFY:
+        return ferry_cond_notify(&s->cond, (unsigned)(c->arg % 3));
+    case C_COND_NOTIFY_ALL:
+        return ferry_cond_notify_all(&s->cond);
+    case C_Q_PUT:
+    case C_Q_TRYPUT:
+        item = c->val;
+        rc = c->op == C_Q_PUT ? ferry_queue_put(&s->q, &item) : ferry_queue_try_put(&s->q, &item);
+        if (rc == 0 && s->ninserted < MAXITEMS)
+            s->inserted[s->ninserted++] = item;
+        return rc;
+    case C_Q_GET:
+    case C_Q_TRYGET:
+        item = -1;
+        rc = c->op == C_Q_GET ? ferry_queue_get(&s->q, &item) : ferry_queue_try_get(&s->q, &item);
+        *val = item;
+        if (rc == 0) {
+            int i;
+            for (i = 0; i < s->ngot; i++)
+                if (s->got[i] == item)
+                    failf(s, "queue: item %d got twice", item);
+            for (i = 0; i < s->ninserted; i++)
+                if (s->inserted[i] == item)
+                    break;
+            if (i == s->ninserted)
+                failf(s, "queue: got item %d that was never inserted", item);
+            if (s->ngot < MAXITEMS)
+                s->got[s->ngot++] = item;
+        }
+        return rc;
+    case C_Q_DONE:
+        return ferry_queue_task_done(&s->q);
+    case C_Q_JOIN:
+        return ferry_queue_join(&s->q);
+    case C_Q_SHUT:
+        if ((c->arg & 1) && s->q.shutdown != 2)
+            s->dropped += (int)ferry_queue_size(&s->q);
+        return ferry_queue_shutdown(&s->q, c->arg & 1);
+    case C_FL_DO:
+        k = c->arg % NKEYS;
+        item = -1;
+        rc = ferry_flight_do(&s->fl, &k, sizeof k, fl_fn, a, &item, sizeof item);
+        *val = item;
+        return rc;
+    case C_KL_ACQ:
+        k = c->arg % NKEYS;
+        rc = ferry_keylock_acquire(&s->kl, &k, sizeof k);
+        if (rc == 0)
+            a->holds_kl[k] = true;
+        return rc;
+    case C_KL_REL:
+        k = c->arg % NKEYS;
+        rc = ferry_keylock_release(&s->kl, &k, sizeof k);
+        if (rc == 0)
+            a->holds_kl[k] = false;
+        return rc;
+    case C_KL_TRY:
+        k = c->arg % NKEYS;
+        rc = ferry_keylock_try_acquire(&s->kl, &k, sizeof k);
+        if (rc == 0)
+            a->holds_kl[k] = true;
+        return rc;
+    default:
+        return 0;
+    }
+}
+
+/* Teardown: give back everything the actor holds. */
+static void r_cleanup(struct seq *s, struct ract *a)
+{
+    int k, rc;
+
+    if (a->holds_l) {
+        rc = ferry_lock_release(&s->lock);
+        if (rc)
+            failf(s, "cleanup: lock_release by its holder returned %d", rc);
+        a->holds_l = false;
+    }
+    for (k = 0; k < NKEYS; k++)
+        if (a->holds_kl[k]) {
+            rc = ferry_keylock_release(&s->kl, &k, sizeof k);
+            if (rc)
+                failf(s, "cleanup: keylock_release(%d) by its holder returned %d", k, rc);
+            a->holds_kl[k] = false;
+        }
+    if (a->sem_held) {
+        /* A bounded semaphore may refuse if others released permits they
+         * never held (sem_extra): then the permits stay counted as held. */
+        rc = ferry_sem_release_n(&s->sem, a->sem_held);
+        if (rc == 0)
+            a->sem_held = 0;
+        else if (!(rc == -EOVERFLOW && s->cfg.sem_bounded && s->sem_extra > 0))
+            failf(s, "cleanup: sem_release(%" PRIu64 ") of held permits returned %d (value %" PRIu64 ")",
+                  a->sem_held, rc, s->sem.value);
+    }
+}
+
+static int actor_main(void *arg)
+{
+    struct ract *a = arg;
+    struct seq *s = cur;
+    ferry_task *self = ferry_task_current();
+
+    for (;;) {
+        struct ferry__waiter w;
+        ferry_scope shield, dl;
+        int rc, val;
+
+        ferry_scope_enter(&shield, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+        ferry__waiter_init(&w, self, "park", a);
+        a->parkw = &w;
+        rc = ferry__wait(NULL, &w, FERRY_NEVER);
+        a->parkw = NULL;
+        ferry_scope_exit(&shield);
+        if (rc != 0)
+            failf(s, "actor %d: park returned %d", r_id(s, self), rc);
+        if (a->cmd.op == C_EXIT) {
+            a->ended = true;
+            return 0;
+        }
+        if (a->cmd.op == C_CLEANUP) {
+            r_cleanup(s, a);
+            a->ended = true;
+            return 0;
+        }
+        if (a->cmd.dl != DL_NONE) {
+            ferry_scope_enter(&dl, a->cmd.dl == DL_FAR ? INT64_MAX - 1 : 1, 0);
+            a->scope = &dl;
+        }
+        rc = r_exec(s, a, &val);
+        if (a->cmd.dl != DL_NONE) {
+            a->scope = NULL;
+            ferry_scope_exit(&dl);
+        }
+        a->done_n++;
+        a->last_rc = rc;
+        a->last_val = val;
+        model_hist_add(a->cmd.op, rc);
+        if (s->trace)
+            fprintf(s->trace, "    actor %d: %s -> %d%s (val %d)\n", r_id(s, self),
+                    cop_names[a->cmd.op], rc, rc < 0 ? "" : "", val);
+    }
+}
+
+/* ---- 4. the driver ------------------------------------------------------ */
+
+static bool runq_empty(ferry_loop *loop)
+{
+    return ferry__list_empty(&loop->runq) && (!loop->turn || ferry__list_empty(loop->turn));
+}
+
+/* Compare the real run queue with the model's, in order. */
+static void cmp_runq(struct seq *s)
+{
+    struct ferry__link *heads[2] = { s->loop->turn, &s->loop->runq };
+    struct ferry__link *l;
+    int real[64], nreal = 0, i, h;
+
+    for (h = 0; h < 2; h++) {
+        if (!heads[h])
+            continue;
+        ferry__list_foreach(l, heads[h]) {
+            struct ferry__runnable *rn = ferry__container_of(l, struct ferry__runnable, link);
+            if (rn->kind != FERRY__RUN_TASK) {
+                failf(s, "run queue holds a callback");
+                return;
+            }
+            if (nreal < 64)
+                real[nreal++] = r_id(s, ferry__container_of(rn, ferry_task, run));
+        }
+    }
+    if (nreal != s->m.rqn) {
+        failf(s, "run queue: %d ready, model %d", nreal, s->m.rqn);
+        return;
+    }
+    for (i = 0; i < nreal; i++)
+        if (real[i] != s->m.rq[(s->m.rqh + i) % 64]) {
+            failf(s, "run queue position %d: actor %d, model actor %d", i, real[i],
+                  s->m.rq[(s->m.rqh + i) % 64]);
+            return;
+        }
+}
+
+static const char *mstate_name(int st)
+{
+    static const char *const n[] = { "none", "ready", "waiting", "done" };
+    return n[st];
+}
+
+/* Compare everything observable with the model. */
+static void compare(struct seq *s)
+{
+    struct model *m = &s->m;
+    int i, k;
+
+    for (i = 0; i < s->na; i++) {
+        struct ract *a = &s->r[i];
+        struct mact *ma = &m->a[i];
+        int rs = ferry_task_state(a->t), want;
+
+        if (a->done_n != ma->done_n) {
+            failf(s, "actor %d (%s): %d commands completed, model %d (real last %d, model last %d)",
+                  i, cop_names[a->cmd.op], a->done_n, ma->done_n, a->last_rc, ma->last_rc);
+            return;
+        }
+        if (a->done_n && (a->last_rc != ma->last_rc || a->last_val != ma->last_val)) {
+            failf(s, "actor %d: %s returned %d (val %d), model %d (val %d)", i,
+                  cop_names[a->cmd.op], a->last_rc, a->last_val, ma->last_rc, ma->last_val);
+            return;
+        }
+        want = ma->st == M_READY ? FERRY_TASK_READY :
+               ma->st == M_WAIT ? FERRY_TASK_WAITING : FERRY_TASK_DONE;
+        if (rs != want) {
+            failf(s, "actor %d: task state %d, model %s", i, rs, mstate_name(ma->st));
+            return;
+        }
+    }
+    cmp_runq(s);
+    if ((s->lock.owner ? r_id(s, s->lock.owner) : -1) != m->lk[LK_L].owner)
+        failf(s, "lock owner: actor %d, model %d",
+              s->lock.owner ? r_id(s, s->lock.owner) : -1, m->lk[LK_L].owner);
+    if (s->lock.broken != m->lk[LK_L].broken)
+        failf(s, "lock broken: %d, model %d", s->lock.broken, m->lk[LK_L].broken);
+    if (s->sem.value != m->sem_value || s->sem.pending != m->sem_pending)
+        failf(s, "semaphore: value %" PRIu64 " pending %zu, model %" PRIu64 " %zu",
+              s->sem.value, s->sem.pending, m->sem_value, m->sem_pending);
+    if (s->ev.set != m->ev_set)
+        failf(s, "event: set %d, model %d", s->ev.set, m->ev_set);
+    if (s->cond.pending != m->cond_pending)
+        failf(s, "condition: pending %zu, model %zu", s->cond.pending, m->cond_pending);
+    if (s->q.count != (size_t)m->qn || s->q.res_get != m->q_res_get ||
+        s->q.res_put != m->q_res_put || s->q.unfinished != m->q_unfinished ||
+        s->q.pending != m->q_pending || s->q.shutdown != m->q_shutdown)
+        failf(s, "queue: count %zu res_get %zu res_put %zu unfinished %zu pending %zu shutdown %d; "
+              "model %d %zu %zu %zu %zu %d", s->q.count, s->q.res_get, s->q.res_put,
+              s->q.unfinished, s->q.pending, s->q.shutdown, m->qn, m->q_res_get,
+              m->q_res_put, m->q_unfinished, m->q_pending, m->q_shutdown);
+    {
+        size_t nfl = 0, nkl = 0;
+        for (k = 0; k < NKEYS; k++) {
+            nfl += m->fl_active[k];
+            nkl += m->kl_exists[k];
+        }
+        if (ferry_flight_count(&s->fl) != nfl)
+            failf(s, "flight: %zu calls in flight, model %zu", ferry_flight_count(&s->fl), nfl);
+        if (ferry_keylock_count(&s->kl) != nkl)
+            failf(s, "keylock: %zu keys, model %zu", ferry_keylock_count(&s->kl), nkl);
+        for (k = 0; k < NKEYS; k++) {
+            bool locked = ferry_keylock_locked(&s->kl, &k, sizeof k);
+            bool mlocked = m->kl_exists[k] &&
+                           (m->lk[LK_KL0 + k].owner >= 0 || m->lk[LK_KL0 + k].broken);
+            if (locked != mlocked)
+                failf(s, "keylock key %d: locked %d, model %d", k, locked, mlocked);
+        }
+    }
+}
+
+/* Invariants of the real objects, independent of the model. */
+static void invariants(struct seq *s)
+{
+    uint64_t held = 0, granted = 0;
+    int i, k, holders = 0, kholders[NKEYS] = {0};
+
+    for (i = 0; i < s->na; i++) {
+        struct ract *a = &s->r[i];
+        held += a->sem_held;
+        if (a->in_sem && a->t->waiter && a->t->waiter->state == FERRY__W_GRANTED)
+            granted += a->sem_cur;
+        if (a->holds_l && !a->ended) {
+            holders++;
+            if (s->lock.owner != a->t)
+                failf(s, "lock: actor %d holds it (acquire returned 0) but the owner is actor %d",
+                      i, r_id(s, s->lock.owner));
+        }
+        for (k = 0; k < NKEYS; k++)
+            if (a->holds_kl[k] && !a->ended)
+                kholders[k]++;
+    }
+    if (holders > 1)
+        failf(s, "lock: %d holders", holders);
+    for (k = 0; k < NKEYS; k++)
+        if (kholders[k] > 1)
+            failf(s, "keylock key %d: %d holders", k, kholders[k]);
+    /* Permits conserved: available + held + granted-not-yet-run = initial + extra. */
+    if (s->sem.value + held + granted != s->cfg.sem_v0 + s->sem_extra)
+        failf(s, "semaphore: value %" PRIu64 " + held %" PRIu64 " + granted %" PRIu64
+              " != initial %" PRIu64 " + extra releases %" PRIu64,
+              s->sem.value, held, granted, s->cfg.sem_v0, s->sem_extra);
+    if (s->cfg.sem_bounded && s->sem.value > s->cfg.sem_v0)
+        failf(s, "bounded semaphore: value %" PRIu64 " above its bound %" PRIu64,
+              s->sem.value, s->cfg.sem_v0);
+    /* Items conserved. */
+    if ((int)s->q.count != s->ninserted - s->ngot - s->dropped)
+        failf(s, "queue: %zu stored, but %d inserted - %d got - %d dropped", s->q.count,
+              s->ninserted, s->ngot, s->dropped);
+    if (s->cfg.qcap && s->q.count + s->q.res_put > s->cfg.qcap)
+        failf(s, "queue: %zu stored + %zu promised slots above capacity %zu", s->q.count,
+              s->q.res_put, s->cfg.qcap);
+    /* FIFO: gets return items in insertion order (until an immediate
+     * shutdown drops some). */
+    if (s->cfg.qkind == FERRY_QUEUE_FIFO && s->dropped == 0)
+        for (i = 0; i < s->ngot; i++)
+            if (s->got[i] != s->inserted[i]) {
+                failf(s, "FIFO queue: get #%d returned %d, inserted #%d was %d", i, s->got[i],
+                      i, s->inserted[i]);
+                break;
+            }
+}
+
+static bool waitq_has_waiting(struct ferry__waitq *q)
+{
+    struct ferry__link *l;
+
+    ferry__list_foreach(l, &q->head) {
+        struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+        if (w->state == FERRY__W_WAITING)
+            return true;
+    }
+    return false;
+}
+
+static const struct ferry__waiter *waitq_first(struct ferry__waitq *q)
+{
+    struct ferry__link *l;
+
+    ferry__list_foreach(l, &q->head) {
+        const struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+        if (w->state == FERRY__W_WAITING)
+            return w;
+    }
+    return NULL;
+}
+
+/* Nothing can run: no waiter may be blocked whose wake condition holds. */
+static void quiescent(struct seq *s)
+{
+    const struct ferry__waiter *w;
+    size_t avail = s->q.count - s->q.res_get;
+    int i, k;
+
+    if (!s->lock.owner && !s->lock.broken && waitq_has_waiting(&s->lock.waiters))
+        failf(s, "quiescent: the lock is free but tasks wait for it");
+    if ((w = waitq_first(&s->sem.waiters)) && w->n <= s->sem.value)
+        failf(s, "quiescent: the first semaphore waiter wants %" PRIu64 ", %" PRIu64 " available",
+              w->n, s->sem.value);
+    if (s->ev.set && waitq_has_waiting(&s->ev.waiters))
+        failf(s, "quiescent: the event is set but tasks wait for it");
+    if (avail > 0 && waitq_has_waiting(&s->q.getters))
+        failf(s, "quiescent: %zu items available but getters wait", avail);
+    if (s->q.shutdown && (waitq_has_waiting(&s->q.getters) || waitq_has_waiting(&s->q.putters)))
+        failf(s, "quiescent: the queue is shut down but tasks wait in put/get");
+    if ((s->cfg.qcap == 0 || s->q.count + s->q.res_put < s->cfg.qcap) &&
+        waitq_has_waiting(&s->q.putters))
+        failf(s, "quiescent: the queue has room but putters wait");
+    if (s->q.unfinished == 0 && waitq_has_waiting(&s->q.joiners))
+        failf(s, "quiescent: every item is done but joiners wait");
+    if (s->q.pending || s->sem.pending || s->cond.pending)
+        failf(s, "quiescent: woken waiters not accounted for (queue %zu, sem %zu, cond %zu)",
+              s->q.pending, s->sem.pending, s->cond.pending);
+    for (k = 0; k < NKEYS; k++) {
+        /* A call with waiters has a leader parked inside fn. */
+        bool waiters = false, leader_in_fn = false;
+        for (i = 0; i < s->na; i++) {
+            struct ract *a = &s->r[i];
+            if (a->ended || a->cmd.op != C_FL_DO || a->cmd.arg % NKEYS != k || !a->t->waiter)
+                continue;
+            if (a->fnw && a->fnw->state == FERRY__W_WAITING)
+                leader_in_fn = true;
+            else if (a->t->waiter->state == FERRY__W_WAITING && !a->parkw)
+                waiters = true;
+        }
+        if (waiters && !leader_in_fn)
+            failf(s, "quiescent: tasks wait for singleflight key %d but no call runs", k);
+    }
+}
+
+/* Yield once on both sides and compare. */
+static void step(struct seq *s)
+{
+    ferry_yield();
+    m_step(&s->m);
+    compare(s);
+    invariants(s);
+}
+
+static void quiesce(struct seq *s)
+{
+    int n = 0;
+
+    while (!s->failed && (!runq_empty(s->loop) || s->m.rqn)) {
+        if (++n > 10000) {
+            failf(s, "no quiescence after 10000 rounds (livelock)");
+            return;
+        }
+        step(s);
+    }
+    if (!s->failed)
+        quiescent(s);
+}
+
+/* Pick the n-th actor (mod count) among those matching `pred`. */
+static int pick(struct seq *s, int sel, bool (*pred)(struct seq *, int))
+{
+    int ids[MAXA], n = 0, i;
+
+    for (i = 0; i < s->na; i++)
+        if (pred(s, i))
+            ids[n++] = i;
+    return n ? ids[sel % n] : -1;
+}
+
+static bool p_live(struct seq *s, int i)
+{
+    return s->m.a[i].st != M_DONE;
+}
+
+/* Woken (granted, cancelled, timed out, given a command) and not run yet. */
+static bool p_ready(struct seq *s, int i)
+{
+    return s->m.a[i].st == M_READY;
+}
+
+/* Live and not idle: waiting in a primitive, or woken and not run yet. */
+static bool p_busy(struct seq *s, int i)
+{
+    return s->m.a[i].st != M_DONE && !(s->m.a[i].st == M_WAIT && s->m.a[i].phase == PH_PARK);
+}
+
+static bool p_idle(struct seq *s, int i)
+{
+    return s->m.a[i].st == M_WAIT && s->m.a[i].phase == PH_PARK;
+}
+
+static bool p_idle_fresh(struct seq *s, int i)
+{
+    return p_idle(s, i) && !s->m.a[i].cancelled;
+}
+
+static bool p_far(struct seq *s, int i)
+{
+    return s->m.a[i].st != M_DONE && s->m.a[i].scope == DL_FAR && s->m.a[i].phase != PH_PARK;
+}
+
+/*
+ * Steer a command towards ones that do something in the actor's state (the
+ * model's): a condition command or a release without holding the lock
+ * mostly becomes an acquire, an acquire of a held lock becomes a condition
+ * command or a release.  Deterministic: it reads only the model.
+ */
+static void guide(struct seq *s, int id, struct cmd *c)
+{
+    const struct mact *a = &s->m.a[id];
+    bool holds = s->m.lk[LK_L].owner == id;
+    int k = c->arg % NKEYS;
+    static const int with_lock[] = { C_COND_WAIT, C_COND_WAIT, C_COND_NOTIFY,
+                                     C_COND_NOTIFY_ALL, C_LOCK_REL };
+
+    switch (c->op) {
+    case C_COND_WAIT:
+    case C_COND_NOTIFY:
+    case C_COND_NOTIFY_ALL:
+    case C_LOCK_REL:
+        if (!holds && (c->arg & 0x30) != 0)
+            c->op = C_LOCK_ACQ;
+        break;
+    case C_LOCK_ACQ:
+    case C_LOCK_TRY:
+        if (holds && (c->arg & 0x30) != 0) {
+            c->op = with_lock[(c->arg >> 2) % 5];
+            /* Notify when someone waits, wait when nobody does. */
+            if ((c->arg & 0x40) && (c->op == C_COND_WAIT || c->op == C_COND_NOTIFY))
+                c->op = s->m.wqn[WQ_COND] ? C_COND_NOTIFY : C_COND_WAIT;
+            if (c->op == C_COND_NOTIFY && c->arg % 3 == 0)
+                c->arg++;
+        }
+        break;
+    case C_KL_REL:
+        if (!(s->m.lk[LK_KL0 + k].owner == id) && (c->arg & 0x30) != 0)
+            c->op = C_KL_ACQ;
+        break;
+    case C_KL_ACQ:
+        if (s->m.lk[LK_KL0 + k].owner == id && (c->arg & 0x30) != 0)
+            c->op = C_KL_REL;
+        break;
+    case C_SEM_REL:
+        if (a->sem_held == 0 && (c->arg & 0x30) != 0)
+            c->op = C_SEM_ACQ;
+        break;
+    case C_Q_SHUT:
+        /* Shutting down ends the queue's story: keep it rare. */
+        if ((c->arg & 0xf0) != 0)
+            c->op = C_Q_PUT;
+        break;
+    case C_EXIT:
+        /* Ending while holding the lock breaks it for good: keep it rare. */
+        if ((holds || a->nheld) && (c->arg & 0xf0) != 0)
+            c->op = holds ? C_LOCK_REL : C_KL_REL;
+        if (c->op == C_KL_REL)
+            c->arg = a->held[0] - LK_KL0;
+        break;
+    default:
+        break;
+    }
+}
+
+static void spawn(struct seq *s)
+{
+    struct ract *a;
+    int rc, id;
+
+    if (s->na >= MAXA)
+        return;
+    id = s->na;
+    a = &s->r[id];
+    memset(a, 0, sizeof *a);
+    rc = ferry_task_spawn(&a->t, s->loop, actor_main, a, &(ferry_task_opts){ .name = "actor" });
+    if (rc) {
+        failf(s, "spawn: %d", rc);
+        return;
+    }
+    s->na++;
+    memset(&s->m.a[id], 0, sizeof s->m.a[id]);
+    s->m.na++;
+    m_ready(&s->m, id);
+}
+
+static void give(struct seq *s, int id, const struct cmd *c)
+{
+    struct ract *a = &s->r[id];
+
+    a->cmd = *c;
+    s->m.a[id].cmd = *c;
+    if (!a->parkw || !ferry__grant(a->parkw, 0)) {
+        failf(s, "actor %d is not parked (model says idle)", id);
+        return;
+    }
+    if (!m_grant(&s->m, id, 0))
+        failf(s, "model: actor %d not idle", id);
+}
+
+static void expire(struct seq *s, int id)
+{
+    ferry_task *t = s->r[id].t;
+
+    if (!s->r[id].scope) {
+        failf(s, "actor %d has no command scope (model says it does)", id);
+        return;
+    }
+    s->r[id].scope->deadline = 1;
+    /* What the loop's timer poll does once the deadline has passed. */
+    if (t->timer.linked) {
+        ferry__heap_remove(&s->loop->timers, &t->timer);
+        t->timer.fire(&t->timer);
+    }
+    m_expire(&s->m, id);
+}
+
+static void fl_finish(struct seq *s, int k, bool ok)
+{
+    int id = s->m.fl_leader[k], st, val;
+    struct mact *ma;
+
+    if (!s->m.fl_active[k] || id < 0)
+        return;
+    ma = &s->m.a[id];
+    if (ma->phase != PH_FN || ma->st != M_WAIT || ma->wstate != WS_WAITING)
+        return;
+    s->fin_counter++;
+    st = ok ? s->fin_counter % 4 : -EIO;
+    val = 1000 + s->fin_counter;
+    if (!s->r[id].fnw) {
+        failf(s, "flight key %d: leader actor %d is not in fn (model says it is)", k, id);
+        return;
+    }
+    s->r[id].fn_val = val;
+    if (!ferry__grant(s->r[id].fnw, st)) {
+        failf(s, "flight key %d: fn waiter of actor %d not waiting", k, id);
+        return;
+    }
+    ma->wval = val;
+    m_grant(&s->m, id, st);
+}
+
+static void trace_op(struct seq *s, const struct op *o, int id)
+{
+    static const char *const dn[] = { "spawn", "cancel", "expire", "step", "quiesce",
+                                      "flight_finish", "cmd" };
+    if (!s->trace)
+        return;
+    fprintf(s->trace, "op %3d: %s", s->opi, dn[o->kind]);
+    if (o->kind == D_CMD)
+        fprintf(s->trace, " actor %d %s arg %d%s%s", id, cop_names[o->c.op], o->c.arg,
+                o->c.dl == DL_FAR ? " [deadline]" : o->c.dl == DL_PAST ? " [deadline passed]" : "",
+                o->c.op == C_Q_PUT || o->c.op == C_Q_TRYPUT ? "" : "");
+    else if (o->kind == D_CANCEL || o->kind == D_EXPIRE)
+        fprintf(s->trace, " actor %d", id);
+    else if (o->kind == D_FL_FINISH)
+        fprintf(s->trace, " key %d %s", o->arg % NKEYS, o->arg2 & 1 ? "ok" : "fail");
+    else if (o->kind == D_STEP)
+        fprintf(s->trace, " x%d", o->arg % 3 + 1);
+    fprintf(s->trace, "\n");
+}
+
+static void run_op(struct seq *s, const struct op *o)
+{
+    int id = -1, i;
+    struct cmd c;
+
+    switch (o->kind) {
+    case D_SPAWN:
+        trace_op(s, o, -1);
+        {
+            int live = 0;
+            for (i = 0; i < s->na; i++)
+                live += p_live(s, i);
+            if (live < MAXLIVE)
+                spawn(s);
+        }
+        break;
+    case D_CANCEL:
+        /* Mostly a task inside a command: cancelling idle ones only
+         * makes every later command of theirs fail at once. */
+        if ((o->actor & 0xc0) == 0 && (id = pick(s, o->actor, p_ready)) >= 0)
+            ;   /* woken but not run yet: the window primitives get wrong */
+        else
+            id = (o->actor & 0x80) ? pick(s, o->actor, p_live) : pick(s, o->actor, p_busy);
+        if (id < 0)
+            break;
+        trace_op(s, o, id);
+        if (id >= 0) {
+            ferry_task_cancel(s->r[id].t);
+            m_cancel(&s->m, id);
+        }
+        break;
+    case D_EXPIRE:
+        id = pick(s, o->actor, p_far);
+        if (id < 0)
+            break;
+        trace_op(s, o, id);
+        expire(s, id);
+        break;
+    case D_STEP:
+        trace_op(s, o, -1);
+        for (i = 0; i <= o->arg % 3 && !s->failed; i++)
+            step(s);
+        break;
+    case D_QUIESCE:
+        trace_op(s, o, -1);
+        quiesce(s);
+        break;
+    case D_FL_FINISH:
+        trace_op(s, o, -1);
+        fl_finish(s, o->arg % NKEYS, o->arg2 & 1);
+        break;
+    case D_CMD:
+        /* Cancellation is level-triggered, so a cancelled actor can only
+         * fail from now on: mostly retire it and bring in a fresh one. */
+        id = pick(s, o->actor, (o->actor & 0x80) ? p_idle : p_idle_fresh);
+        if (id < 0)
+            id = pick(s, o->actor, p_idle);
+        if (id < 0)
+            break;
+        c = o->c;
+        if (s->m.a[id].cancelled && (o->actor & 0x60) != 0) {
+            c.op = C_CLEANUP;
+            trace_op(s, &(struct op){ .kind = D_CMD, .c = c }, id);
+            give(s, id, &c);
+            if (s->na < MAXA)
+                spawn(s);
+            break;
+        }
+        guide(s, id, &c);
+        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT)
+            c.val = ++s->put_counter;
+        trace_op(s, o, id);
+        give(s, id, &c);
+        break;
+    }
+    if (!s->failed)
+        compare(s);
+    if (!s->failed)
+        invariants(s);
+}
+
+/* End the sequence: cancel every actor, let each give back what it holds
+ * and end; destroy every primitive (which must not be busy). */
+static void teardown(struct seq *s)
+{
+    int i, round, rc;
+    struct cmd c = { .op = C_CLEANUP };
+
+    s->opi = -1;
+    for (i = 0; i < s->na; i++)
+        if (!s->r[i].ended)
+            ferry_task_cancel(s->r[i].t);
+    for (round = 0; round < 50; round++) {
+        bool live = false;
+        while (!runq_empty(s->loop))
+            ferry_yield();
+        for (i = 0; i < s->na; i++) {
+            struct ract *a = &s->r[i];
+            if (ferry_task_state(a->t) == FERRY_TASK_DONE)
+                continue;
+            live = true;
+            if (a->parkw) {
+                a->cmd = c;
+                ferry__grant(a->parkw, 0);
+            }
+        }
+        if (!live)
+            break;
+    }
+    for (i = 0; i < s->na; i++) {
+        int st;
+        if (ferry_task_try_join(s->r[i].t, &st) != 0) {
+            struct ract *a = &s->r[i];
+            failf(s, "teardown: actor %d never ended (%s, waits on %s)", i,
+                  cop_names[a->cmd.op],
+                  a->t->waiter && a->t->waiter->what ? a->t->waiter->what : "?");
+            return;   /* cannot free its primitives safely */
+        }
+    }
+    {
+        uint64_t held = 0;
+        for (i = 0; i < s->na; i++)
+            held += s->r[i].sem_held;   /* permits of actors that exited holding them */
+        if (s->sem.value + held != s->cfg.sem_v0 + s->sem_extra)
+            failf(s, "teardown: semaphore value %" PRIu64 " + still held %" PRIu64
+                  " != initial + extra %" PRIu64, s->sem.value, held, s->cfg.sem_v0 + s->sem_extra);
+    }
+    if ((rc = ferry_cond_destroy(&s->cond)))
+        failf(s, "teardown: cond_destroy %d", rc);
+    if ((rc = ferry_lock_destroy(&s->lock)))
+        failf(s, "teardown: lock_destroy %d", rc);
+    if ((rc = ferry_sem_destroy(&s->sem)))
+        failf(s, "teardown: sem_destroy %d", rc);
+    if ((rc = ferry_event_destroy(&s->ev)))
+        failf(s, "teardown: event_destroy %d", rc);
+    if ((int)s->q.count != s->ninserted - s->ngot - s->dropped)
+        failf(s, "teardown: queue holds %zu, expected %d", s->q.count,
+              s->ninserted - s->ngot - s->dropped);
+    if ((rc = ferry_queue_destroy(&s->q)))
+        failf(s, "teardown: queue_destroy %d", rc);
+    if ((rc = ferry_flight_destroy(&s->fl)))
+        failf(s, "teardown: flight_destroy %d (%zu calls)", rc, ferry_flight_count(&s->fl));
+    if ((rc = ferry_keylock_destroy(&s->kl)))
+        failf(s, "teardown: keylock_destroy %d", rc);
+}
+
+struct drive_arg {
+    struct seq    *s;
+    const uint8_t *bytes;
+    size_t         len;
+};
+
+static int driver_main(void *arg)
+{
+    struct drive_arg *d = arg;
+    struct seq *s = d->s;
+    size_t pos = MODEL_HDR_BYTES;
+    struct op o;
+
+    spawn(s);
+    spawn(s);
+    for (s->opi = 0; !s->failed && s->opi < MODEL_MAX_OPS &&
+                     pos + MODEL_OP_BYTES <= d->len; s->opi++, pos += MODEL_OP_BYTES) {
+        decode_op(d->bytes + pos, &o);
+        run_op(s, &o);
+        s->rep->ops_run++;
+    }
+    if (!s->failed)
+        quiesce(s);
+    if (!s->failed)
+        teardown(s);
+    else
+        teardown(s);   /* best effort, so the loop can go on */
+    return 0;
+}
+
+int model_loop_new(ferry_loop **out)
+{
+    ferry_loop_opts o = { .stack_size = 32 * 1024, .stack_cache = 64 };
+
+    return ferry_loop_new(out, &o);
+}
+
+int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
+                      FILE *trace, model_report *rep)
+{
+    static struct seq s;   /* large; one sequence at a time per process */
+    struct drive_arg d = { &s, bytes, len };
+    ferry_task *drv;
+    int rc, st;
+
+    memset(rep, 0, sizeof *rep);
+    memset(&s, 0, sizeof s);
+    s.loop = loop;
+    s.trace = trace;
+    s.rep = rep;
+    s.opi = -1;
+    if (len >= MODEL_HDR_BYTES) {
+        s.cfg.sem_bounded = (bytes[0] >> 2) & 1;
+        s.cfg.sem_v0 = s.cfg.sem_bounded ? 1 + bytes[0] % 3 : bytes[0] % 4;
+        s.cfg.qkind = bytes[1] % 3;
+        s.cfg.qcap = (bytes[1] >> 2) % 4;
+    }
+    s.m.cfg = s.cfg;
+    s.m.sem_value = s.cfg.sem_v0;
+    for (int i = 0; i < NLOCKS; i++)
+        s.m.lk[i].owner = -1;
+    for (int k = 0; k < NKEYS; k++)
+        s.m.fl_leader[k] = -1;
+    ferry_lock_init(&s.lock);
+    ferry_sem_init(&s.sem, s.cfg.sem_v0, s.cfg.sem_bounded ? FERRY_SEM_BOUNDED : 0);
+    ferry_event_init(&s.ev);
+    ferry_cond_init(&s.cond, &s.lock);
+    ferry_queue_init(&s.q, sizeof(int), s.cfg.qcap, (enum ferry_queue_kind)s.cfg.qkind,
+                     s.cfg.qkind == FERRY_QUEUE_PRIORITY ? qcmp : NULL, NULL);
+    ferry_flight_init(&s.fl);
+    ferry_keylock_init(&s.kl);
+    if (trace)
+        fprintf(trace, "sequence: semaphore %" PRIu64 "%s, queue %s capacity %zu\n",
+                s.cfg.sem_v0, s.cfg.sem_bounded ? " bounded" : "",
+                s.cfg.qkind == 0 ? "fifo" : s.cfg.qkind == 1 ? "lifo" : "priority", s.cfg.qcap);
+    cur = &s;
+    rc = ferry_task_spawn(&drv, loop, driver_main, &d, &(ferry_task_opts){ .name = "driver" });
+    if (rc) {
+        failf(&s, "spawn driver: %d", rc);
+        return 1;
+    }
+    while (ferry_task_try_join(drv, &st) == -EAGAIN)
+        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    cur = NULL;
+    return rep->failed ? 1 : 0;
+}
+
+/* ---- seeds ---------------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t model_seq_seed(uint64_t run_seed, uint64_t i)
+{
+    uint64_t x = run_seed ^ (i * 0xd1b54a32d192ed03ull);
+    return splitmix(&x);
+}
+
+size_t model_seed_bytes(uint64_t seed, uint8_t *buf, size_t cap)
+{
+    uint64_t x = seed;
+    size_t nops = 1 + splitmix(&x) % MODEL_MAX_OPS, n = MODEL_HDR_BYTES + nops * MODEL_OP_BYTES, i;
+
+    if (n > cap)
+        n = cap;
+    for (i = 0; i < n; i += 8) {
+        uint64_t r = splitmix(&x);
+        size_t j;
+        for (j = 0; j < 8 && i + j < n; j++)
+            buf[i + j] = (uint8_t)(r >> (8 * j));
+    }
+    return n;
+}
