@@ -539,7 +539,7 @@ static int chaos_main(void *arg)
 
 T(cancellation_at_every_point_keeps_exact_accounting)
 {
-    for (int seed = 1; seed <= 60; seed++) {
+    for (int seed = 1; seed <= 300; seed++) {
         memset(g_put_ok, 0, sizeof g_put_ok);
         memset(g_seen, 0, sizeof g_seen);
         g_dups = g_bogus = 0;

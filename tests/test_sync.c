@@ -815,7 +815,7 @@ static int chaos_sem_main(void *arg)
 
 T(sem, permits_conserved_under_random_cancellation)
 {
-    for (int seed = 1; seed <= 20; seed++) {
+    for (int seed = 1; seed <= 200; seed++) {
         ferry_sem_init(&g_sem, 7, 0);
         g_held = 0;
         g_counter = 0;
