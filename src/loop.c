@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "loop_int.h"
@@ -40,14 +41,49 @@ ferry_loop *ferry_loop_current(void)
 
 bool ferry_loop_is_current(const ferry_loop *loop)
 {
-    return loop && loop->owner == &tls_token;
+    return loop && loop->owner == &tls_token && !ferry__loop_forked(loop);
 }
 
 int ferry__loop_check(const ferry_loop *loop)
 {
     if (!loop)
         return -EINVAL;
-    return loop->owner == &tls_token ? 0 : -EPERM;
+    /* In a forked child the thread token has the same address, so the fork
+     * mark tells the copy from the original (docs/fork.md). */
+    return loop->owner == &tls_token && !ferry__loop_forked(loop) ? 0 : -EPERM;
+}
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#endif
+
+/* Map the loop's fork mark (struct ferry_loop).  Optional: without it
+ * (kernel before 4.14, or no memory) a forked child is not detected. */
+static void fork_mark_setup(ferry_loop *loop)
+{
+    size_t pg = ferry__page_size();
+    unsigned char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (p == MAP_FAILED)
+        return;
+    if (madvise(p, pg, MADV_WIPEONFORK) != 0) {
+        munmap(p, pg);
+        return;
+    }
+    p[0] = 1;
+    loop->fork_mark = p;
+}
+
+bool ferry__loop_is_fork_copy(const ferry_loop *loop)
+{
+    return loop && ferry__loop_forked(loop);
+}
+
+static void fork_mark_teardown(ferry_loop *loop)
+{
+    if (loop->fork_mark)
+        munmap((void *)(uintptr_t)loop->fork_mark, ferry__page_size());
+    loop->fork_mark = NULL;
 }
 
 struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop)
@@ -491,6 +527,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (!loop)
         return -ENOMEM;
     loop->owner = &tls_token;
+    fork_mark_setup(loop);
     loop->stack_size = (ssz + 4095) / 4096 * 4096 + 4096;
     loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;
     loop->io_interval = o.io_interval ? o.io_interval : 128;
@@ -541,6 +578,7 @@ err_free_base:
     if (loop->own_base)
         event_base_free(loop->base);
 err_free_loop:
+    fork_mark_teardown(loop);
     ferry__free(loop);
     return -ENOMEM;
 }
@@ -586,5 +624,6 @@ void ferry_loop_free(ferry_loop *loop)
     if (loop->own_base)
         event_base_free(loop->base);
     tls_loop = (prev == loop) ? NULL : prev;
+    fork_mark_teardown(loop);
     ferry__free(loop);
 }

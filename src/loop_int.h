@@ -138,6 +138,11 @@ struct ferry_loop {
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
     bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
     size_t                mprotect_live; /* live mprotect-guarded stacks */
+    /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
+     * child inherits the loop but reads 0 there, and every loop call of the
+     * child returns -EPERM (docs/fork.md).  NULL if the kernel refused
+     * (then a child is not detected). */
+    const volatile unsigned char *fork_mark;
 };
 
 /* Make a task ready to run in the next turn. */
@@ -175,11 +180,22 @@ static inline ferry_loop *ferry__loop_tls(void)
     return ferry__tls_loop;
 }
 
+/* True in a process forked from the one that made `loop`. */
+static inline bool ferry__loop_forked(const ferry_loop *loop)
+{
+    return loop->fork_mark && *loop->fork_mark == 0;
+}
+
+/* Out-of-line ferry__loop_forked() for bridge/: true in a forked child's
+ * copy of `loop` (a post into it could never run).  Thread: any. */
+bool ferry__loop_is_fork_copy(const ferry_loop *loop);
+
 /* The running task of this thread's loop, or NULL. */
 static inline ferry_task *ferry__self(void)
 {
     ferry_loop *loop = ferry__tls_loop;
-    return loop && loop->owner == &ferry__tls_token ? loop->current : NULL;
+    return loop && loop->owner == &ferry__tls_token && !ferry__loop_forked(loop) ?
+           loop->current : NULL;
 }
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);

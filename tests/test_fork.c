@@ -1,0 +1,221 @@
+/* test_fork.c - the fork policy of docs/fork.md: a forked child's use of an
+ * inherited loop fails cleanly (-EPERM), the parent's loop goes on, and
+ * fork+exec / posix_spawn from a task works.
+ *
+ * A child reports through its exit status: 0 if every check held, else the
+ * number (1..100) of the first check that failed.
+ */
+#include <errno.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+
+extern char **environ;
+
+#define T(name) Test(fork, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+
+static void noop_cb(void *arg)
+{
+    (void)arg;
+}
+
+static int noop_task(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static ferry_sem fork_sem;   /* bound to tu_loop before the fork */
+
+/* Every loop-side call the child makes on the inherited loop; returns 0 or
+ * the number of the first check that failed. */
+static int child_checks(ferry_loop *loop)
+{
+    ferry_timer *tm;
+
+    if (ferry_loop_is_current(loop))
+        return 1;
+    if (ferry_loop_run(loop, FERRY_RUN_ONCE) != -EPERM)
+        return 2;
+    if (ferry_call_soon(loop, noop_cb, NULL) != -EPERM)
+        return 3;
+    if (ferry_call_later(loop, 0, noop_cb, NULL, &tm) != -EPERM)
+        return 4;
+    if (ferry_task_spawn(NULL, loop, noop_task, NULL, NULL) != -EPERM)
+        return 5;
+    if (ferry_loop_stop(loop) != -EPERM)
+        return 6;
+    if (ferry_loop_ref(loop) != -EPERM)
+        return 7;
+    if (ferry_sem_try_acquire(&fork_sem) != -EPERM)
+        return 8;
+    if (ferry_sem_release(&fork_sem) != -EPERM)
+        return 9;
+    if (ferry_loop_base(loop) != NULL)
+        return 10;
+    if (ferry_task_current() != NULL)
+        return 11;
+    if (ferry_yield() != -EPERM)
+        return 12;
+    ferry_loop_free(loop);   /* must do nothing, not free the parent's state */
+    if (getenv("FERRY_KNOWN_BUGS") &&
+        ferry_loop_call_soon_threadsafe(loop, noop_cb, NULL) == 0)
+        return 13;           /* accepted a post that can never run */
+    return 0;
+}
+
+static int wait_child(pid_t pid)
+{
+    int st = 0;
+
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return st;
+}
+
+static int ran;
+
+static int count_task(void *arg)
+{
+    (void)arg;
+    ran++;
+    return 0;
+}
+
+static void bind_sem(void)
+{
+    /* Bind the semaphore to the loop, from the loop thread. */
+    ferry_sem_init(&fork_sem, 1, 0);
+    cr_assert_eq(ferry_sem_try_acquire(&fork_sem), 0);
+    cr_assert_eq(ferry_sem_release(&fork_sem), 0);
+}
+
+T(child_use_of_inherited_loop_fails_with_eperm)
+{
+    pid_t pid;
+    int st;
+
+    bind_sem();
+    pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0)
+        _exit(child_checks(tu_loop));
+    st = wait_child(pid);
+    cr_assert(WIFEXITED(st), "child did not exit normally (status %#x)", st);
+    cr_assert_eq(WEXITSTATUS(st), 0, "child check %d failed", WEXITSTATUS(st));
+
+    /* The parent's loop is untouched. */
+    cr_assert(ferry_loop_is_current(tu_loop));
+    cr_assert_eq(ferry_task_spawn(NULL, tu_loop, count_task, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ran, 1);
+    cr_assert_eq(ferry_sem_try_acquire(&fork_sem), 0);
+    cr_assert_eq(ferry_sem_release(&fork_sem), 0);
+    cr_assert_eq(ferry_sem_destroy(&fork_sem), 0);
+}
+
+/* fork() from inside a task: the child runs on the task's stack and must
+ * not reach the parent's scheduler. */
+static int fork_in_task_main(void *arg)
+{
+    int *child_status = arg;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return -errno;
+    if (pid == 0)
+        _exit(child_checks(ferry_loop_current()));
+    *child_status = wait_child(pid);   /* short: the child only checks and exits */
+    return ferry_yield();              /* the parent's task still runs normally */
+}
+
+T(fork_inside_a_task_child_cannot_run_the_loop)
+{
+    int st = -1;
+
+    bind_sem();
+    cr_assert_eq(tu_run(fork_in_task_main, &st), 0);
+    cr_assert(WIFEXITED(st), "child did not exit normally (status %#x)", st);
+    cr_assert_eq(WEXITSTATUS(st), 0, "child check %d failed", WEXITSTATUS(st));
+    cr_assert_eq(ferry_sem_destroy(&fork_sem), 0);
+}
+
+/* waitpid() on a pool thread, so that the loop keeps running. */
+struct reap {
+    pid_t pid;
+    int   status;
+};
+
+static int reap_job(void *arg)
+{
+    struct reap *r = arg;
+
+    while (waitpid(r->pid, &r->status, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
+}
+
+static int ticks;
+
+static int ticker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000 && ferry_sleep(FERRY_MSEC(1)) == 0; i++)
+        ticks++;
+    return 0;
+}
+
+static int spawn_true_main(void *arg)
+{
+    int mode = *(int *)arg, rc;
+    struct reap r = { 0, -1 };
+    char *argv[] = { "true", NULL };
+    ferry_task *tick;
+
+    /* A sibling that must keep running while we wait for the child. */
+    rc = ferry_task_spawn(&tick, NULL, ticker, NULL, NULL);
+    if (rc)
+        return rc;
+    if (mode == 0) {
+        rc = posix_spawn(&r.pid, "/bin/true", NULL, NULL, argv, environ);
+        if (rc)
+            return -rc;
+    } else {
+        r.pid = fork();
+        if (r.pid < 0)
+            return -errno;
+        if (r.pid == 0) {
+            execv("/bin/true", argv);
+            _exit(127);
+        }
+    }
+    rc = ferry_to_thread(NULL, reap_job, &r);
+    ferry_task_cancel(tick);
+    ferry_task_join(tick, NULL);
+    if (rc)
+        return rc;
+    if (!WIFEXITED(r.status))
+        return -1000;
+    return WEXITSTATUS(r.status);
+}
+
+T(posix_spawn_from_a_task_and_reap_on_a_pool_thread)
+{
+    int mode = 0;
+
+    cr_assert_eq(tu_run(spawn_true_main, &mode), 0);
+}
+
+T(fork_exec_from_a_task_and_reap_on_a_pool_thread)
+{
+    int mode = 1;
+
+    cr_assert_eq(tu_run(spawn_true_main, &mode), 0);
+}
