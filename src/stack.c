@@ -27,10 +27,21 @@
 /* Live mprotect-guarded stacks allowed per loop (2 mappings each). */
 #define FERRY__MPROTECT_BUDGET 16384
 
-size_t ferry__page_size(void)
+/* The page size, read once at load time: spawn needs it on every call and
+ * sysconf() costs about 50 instructions. */
+static size_t page_size = 4096;
+
+__attribute__((constructor)) static void page_size_init(void)
 {
     long p = sysconf(_SC_PAGESIZE);
-    return p > 0 ? (size_t)p : 4096;
+
+    if (p > 0)
+        page_size = (size_t)p;
+}
+
+size_t ferry__page_size(void)
+{
+    return page_size;
 }
 
 static int guard_mode_probe(ferry_loop *loop, void *base, size_t pg)
