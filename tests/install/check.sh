@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # check.sh - install ferry into a temporary prefix, then build
-# tests/install/main.c against that install twice: with CMake's
+# tests/install/main.c (and examples/hello.c) against that install twice: with CMake's
 # find_package(ferry) (shared and static targets) and with a pkg-config
 # one-liner (shared, and static with --static), and run every program.
 # Usage: tests/install/check.sh [WORK_DIR]   (default: a temporary one)
@@ -36,8 +36,14 @@ cmake -S "$root/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix"
 cmake --build "$work/consumer" -j"$jobs"
 "$work/consumer/hello_shared"
 "$work/consumer/hello_static"
+if [ -f "$root/examples/hello.c" ]; then
+    "$work/consumer/hello_example"
+fi
 # The shared program must really use the installed library.
-ldd "$work/consumer/hello_shared" | grep -q "$libdir/libferry.so"
+# (ldd's output captured first: grep -q closing the pipe early would make
+# ldd die of SIGPIPE, which pipefail turns into a failure.)
+deps=$(ldd "$work/consumer/hello_shared")
+grep -q "$libdir/libferry.so" <<<"$deps"
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$pcdir
