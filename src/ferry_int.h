@@ -152,6 +152,11 @@ struct ferry__bridge_hooks {
 /* Returns the loop's hooks slot (all NULL until the bridge sets it). */
 struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
 
+/* True if the loop made its event_base; false if it is attached to an
+ * application's base (whose dispatch must not be kept alive by bridge/'s
+ * idle inbox event).  Set once at creation.  Thread: any. */
+bool ferry__loop_owns_base(const ferry_loop *loop);
+
 /* One-time process setup for threads (libevent's pthread locking), done
  * by bridge/ before the first loop makes its event_base.  Thread: any. */
 void ferry__threads_init(void);

@@ -91,6 +91,11 @@ struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop)
     return &loop->bridge;
 }
 
+bool ferry__loop_owns_base(const ferry_loop *loop)
+{
+    return loop->own_base;
+}
+
 /* ---- log --------------------------------------------------------------- */
 
 void ferry_set_log(ferry_log_fn fn, void *ctx)
