@@ -37,7 +37,6 @@
 #include <unistd.h>
 
 #include <event2/event.h>
-#include <event2/event_struct.h>
 
 #ifdef __linux__
 #include <sys/eventfd.h>
@@ -123,6 +122,12 @@ static int wake_locked(struct ferry_inbox *ib)
         return 0;
     }
     ib->wakeups++;
+    if (ib->wfd < 0) {
+        /* Attached base: libevent's own (coalescing) notification. */
+        if (!ib->ev_gone)
+            event_active(ib->ev, EV_READ, 1);
+        return 0;
+    }
     if (ferry__fault_point("eventfd write")) {
         n = -1;
         err = EIO;
@@ -268,7 +273,8 @@ void ferry_inbox_release(struct ferry_inbox *ib)
      * thread posts and no event refers to the descriptors. */
     if (ib->wfd != ib->rfd)
         close(ib->wfd);
-    close(ib->rfd);
+    if (ib->rfd >= 0)
+        close(ib->rfd);
     pthread_cond_destroy(&ib->idle);
     pthread_mutex_destroy(&ib->mu);
     ferry__free(ib->q);
@@ -495,11 +501,11 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     /* Read first: a write that lands after this keeps the fd readable. */
 #ifdef FERRY__HAVE_EVENTFD
-    if (read(fd, &v, sizeof v) < 0)
+    if (fd >= 0 && read(fd, &v, sizeof v) < 0)
         v = 0;
     (void)buf;
 #else
-    while (read(fd, buf, sizeof buf) > 0)
+    while (fd >= 0 && read(fd, buf, sizeof buf) > 0)
         ;
     (void)v;
 #endif
@@ -615,17 +621,24 @@ int ferry__bridge_attach(ferry_loop *loop)
     rc = ferry__cond_init(&ib->idle);
     if (rc)
         goto err_mutex;
-    ib->ev = event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib);
+    /* A loop attached to an application's event_base is woken through
+     * event_active() on an event that is never added: a registered
+     * eventfd would keep the application's event_base_dispatch() running
+     * forever.  A loop with its own base watches the eventfd. */
+    if (!ferry__loop_owns_base(loop)) {
+        if (ib->wfd != ib->rfd)
+            close(ib->wfd);
+        close(ib->rfd);
+        ib->rfd = ib->wfd = -1;
+    }
+    ib->ev = ib->rfd >= 0
+        ? event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib)
+        : event_new(ferry_loop_base(loop), -1, 0, event_cb, ib);
     if (!ib->ev) {
         rc = -ENOMEM;
         goto err_cond;
     }
-    /* Like libevent's own notification event, ours does not count as an
-     * event of the base: it must not keep an application's
-     * event_base_dispatch() on an attached base running forever.  Whether
-     * the loop has work left is the core's call (the `pending` hook). */
-    ib->ev->ev_evcallback.evcb_flags |= EVLIST_INTERNAL;
-    if (event_add(ib->ev, NULL) < 0) {
+    if (ib->rfd >= 0 && event_add(ib->ev, NULL) < 0) {
         rc = -ENOMEM;
         goto err_event;
     }
@@ -644,7 +657,8 @@ err_mutex:
 err_close:
     if (ib->wfd != ib->rfd)
         close(ib->wfd);
-    close(ib->rfd);
+    if (ib->rfd >= 0)
+        close(ib->rfd);
 err_free:
     ferry__free(ib);
     return rc;
