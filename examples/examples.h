@@ -50,6 +50,7 @@ static inline const char *errname(int rc)
     case -EINVAL:       return "-EINVAL";
     case -EOWNERDEAD:   return "-EOWNERDEAD";
     case -EBUSY:        return "-EBUSY";
+    case -EIO:          return "-EIO";
     default:            return "(other error)";
     }
 }
