@@ -1,0 +1,589 @@
+/* stress_bridge.c - threads and tasks over every entry point of the bridge,
+ * counting every item and callback end to end: zero lost, zero duplicated.
+ *
+ * Iteration counts are multiplied by FERRY_STRESS_SCALE (default 1) so the
+ * same tests run, smaller, under TSan and valgrind.  Nothing here asserts a
+ * duration.  No cr_assert inside tasks or callbacks.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+#include "ferry/bridge.h"
+
+static long scaled(long n)
+{
+    const char *s = getenv("FERRY_STRESS_SCALE");
+    double f = s ? atof(s) : 1.0;
+    long r;
+
+    if (f <= 0 || f > 1)
+        f = 1;
+    r = (long)((double)n * f);
+    return r < 1 ? 1 : r;
+}
+
+static pthread_t start_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
+    return t;
+}
+
+/* xorshift, per caller */
+static unsigned rnd(unsigned *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+/* ==== 4 threads x 250,000 posts ======================================== */
+
+#define NPOST 4
+
+static long post_n;
+static long post_next[NPOST];       /* loop thread: next expected sequence */
+static long post_disorder;          /* loop thread */
+static long post_total;             /* loop thread */
+
+struct post_item { int thread; long seq; };
+
+static void post_cb(void *arg)
+{
+    uintptr_t v = (uintptr_t)arg;
+    int t = (int)(v & 3);
+    long seq = (long)(v >> 2);
+    if (seq != post_next[t])
+        post_disorder++;
+    post_next[t] = seq + 1;
+    if (++post_total == NPOST * post_n)
+        ferry_loop_stop(tu_loop);
+}
+
+static void *post_thread(void *arg)
+{
+    uintptr_t t = (uintptr_t)arg;
+    for (long i = 0; i < post_n; i++) {
+        int rc;
+        while ((rc = ferry_loop_call_soon_threadsafe(tu_loop, post_cb,
+                                                     (void *)(((uintptr_t)i << 2) | t))) == -ENOMEM)
+            sched_yield();
+        if (rc)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+Test(stress_bridge, four_threads_post_250k_each_nothing_lost_or_reordered,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 60.)
+{
+    pthread_t t[NPOST];
+    ferry_inbox_stats st;
+    void *bad;
+
+    post_n = scaled(250000);
+    for (uintptr_t i = 0; i < NPOST; i++)
+        t[i] = start_thread(post_thread, (void *)i);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
+    for (int i = 0; i < NPOST; i++) {
+        pthread_join(t[i], &bad);
+        cr_assert_null(bad);
+    }
+    cr_assert_eq(post_total, NPOST * post_n);
+    cr_assert_eq(post_disorder, 0);
+    for (int i = 0; i < NPOST; i++)
+        cr_assert_eq(post_next[i], post_n);
+    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(st.posts, (uint64_t)(NPOST * post_n));
+    cr_assert_eq(st.run, (uint64_t)(NPOST * post_n));
+    cr_assert_lt(st.wakeups, st.posts / 2, "wakeups %llu for %llu posts",
+                 (unsigned long long)st.wakeups, (unsigned long long)st.posts);
+    cr_log_info("4 x %ld posts: %llu eventfd writes, %llu drains, max batch %zu",
+                post_n, (unsigned long long)st.wakeups, (unsigned long long)st.drains,
+                st.max_batch);
+}
+
+/* ==== single-item rounds: a post racing the drain is never stranded ==== */
+
+static pthread_mutex_t pp_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pp_cv = PTHREAD_COND_INITIALIZER;
+static long pp_acked;
+
+static void pp_cb(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&pp_mu);
+    pp_acked++;
+    pthread_cond_signal(&pp_cv);
+    pthread_mutex_unlock(&pp_mu);
+}
+
+static void *pp_thread(void *arg)
+{
+    long rounds = (long)(intptr_t)arg, stranded = 0;
+    for (long i = 0; i < rounds && !stranded; i++) {
+        struct timespec ts;
+        ferry_loop_call_soon_threadsafe(tu_loop, pp_cb, NULL);
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        pthread_mutex_lock(&pp_mu);
+        while (pp_acked <= i)
+            if (pthread_cond_timedwait(&pp_cv, &pp_mu, &ts) == ETIMEDOUT) {
+                stranded++;          /* the loop slept with our post queued */
+                break;
+            }
+        pthread_mutex_unlock(&pp_mu);
+    }
+    ferry_loop_stop_threadsafe(tu_loop);
+    return (void *)(intptr_t)stranded;
+}
+
+Test(stress_bridge, single_item_rounds_never_strand_a_post,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    long rounds = scaled(200000);
+    void *stranded;
+    pthread_t t = start_thread(pp_thread, (void *)(intptr_t)rounds);
+
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
+    pthread_join(t, &stranded);
+    cr_assert_null(stranded);
+    cr_assert_eq(pp_acked, rounds);
+}
+
+/* ==== to_thread cancelled at random moments ============================ */
+
+struct rc_state {
+    ferry_pool  *pool;
+    long         n;
+    atomic_char *ran;       /* per job: fn ran */
+    atomic_char *cleaned;   /* per job: abandon cleanup ran */
+    int         *rc;        /* per task: the call's result */
+    ferry_task **tasks;
+    long         done;      /* loop thread */
+    unsigned     seed;
+};
+static struct rc_state rcs;
+
+static int rc_job(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    if (atomic_fetch_add(&rcs.ran[i], 1) != 0)
+        return -999;                               /* ran twice */
+    if (i % 3 == 0)
+        usleep(50);
+    return (int)(i % 1000);
+}
+
+static void rc_cleanup(void *arg, int status)
+{
+    long i = (long)(intptr_t)arg;
+    if (status == (int)(i % 1000))
+        atomic_fetch_add(&rcs.cleaned[i], 1);
+    else
+        atomic_fetch_add(&rcs.cleaned[i], 100);   /* wrong status */
+}
+
+static int rc_task(void *arg)
+{
+    long i = (long)(intptr_t)arg;
+    for (unsigned y = rnd(&rcs.seed) % 4; y; y--)
+        ferry_yield();
+    rcs.rc[i] = (i & 1)
+        ? ferry_to_thread_abandon(rcs.pool, rc_job, (void *)(intptr_t)i, rc_cleanup)
+        : ferry_to_thread(rcs.pool, rc_job, (void *)(intptr_t)i);
+    rcs.done++;
+    return 0;
+}
+
+static int rc_canceller(void *arg)
+{
+    (void)arg;
+    while (rcs.done < rcs.n) {
+        long i = (long)(rnd(&rcs.seed) % (unsigned)rcs.n);
+        if (rnd(&rcs.seed) % 3 == 0)
+            ferry_task_cancel(rcs.tasks[i]);
+        if (rnd(&rcs.seed) % 2)
+            ferry_yield();
+        else
+            ferry_sleep(FERRY_USEC(20));
+    }
+    return 0;
+}
+
+static int rc_main(void *arg)
+{
+    ferry_task *c;
+    (void)arg;
+    for (long i = 0; i < rcs.n; i++)
+        if (ferry_task_spawn(&rcs.tasks[i], NULL, rc_task, (void *)(intptr_t)i, NULL))
+            return -1;
+    ferry_task_spawn(&c, NULL, rc_canceller, NULL, NULL);
+    for (long i = 0; i < rcs.n; i++)
+        ferry_task_join(rcs.tasks[i], NULL);
+    ferry_task_join(c, NULL);
+    return 0;
+}
+
+Test(stress_bridge, to_thread_cancelled_at_random_moments_exact_accounting,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    long ran = 0, ok = 0, cancelled_never = 0, abandoned = 0;
+    ferry_pool_stats st;
+
+    rcs.n = scaled(20000);
+    rcs.seed = 12345;
+    rcs.ran = calloc((size_t)rcs.n, 1);
+    rcs.cleaned = calloc((size_t)rcs.n, 1);
+    rcs.rc = calloc((size_t)rcs.n, sizeof(int));
+    rcs.tasks = calloc((size_t)rcs.n, sizeof(ferry_task *));
+    cr_assert_eq(ferry_pool_new(&rcs.pool, &(ferry_pool_opts){ .threads = 4, .capacity = 64 }), 0);
+    cr_assert_eq(tu_run(rc_main, NULL), 0);
+    ferry_pool_free(rcs.pool);          /* waits for abandoned jobs: cleanups are in */
+
+    for (long i = 0; i < rcs.n; i++) {
+        int r = rcs.rc[i];
+        char didrun = atomic_load(&rcs.ran[i]), clean = atomic_load(&rcs.cleaned[i]);
+        cr_assert_leq(didrun, 1, "job %ld ran %d times", i, didrun);
+        ran += didrun;
+        if (r == (int)(i % 1000)) {
+            ok++;
+            cr_assert_eq(didrun, 1, "job %ld: status without a run", i);
+            cr_assert_eq(clean, 0, "job %ld: cleanup after a normal return", i);
+        } else {
+            cr_assert(r == -ECANCELED, "job %ld: rc %d", i, r);
+            if (didrun) {
+                /* Only the abandon variant may return before a job that ran. */
+                cr_assert(i & 1, "job %ld ran but its waiter got -ECANCELED", i);
+                cr_assert_eq(clean, 1, "job %ld: abandoned without its cleanup", i);
+                abandoned++;
+            } else {
+                cr_assert_eq(clean, 0);
+                cancelled_never++;
+            }
+        }
+    }
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);   /* default pool untouched */
+    cr_assert_eq(ok + abandoned + cancelled_never, rcs.n);
+    cr_log_info("%ld jobs: %ld returned, %ld cancelled before running, %ld abandoned",
+                rcs.n, ok, cancelled_never, abandoned);
+    free(rcs.ran); free(rcs.cleaned); free(rcs.rc); free(rcs.tasks);
+}
+
+/* ==== pool destroyed with jobs queued and running ====================== */
+
+#define PD_TASKS 30
+struct pd { ferry_pool *p; int rc[PD_TASKS]; atomic_int ran; };
+struct pd_arg { struct pd *s; int i; };
+
+static int pd_job(void *arg)
+{
+    struct pd *s = arg;
+    atomic_fetch_add(&s->ran, 1);
+    usleep(100);
+    return 1;
+}
+
+static int pd_task(void *arg)
+{
+    struct pd_arg *a = arg;
+    a->s->rc[a->i] = ferry_to_thread(a->s->p, pd_job, a->s);
+    return 0;
+}
+
+static void *pd_freer(void *arg)
+{
+    struct pd *s = arg;
+    ferry_pool_stats st;
+    do {
+        sched_yield();
+        ferry_pool_stats_get(s->p, &st);
+    } while (st.queued + st.running + st.completed + st.cancelled < PD_TASKS);
+    ferry_pool_free(s->p);
+    return NULL;
+}
+
+static int pd_main(void *arg)
+{
+    struct pd *s = arg;
+    struct pd_arg a[PD_TASKS];
+    ferry_task *t[PD_TASKS];
+    pthread_t freer;
+
+    for (int i = 0; i < PD_TASKS; i++) {
+        a[i] = (struct pd_arg){ s, i };
+        ferry_task_spawn(&t[i], NULL, pd_task, &a[i], NULL);
+    }
+    pthread_create(&freer, NULL, pd_freer, s);
+    for (int i = 0; i < PD_TASKS; i++)
+        ferry_task_join(t[i], NULL);
+    pthread_join(freer, NULL);
+    return 0;
+}
+
+Test(stress_bridge, pool_freed_with_jobs_queued_and_running,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    long rounds = scaled(100), total_cancelled = 0;
+
+    for (long r = 0; r < rounds; r++) {
+        struct pd s = {0};
+        int ok = 0, cancelled = 0;
+        cr_assert_eq(ferry_pool_new(&s.p, &(ferry_pool_opts){ .threads = 2, .capacity = 64 }), 0);
+        cr_assert_eq(tu_run(pd_main, &s), 0);
+        for (int i = 0; i < PD_TASKS; i++) {
+            if (s.rc[i] == 1)
+                ok++;
+            else if (s.rc[i] == -ECANCELED)
+                cancelled++;
+            else
+                cr_assert_fail("round %ld task %d: rc %d", r, i, s.rc[i]);
+        }
+        cr_assert_eq(ok, atomic_load(&s.ran), "round %ld", r);
+        cr_assert_eq(ok + cancelled, PD_TASKS);
+        total_cancelled += cancelled;
+    }
+    cr_log_info("%ld rounds, %ld queued jobs cancelled by the free", rounds, total_cancelled);
+}
+
+/* ==== loop closed while threads are still posting ====================== */
+
+#define NCLOSE 4
+static atomic_long close_ran[NCLOSE];
+static atomic_int close_started;
+
+static void close_cb(void *arg) { atomic_fetch_add(&close_ran[(intptr_t)arg], 1); }
+
+struct close_arg { ferry_inbox *ib; int i; long accepted; };
+
+static void *close_thread(void *arg)
+{
+    struct close_arg *c = arg;
+    int rc;
+    atomic_fetch_add(&close_started, 1);
+    while ((rc = ferry_inbox_post(c->ib, close_cb, (void *)(intptr_t)c->i)) != -ESHUTDOWN) {
+        if (rc == 0)
+            c->accepted++;
+        else if (rc != -ENOMEM)
+            return (void *)1;
+    }
+    ferry_inbox_release(c->ib);
+    return NULL;
+}
+
+Test(stress_bridge, loop_closed_while_threads_are_still_posting, .timeout = 120.)
+{
+    long rounds = scaled(20);
+
+    for (long r = 0; r < rounds; r++) {
+        struct close_arg c[NCLOSE];
+        pthread_t t[NCLOSE];
+        ferry_loop *loop;
+        void *bad;
+
+        cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+        atomic_store(&close_started, 0);
+        for (int i = 0; i < NCLOSE; i++) {
+            atomic_store(&close_ran[i], 0);
+            c[i] = (struct close_arg){ .i = i };
+            cr_assert_eq(ferry_inbox_get(&c[i].ib, loop), 0);
+            t[i] = start_thread(close_thread, &c[i]);
+        }
+        while (atomic_load(&close_started) < NCLOSE)
+            sched_yield();
+        for (int k = 0; k < 50; k++)
+            ferry_loop_run(loop, FERRY_RUN_ONCE);
+        ferry_loop_free(loop);               /* threads still posting */
+        for (int i = 0; i < NCLOSE; i++) {
+            pthread_join(t[i], &bad);
+            cr_assert_null(bad);
+            cr_assert_eq(atomic_load(&close_ran[i]), c[i].accepted,
+                         "round %ld thread %d: %ld accepted, %ld ran", r, i,
+                         c[i].accepted, atomic_load(&close_ran[i]));
+        }
+    }
+}
+
+/* ==== run-in-loop from 8 threads ======================================= */
+
+static int add_one(void *arg)
+{
+    if (ferry_yield())
+        return -1;
+    return (int)(intptr_t)arg + 1;
+}
+
+static atomic_int rl_bad, rl_finished;
+static long rl_per;
+
+static void *rl_thread(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < rl_per; i++) {
+        int st = 0;
+        if (ferry_loop_run_task_sync(tu_loop, add_one, (void *)(intptr_t)i, FERRY_NEVER, &st) ||
+            st != i + 1)
+            atomic_fetch_add(&rl_bad, 1);
+    }
+    if (atomic_fetch_add(&rl_finished, 1) + 1 == 8)
+        ferry_loop_stop_threadsafe(tu_loop);
+    return NULL;
+}
+
+Test(stress_bridge, run_task_sync_from_eight_threads,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    pthread_t t[8];
+    rl_per = scaled(5000);
+    for (int i = 0; i < 8; i++)
+        t[i] = start_thread(rl_thread, NULL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(atomic_load(&rl_bad), 0);
+}
+
+/* ==== mixed channel: 4 thread producers -> 4 task consumers, reverse ==== */
+
+struct mx {
+    ferry_chan  *ch;
+    long         per;          /* items per producer */
+    atomic_char *seen;         /* per item */
+    atomic_long  received;
+    atomic_long  dup;
+    atomic_int   prod_done;    /* thread producers finished */
+};
+
+static void mx_take(struct mx *m, void *v)
+{
+    long id = (long)(intptr_t)v - 1;
+    if (atomic_fetch_add(&m->seen[id], 1) != 0)
+        atomic_fetch_add(&m->dup, 1);
+    atomic_fetch_add(&m->received, 1);
+}
+
+struct mx_arg { struct mx *m; int k; };
+
+static void *mx_thread_producer(void *arg)
+{
+    struct mx_arg *a = arg;
+    for (long i = 0; i < a->m->per; i++)
+        if (ferry_chan_send_blocking(a->m->ch, (void *)(intptr_t)(a->k * a->m->per + i + 1),
+                                     FERRY_NEVER))
+            return (void *)1;
+    atomic_fetch_add(&a->m->prod_done, 1);
+    return NULL;
+}
+
+static int mx_task_consumer(void *arg)
+{
+    struct mx *m = arg;
+    void *v;
+    int rc;
+    while ((rc = ferry_chan_recv(m->ch, &v)) == 0)
+        mx_take(m, v);
+    return rc == -ESHUTDOWN ? 0 : rc;
+}
+
+static int mx_task_producer(void *arg)
+{
+    struct mx_arg *a = arg;
+    for (long i = 0; i < a->m->per; i++) {
+        int rc = ferry_chan_send(a->m->ch, (void *)(intptr_t)(a->k * a->m->per + i + 1));
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void *mx_thread_consumer(void *arg)
+{
+    struct mx *m = arg;
+    void *v;
+    int rc;
+    while ((rc = ferry_chan_recv_blocking(m->ch, &v, FERRY_NEVER)) == 0)
+        mx_take(m, v);
+    return rc == -ESHUTDOWN ? NULL : (void *)1;
+}
+
+static int mx_threads_to_tasks(void *arg)
+{
+    struct mx *m = arg;
+    struct mx_arg a[4];
+    pthread_t prod[4];
+    ferry_group g;
+    int rc;
+
+    ferry_group_init(&g);
+    for (int i = 0; i < 4; i++)
+        ferry_group_spawn(&g, mx_task_consumer, m, NULL);
+    for (int k = 0; k < 4; k++) {
+        a[k] = (struct mx_arg){ m, k };
+        pthread_create(&prod[k], NULL, mx_thread_producer, &a[k]);
+    }
+    while (atomic_load(&m->prod_done) < 4)  /* the consumers need the loop */
+        ferry_sleep(FERRY_USEC(200));
+    for (int k = 0; k < 4; k++)
+        pthread_join(prod[k], NULL);
+    ferry_chan_close(m->ch);
+    rc = ferry_group_wait(&g);
+    return rc;
+}
+
+static int mx_tasks_to_threads(void *arg)
+{
+    struct mx *m = arg;
+    struct mx_arg a[4];
+    pthread_t cons[4];
+    ferry_group g;
+    int rc;
+
+    for (int k = 0; k < 4; k++)
+        pthread_create(&cons[k], NULL, mx_thread_consumer, m);
+    ferry_group_init(&g);
+    for (int k = 0; k < 4; k++) {
+        a[k] = (struct mx_arg){ m, k };
+        ferry_group_spawn(&g, mx_task_producer, &a[k], NULL);
+    }
+    rc = ferry_group_wait(&g);
+    ferry_chan_close(m->ch);
+    for (int k = 0; k < 4; k++)
+        pthread_join(cons[k], NULL);
+    return rc;
+}
+
+static void mx_run(ferry_task_fn fn)
+{
+    struct mx m = {0};
+    m.per = scaled(50000);
+    m.seen = calloc((size_t)(4 * m.per), 1);
+    cr_assert_eq(ferry_chan_new(&m.ch, 16), 0);
+    cr_assert_eq(tu_run(fn, &m), 0);
+    cr_assert_eq(atomic_load(&m.dup), 0);
+    cr_assert_eq(atomic_load(&m.received), 4 * m.per);
+    for (long i = 0; i < 4 * m.per; i++)
+        cr_assert_eq(atomic_load(&m.seen[i]), 1, "item %ld", i);
+    ferry_chan_free(m.ch);
+    free(m.seen);
+}
+
+Test(stress_bridge, chan_four_thread_producers_four_task_consumers,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    mx_run(mx_threads_to_tasks);
+}
+
+Test(stress_bridge, chan_four_task_producers_four_thread_consumers,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
+{
+    mx_run(mx_tasks_to_threads);
+}
