@@ -169,7 +169,8 @@ struct rc_state {
     atomic_char *cleaned;   /* per job: abandon cleanup ran */
     int         *rc;        /* per task: the call's result */
     ferry_task **tasks;
-    long         done;      /* loop thread */
+    long         done;      /* loop thread: tasks of the current wave done */
+    long         lo, hi;    /* loop thread: the current wave */
     unsigned     seed;
 };
 static struct rc_state rcs;
@@ -208,8 +209,8 @@ static int rc_task(void *arg)
 static int rc_canceller(void *arg)
 {
     (void)arg;
-    while (rcs.done < rcs.n) {
-        long i = (long)(rnd(&rcs.seed) % (unsigned)rcs.n);
+    while (rcs.done < rcs.hi - rcs.lo) {
+        long i = rcs.lo + (long)(rnd(&rcs.seed) % (unsigned)(rcs.hi - rcs.lo));
         if (rnd(&rcs.seed) % 3 == 0)
             ferry_task_cancel(rcs.tasks[i]);
         if (rnd(&rcs.seed) % 2)
@@ -224,13 +225,19 @@ static int rc_main(void *arg)
 {
     ferry_task *c;
     (void)arg;
-    for (long i = 0; i < rcs.n; i++)
-        if (ferry_task_spawn(&rcs.tasks[i], NULL, rc_task, (void *)(intptr_t)i, NULL))
-            return -1;
-    ferry_task_spawn(&c, NULL, rc_canceller, NULL, NULL);
-    for (long i = 0; i < rcs.n; i++)
-        ferry_task_join(rcs.tasks[i], NULL);
-    ferry_task_join(c, NULL);
+    /* Waves of 1,000 live tasks keep TSan's shadow and the stack mappings
+     * small. */
+    for (rcs.lo = 0; rcs.lo < rcs.n; rcs.lo = rcs.hi) {
+        rcs.hi = rcs.lo + 1000 < rcs.n ? rcs.lo + 1000 : rcs.n;
+        rcs.done = 0;
+        for (long i = rcs.lo; i < rcs.hi; i++)
+            if (ferry_task_spawn(&rcs.tasks[i], NULL, rc_task, (void *)(intptr_t)i, NULL))
+                return -1;
+        ferry_task_spawn(&c, NULL, rc_canceller, NULL, NULL);
+        for (long i = rcs.lo; i < rcs.hi; i++)
+            ferry_task_join(rcs.tasks[i], NULL);
+        ferry_task_join(c, NULL);
+    }
     return 0;
 }
 
