@@ -100,7 +100,7 @@ static int main_task(void *arg)
     printf("  %d items appended one at a time, %d consumers waiting for batches of %d: "
            "%d items taken in %d batches (%d short)\n",
            ITEMS, CONSUMERS, BATCH, taken, batches, short_batches);
-    printf("  the predicate was checked %d times: %d times false (the consumer waited on), "
+    printf("  the predicate was checked %d times: %d times false (the consumer went back to waiting), "
            "%d times true (%d batches, %d end signals)\n", checks_true + checks_false,
            checks_false, checks_true, batches, checks_true - batches);
     return rc || checks_true != batches + CONSUMERS || taken != ITEMS || batches != ITEMS / BATCH || short_batches != 0;
