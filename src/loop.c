@@ -555,6 +555,13 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
         if (!loop->base)
             goto err_free_loop;
         loop->own_base = true;
+#ifdef __linux__
+        /* libevent silently falls back to poll or select when an
+         * allocation of its epoll backend fails: treat that as the -ENOMEM
+         * it is (found by tests/fault_sites.c). */
+        if (strcmp(event_base_get_method(loop->base), "epoll") != 0)
+            goto err_free_base;
+#endif
     }
     loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
     if (!loop->kick_ev)
