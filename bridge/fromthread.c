@@ -192,17 +192,12 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
     return submit(loop, fn, arg, false, NULL, out);
 }
 
-int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
+/* Wait; the caller has done the pool-thread accounting. */
+static int future_wait(ferry_future *f, int64_t timeout, int *status)
 {
-    int64_t deadline;
+    int64_t deadline = ferry__deadline(timeout);
     int rc = 0;
 
-    if (!f)
-        return -EINVAL;
-    if (ferry__inbox_on_loop(f->ib))
-        return -EDEADLK;
-    deadline = ferry__deadline(timeout);
-    ferry__pool_block_enter();
     pthread_mutex_lock(&f->mu);
     while (!f->done) {
         if (timeout == 0 || ferry__cond_wait_until(&f->cv, &f->mu, deadline) == ETIMEDOUT) {
@@ -214,6 +209,19 @@ int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
     if (!rc && status)
         *status = f->status;
     pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
+{
+    int rc;
+
+    if (!f)
+        return -EINVAL;
+    if (ferry__inbox_on_loop(f->ib))
+        return -EDEADLK;
+    ferry__pool_block_enter();
+    rc = future_wait(f, timeout, status);
     ferry__pool_block_exit();
     return rc;
 }
@@ -264,10 +272,18 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     ferry_future *f;
     int rc, st = 0;
 
+    /* A pool thread counts as blocked before the request can reach the
+     * loop: a task it starts that offloads into the same pool must see it. */
+    if (loop && ferry_loop_is_current(loop))
+        return -EDEADLK;
+    ferry__pool_block_enter();
     rc = submit(loop, fn, arg, as_task, NULL, &f);
-    if (rc)
+    if (rc) {
+        ferry__pool_block_exit();
         return rc;
-    rc = ferry_future_wait(f, timeout, &st);
+    }
+    rc = future_wait(f, timeout, &st);
+    ferry__pool_block_exit();
     if (rc == -ETIMEDOUT)
         ferry_future_cancel(f);
     else if (!rc && !f->ran)

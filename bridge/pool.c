@@ -75,6 +75,8 @@ struct ferry_pool {
     uint64_t            cancelled; /* mu */
     atomic_ulong        callback_errors; /* completions that returned non-zero */
     bool                stopping;  /* mu: ferry_pool_free() began */
+    bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
+    atomic_size_t       qhint;     /* nqueued, published for the spinner */
     atomic_uint         refs;      /* creator + calls in progress + pending completions */
     pthread_t          *threads;   /* set once */
 };
@@ -161,11 +163,21 @@ static void finish(struct job *j, int status)
     }
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static void *worker_main(void *arg)
 {
     struct ferry_pool *p = arg;
     struct ferry__link *l;
     struct job *j;
+    bool spun = false;
     int status;
 
     tls_pool = p;
@@ -174,12 +186,27 @@ static void *worker_main(void *arg)
         while ((l = ferry__list_pop_front(&p->queue)) == NULL) {
             if (p->stopping)
                 goto out;
+            if (!p->spinner && !spun) {
+                /* One worker polls briefly before sleeping: a task that
+                 * resubmits right after its completion then costs no
+                 * futex wake.  Bounded (about 50 us). */
+                p->spinner = true;
+                pthread_mutex_unlock(&p->mu);
+                for (int i = 0; i < 2000 && !atomic_load_explicit(&p->qhint, memory_order_relaxed); i++)
+                    cpu_relax();
+                pthread_mutex_lock(&p->mu);
+                p->spinner = false;
+                spun = true;
+                continue;
+            }
             p->nidle++;
             pthread_cond_wait(&p->work, &p->mu);
             p->nidle--;
         }
+        spun = false;
         j = ferry__container_of(l, struct job, link);
         p->nqueued--;
+        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
         p->running++;
         j->state = JOB_RUNNING;
         room_kick_locked(p);
@@ -252,6 +279,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     p->capacity = o.capacity ? o.capacity : 4096;
     atomic_init(&p->refs, 1);
     atomic_init(&p->callback_errors, 0);
+    atomic_init(&p->qhint, 0);
     p->threads = ferry__calloc(p->nthreads, sizeof *p->threads);
     if (!p->threads)
         goto err_free;
@@ -364,7 +392,12 @@ static void enqueue_locked(struct ferry_pool *p, struct job *j)
     j->abandoned = false;
     ferry__list_push_back(&p->queue, &j->link);
     p->nqueued++;
-    if (p->nidle)
+    atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+    /* A spinning worker takes this job: claim it, so that the next job
+     * signals a sleeping worker instead of counting on the same spinner. */
+    if (p->spinner)
+        p->spinner = false;
+    else if (p->nidle)
         pthread_cond_signal(&p->work);
 }
 
@@ -570,18 +603,35 @@ int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg,
 void ferry__pool_block_enter(void)
 {
     struct ferry_pool *p = tls_pool;
+    struct ferry__link dropped = {0}, *l;
     size_t stuck = 0;
 
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
     p->nblocked++;
-    if (p->nblocked >= p->nthreads)
-        stuck = p->nqueued;
+    if (p->nblocked >= p->nthreads) {
+        /* No thread is left to start a queued job until a loop call
+         * returns, and that call may be waiting for one of them (Trio
+         * #810): fail them with a clear error instead of hanging. */
+        while ((l = ferry__list_pop_front(&p->queue)) != NULL) {
+            struct job *j = ferry__container_of(l, struct job, link);
+            p->nqueued--;
+            p->cancelled++;
+            j->state = JOB_FINISHED;
+            ferry__list_push_back(&dropped, &j->link);
+            stuck++;
+        }
+        atomic_store_explicit(&p->qhint, 0, memory_order_relaxed);
+        if (stuck)
+            room_kick_locked(p);
+    }
     pthread_mutex_unlock(&p->mu);
+    while ((l = ferry__list_pop_front(&dropped)) != NULL)
+        finish(ferry__container_of(l, struct job, link), -EDEADLK);
     if (stuck)
         ferry__log(FERRY_LOG_WARN, "pool: all %u threads wait on a loop; %zu queued "
-                   "job(s) cannot start until one returns", p->nthreads, stuck);
+                   "job(s) failed with -EDEADLK", p->nthreads, stuck);
 }
 
 void ferry__pool_block_exit(void)

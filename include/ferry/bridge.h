@@ -167,12 +167,14 @@ ferry_pool *ferry_pool_default(void);
  *
  * Allocates nothing: the job lives on the task's stack.
  * Thread: loop, in a task.  Suspends: yes.
- * Returns: fn's status; -ECANCELED, -ETIMEDOUT (never ran); -ESHUTDOWN (the
- * pool is being freed; never ran, or was queued and dropped); -EDEADLK
- * (every thread of the pool is blocked calling into a loop, as with a
- * pool job that calls ferry_loop_run_task_sync() whose task offloads to the
- * same pool: the job could never start); -EPERM; -EINVAL (fn NULL);
- * -ENOMEM (the default pool could not be started).
+ * Returns: fn's status; -ECANCELED, -ETIMEDOUT (never ran: cancelled while
+ * queued, or queued when the pool was freed); -ESHUTDOWN (the pool is
+ * being freed; never queued); -EDEADLK (never ran: every thread of the
+ * pool is blocked calling into a loop, at submission or while the job
+ * waited in the queue, as with a pool job that calls
+ * ferry_loop_run_task_sync() whose task offloads to the same pool; a
+ * warning is logged); -EPERM; -EINVAL (fn NULL); -ENOMEM (the default pool
+ * could not be started).
  * Owns: `arg` stays the caller's; it must outlive the call.
  */
 int ferry_to_thread(ferry_pool *pool, ferry_job_fn fn, void *arg);
@@ -264,7 +266,8 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
 
 /*
  * Block until the future is done, at most `timeout` nanoseconds
- * (FERRY_NEVER: no limit; 0: only look), then store fn's status in *status.
+ * (FERRY_NEVER: no limit; 0: only look), then store fn's status in *status
+ * (or why fn never ran: -ECANCELED, -ESHUTDOWN, -ENOMEM).
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (done, *status set); -ETIMEDOUT (not done yet; nothing
  * changed); -EDEADLK (on the loop's thread); -EINVAL.
