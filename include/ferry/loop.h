@@ -33,7 +33,7 @@ typedef void (*ferry_cb)(void *arg);
 
 /*
  * The monotonic clock (CLOCK_MONOTONIC) in nanoseconds.
- * Thread: any.  Suspends: no.
+ * Thread: any.  Suspends: no.  Returns: the time now, in nanoseconds.
  */
 int64_t ferry_now(void);
 
@@ -100,13 +100,16 @@ int ferry_loop_ref(ferry_loop *loop);
 int ferry_loop_unref(ferry_loop *loop);
 
 /* The loop's event_base (owned by the loop unless it was attached).
- * Thread: loop.  NULL from another thread. */
+ * Thread: loop.  Suspends: no.
+ * Returns: the base; NULL from another thread. */
 struct event_base *ferry_loop_base(ferry_loop *loop);
 
-/* The loop that runs on the calling thread, or NULL.  Thread: any. */
+/* Thread: any.  Suspends: no.
+ * Returns: the loop that runs on the calling thread, or NULL. */
 ferry_loop *ferry_loop_current(void);
 
-/* True when called on the thread that owns `loop`.  Thread: any. */
+/* Thread: any.  Suspends: no.
+ * Returns: true when called on the thread that owns `loop`. */
 bool ferry_loop_is_current(const ferry_loop *loop);
 
 /*
@@ -153,7 +156,7 @@ void ferry_set_log(ferry_log_fn fn, void *ctx);
  */
 int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold);
 
-/* Counters of one loop.  Thread: loop. */
+/* Counters of one loop. */
 typedef struct ferry_loop_stats {
     uint64_t turns;        /* scheduler turns run */
     uint64_t steps;        /* task steps and callbacks run */
@@ -162,6 +165,9 @@ typedef struct ferry_loop_stats {
     size_t   live_tasks;   /* tasks not yet finished */
     size_t   stacks_cached;/* free stacks kept for reuse */
 } ferry_loop_stats;
+
+/* Copy the loop's counters to *out.
+ * Thread: loop.  Suspends: no.  Returns: 0; -EPERM; -EINVAL. */
 int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out /* OUT */);
 
 #ifdef __cplusplus

@@ -91,13 +91,15 @@ enum ferry_task_state {
     FERRY_TASK_DONE,     /* ended; status available */
 };
 
-/* The running task, or NULL outside tasks.  Thread: any. */
+/* Thread: any.  Suspends: no.
+ * Returns: the running task, or NULL outside tasks. */
 ferry_task *ferry_task_current(void);
-/* The task's name, never NULL.  Thread: loop. */
+/* Thread: loop.  Suspends: no.  Returns: the task's name, never NULL. */
 const char *ferry_task_name(const ferry_task *task);
-/* The task's state.  Thread: loop. */
+/* Thread: loop.  Suspends: no.  Returns: the task's state. */
 enum ferry_task_state ferry_task_state(const ferry_task *task);
-/* True once ferry_task_cancel() was called on the task.  Thread: loop. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true once ferry_task_cancel() was called on the task. */
 bool ferry_task_cancelled(const ferry_task *task);
 
 /*
@@ -163,12 +165,16 @@ enum { FERRY_SCOPE_SHIELD = 1 };
 int ferry_scope_enter(ferry_scope *scope, int64_t deadline, unsigned flags);
 
 /*
- * Leave the innermost scope.  Returns: 0; -ETIMEDOUT if this scope's
- * deadline fired inside it; -EINVAL if `scope` is not the innermost one.
+ * Leave the innermost scope.
+ * Thread: loop, in the task that entered it.  Suspends: no.
+ * Returns: 0; -ETIMEDOUT if this scope's deadline fired inside it; -EINVAL
+ * if `scope` is not the innermost one.
  */
 int ferry_scope_exit(ferry_scope *scope);
 
-/* True if this scope's deadline made a suspension point return -ETIMEDOUT. */
+/* Thread: loop.  Suspends: no.
+ * Returns: true if this scope's deadline made a suspension point return
+ * -ETIMEDOUT. */
 bool ferry_scope_fired(const ferry_scope *scope);
 
 /* ---- Task groups ------------------------------------------------------ */
