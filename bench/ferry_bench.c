@@ -10,6 +10,11 @@
  *   ferry-bench --million-idle   the same as `ferry-bench idle_1m`
  *   ferry-bench --list           the workload names
  *
+ * Environment: FERRY_BENCH_STATS=1 prints the loop's and the inbox's
+ * counters on stderr after each workload; FERRY_BENCH_STACK_CACHE=N sets
+ * ferry_loop_opts.stack_cache (an experiment knob: the contract's numbers
+ * use the defaults).
+ *
  * Workloads (n as the peers'):
  *   switch              two tasks each ferry_yield() n/2 times (n = 2,000,000)
  *   spawn               spawn 1,000 tasks returning arg+1, join each, repeat
@@ -85,6 +90,25 @@ static long cur_rss_kb(void)
     return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* With FERRY_BENCH_STATS set, print the loop's and its inbox's counters
+ * on stderr after a workload (how many polls, eventfd wakeups, drains). */
+static void print_stats(const char *workload)
+{
+    ferry_loop *loop = ferry_loop_current();
+    ferry_inbox_stats ib;
+    ferry_loop_stats ls;
+
+    if (!getenv("FERRY_BENCH_STATS") || !loop)
+        return;
+    if (ferry_loop_stats_get(loop, &ls) == 0)
+        fprintf(stderr, "stats %s: turns=%" PRIu64 " steps=%" PRIu64 " polls=%" PRIu64 "\n",
+                workload, ls.turns, ls.steps, ls.polls);
+    if (ferry_loop_inbox_stats(loop, &ib) == 0)
+        fprintf(stderr, "stats %s: inbox posts=%" PRIu64 " wakeups=%" PRIu64
+                " drains=%" PRIu64 " run=%" PRIu64 " max_batch=%zu\n",
+                workload, ib.posts, ib.wakeups, ib.drains, ib.run, ib.max_batch);
+}
+
 /* Print the contract's line; returns 0 if ok, 1 otherwise. */
 static int report(const char *workload, long n, double secs, bool ok, const char *extra)
 {
@@ -94,6 +118,7 @@ static int report(const char *workload, long n, double secs, bool ok, const char
            secs > 0 ? (double)n / secs : 0.0, peak_rss_kb(), ok ? "ok" : "FAIL",
            extra && *extra ? " " : "", extra && *extra ? extra : "");
     fflush(stdout);
+    print_stats(workload);
     return ok ? 0 : 1;
 }
 
@@ -638,14 +663,30 @@ static const struct workload *find(const char *name)
 }
 
 /* Run one workload in this process, as the main task of a fresh loop with
- * default settings.  Returns 0 if its check passed. */
+ * default settings (ferry_run(), unrolled so that the experiment knob
+ * FERRY_BENCH_STACK_CACHE=N can set ferry_loop_opts.stack_cache).
+ * Returns 0 if its check passed. */
 static int run_here(const struct workload *w)
 {
-    int rc = ferry_run(w->fn, NULL);
+    ferry_loop_opts o = {0};
+    const char *e = getenv("FERRY_BENCH_STACK_CACHE");
+    ferry_loop *loop;
+    ferry_task *t;
+    int rc, status = 0;
 
-    if (rc < 0)
-        die(w->name, rc);
-    return rc;
+    if (e && *e)
+        o.stack_cache = strtoul(e, NULL, 10);
+    if ((rc = ferry_loop_new(&loop, &o)))
+        die("ferry_loop_new", rc);
+    if ((rc = ferry_task_spawn(&t, loop, w->fn, NULL, &(ferry_task_opts){ .name = "main" })))
+        die("ferry_task_spawn", rc);
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        if ((rc = ferry_loop_run(loop, FERRY_RUN_DEFAULT)))
+            die("ferry_loop_run", rc);
+    ferry_loop_free(loop);
+    if (status < 0)
+        die(w->name, status);
+    return status;
 }
 
 /* Run one workload in a fresh process (fork + exec of this program). */
