@@ -11,7 +11,9 @@
  * --jobs N / -jN (also CRITERION_JOBS), --list, --timeout SECONDS (the
  * default for tests without .timeout, 300 s).  Environment:
  * FERRY_TEST_TIME_MULT multiplies every timeout (slow builds: TSan,
- * valgrind).  Unknown options are ignored with a warning.
+ * valgrind); FERRY_TEST_TIMEOUT_CAP (seconds) caps the result, so that a
+ * hung test in a slow build costs minutes, not tens of minutes.  Unknown
+ * options are ignored with a warning.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -268,6 +270,7 @@ int main(int argc, char **argv)
     bool list = false;
     double default_timeout = 300.0;
     double mult = 1.0;
+    double cap = 0.0;
     const char *env;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -275,6 +278,8 @@ int main(int argc, char **argv)
         njobs = parse_jobs(env);
     if ((env = getenv("FERRY_TEST_TIME_MULT")) && *env && atof(env) > 0)
         mult = atof(env);
+    if ((env = getenv("FERRY_TEST_TIMEOUT_CAP")) && *env && atof(env) > 0)
+        cap = atof(env);
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -371,6 +376,8 @@ int main(int argc, char **argv)
                 run_child(t, slot);
             setpgid(pid, pid);  /* both sides, whichever runs first */
             double timeout = (t->opts.timeout > 0 ? t->opts.timeout : default_timeout) * mult;
+            if (cap > 0 && timeout > cap)
+                timeout = cap;
             running[j] = (struct running){ pid, t, slot, now_sec(), 0 };
             running[j].deadline = running[j].start + timeout;
             active++;
