@@ -60,11 +60,25 @@ static pthread_mutex_t hit_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *last_addr;   /* caller of the last injected failure */
 
+/* The path of this program (in-process: under valgrind /proc/PID/exe seen
+ * from another process is valgrind's own binary). */
+static const char *self_exe(void)
+{
+    static char path[4096];
+    ssize_t n;
+
+    if (!path[0]) {
+        n = readlink("/proc/self/exe", path, sizeof path - 1);
+        path[n > 0 ? n : 0] = 0;
+    }
+    return path;
+}
+
 /* file:line of a code address, for messages. */
 static const char *describe(void *addr)
 {
     static char out[256];
-    char cmd[256];
+    char cmd[4400];
     Dl_info di;
     uintptr_t a = (uintptr_t)addr - 1;
     FILE *p;
@@ -73,7 +87,7 @@ static const char *describe(void *addr)
         return "?";
     if (dladdr(addr, &di) && di.dli_fbase)
         a -= (uintptr_t)di.dli_fbase;
-    snprintf(cmd, sizeof cmd, "addr2line -e /proc/%d/exe %#lx", (int)getpid(), (unsigned long)a);
+    snprintf(cmd, sizeof cmd, "addr2line -e '%s' %#lx", self_exe(), (unsigned long)a);
     snprintf(out, sizeof out, "?");
     if ((p = popen(cmd, "r"))) {
         if (fgets(out, sizeof out, p))
@@ -619,9 +633,14 @@ static void undo_pool_new(int rc)
     g_pool = NULL;
 }
 
+/* A fresh pool for every run: a pool may keep freed jobs for reuse, and
+ * then only its first job would allocate. */
 static void setup_pool(void)
 {
-    if (!g_pool && ferry_pool_new(&g_pool, &(ferry_pool_opts){ .threads = 2, .capacity = 4 }))
+    if (g_pool)
+        ferry_pool_free(g_pool);
+    g_pool = NULL;
+    if (ferry_pool_new(&g_pool, &(ferry_pool_opts){ .threads = 2, .capacity = 4 }))
         FAILF("cannot make a pool");
 }
 
@@ -878,14 +897,14 @@ static int attribute_hits(void)
     FILE *p;
     int i, unmatched = 0;
     Elf64_Ehdr eh;
-    FILE *self = fopen("/proc/self/exe", "rb");
+    FILE *self = fopen(self_exe(), "rb");
     bool pie = true;
 
     if (self && fread(&eh, sizeof eh, 1, self) == 1)
         pie = eh.e_type == ET_DYN;
     if (self)
         fclose(self);
-    len = (size_t)snprintf(cmd, sizeof cmd, "addr2line -i -e /proc/%d/exe", (int)getpid());
+    len = (size_t)snprintf(cmd, sizeof cmd, "addr2line -i -e '%s'", self_exe());
     for (i = 0; i < nhit && len < sizeof cmd - 32; i++) {
         uintptr_t a = (uintptr_t)hit_addr[i] - 1;   /* inside the call instruction */
         if (pie && dladdr(hit_addr[i], &di) && di.dli_fbase)
