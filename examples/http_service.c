@@ -32,6 +32,7 @@
  * function, so that concurrency is visible; it is the only simulated part.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -552,7 +553,16 @@ int main(int argc, char **argv)
     snprintf(uri, sizeof uri, "file:ferry-http-%d?mode=memory&cache=shared", (int)getpid());
     db_uri = uri;
 
-    if (ferry_pool_new(&svc.pool, &(ferry_pool_opts){ .threads = (unsigned)opt_slots }))
+    /* SIGINT and SIGTERM are for the loop's thread: the pool's threads,
+     * created while they are blocked, inherit a mask without them. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    int rc = ferry_pool_new(&svc.pool, &(ferry_pool_opts){ .threads = (unsigned)opt_slots });
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, NULL);
+    if (rc)
         return 1;
     if (ferry_loop_new(&svc.loop, NULL)) {
         ferry_pool_free(svc.pool);

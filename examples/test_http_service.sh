@@ -122,7 +122,18 @@ for ((i = 0; i < 100; i++)); do
 done
 echo "sending SIGTERM with ${busy:-?} requests in flight (counting the /stats poll)"
 kill -TERM "$pid"
+exit_wait=300           # tenths of a second
+[ "$mode" = valgrind ] && exit_wait=1200
+for ((i = 0; i < exit_wait; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
 status=0
+if kill -0 "$pid" 2>/dev/null; then
+    echo "FAIL: the service did not exit within $((exit_wait / 10)) s of SIGTERM"
+    kill -KILL "$pid"
+    fails=$((fails + 1))
+fi
 wait "$pid" || status=$?
 pid=
 wait "$lpid"
