@@ -254,16 +254,17 @@ int ferry_timer_cancel(ferry_timer *tm)
 
 static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, struct ferry__runnable *r)
 {
-    int64_t t0 = loop->slow_ns ? ferry_now() : 0;
-    const char *who = "callback";
-    char name[40];
+    /* Read once: a step may change the threshold, and `r` may be freed by
+     * the time the step ends. */
+    int64_t slow = loop->slow_ns;
+    int64_t t0 = slow ? ferry_now() : 0;
+    bool is_task = r->kind == FERRY__RUN_TASK;
+    char name[sizeof ((ferry_task *)0)->name];
 
-    if (r->kind == FERRY__RUN_TASK) {
+    if (is_task) {
         ferry_task *t = ferry__container_of(r, ferry_task, run);
-        if (loop->slow_ns) {
-            memcpy(name, t->name, sizeof t->name);
-            who = name;
-        }
+        if (slow)
+            memcpy(name, t->name, sizeof name);
         if (__builtin_expect(!t->started, 0)) {
             ferry__task_resume(t);
         } else {
@@ -287,15 +288,16 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, str
     }
     loop->stats.steps++;
     loop->since_poll++;
-    if (loop->slow_ns) {
+    if (slow) {
         int64_t dt = ferry_now() - t0;
-        if (dt > loop->slow_ns) {
+        if (dt > slow) {
             loop->stats.slow_steps++;
-            ferry__log(FERRY_LOG_WARN,
-                       "loop blocked for %lld ms by %s%s%s (threshold %lld ms)",
-                       (long long)(dt / 1000000), r->kind == FERRY__RUN_TASK ? "task '" : "",
-                       who, r->kind == FERRY__RUN_TASK ? "'" : "",
-                       (long long)(loop->slow_ns / 1000000));
+            if (is_task)
+                ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by task '%s' (threshold %lld ms)",
+                           (long long)(dt / 1000000), name, (long long)(slow / 1000000));
+            else
+                ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)",
+                           (long long)(dt / 1000000), (long long)(slow / 1000000));
         }
     }
 }
@@ -551,7 +553,14 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (o.base) {
         loop->base = o.base;
     } else {
-        loop->base = event_base_new();
+        /* Precise timers: libevent's default clock is the coarse one (4 ms
+         * steps here), which would round every sleep up to a tick. */
+        struct event_config *cfg = event_config_new();
+        if (!cfg)
+            goto err_free_loop;
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        loop->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
         if (!loop->base)
             goto err_free_loop;
         loop->own_base = true;
