@@ -18,8 +18,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FERRY_COV_BUILD:-$root/build-coverage}
 
+# -fprofile-update=atomic: pool threads and producers update the same
+# counters; without it racy increments produce negative counts that gcovr
+# 5.2 rejects ("UnknownLineType: branch 1 taken -157689").
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DFERRY_COVERAGE=ON \
-    -DFERRY_BENCH=OFF -DFERRY_EXAMPLES=OFF >/dev/null
+    -DFERRY_BENCH=OFF -DFERRY_EXAMPLES=OFF -DCMAKE_C_FLAGS=-fprofile-update=atomic >/dev/null
 cmake --build "$build" -j"${JOBS:-2}"
 # Stale counters from an earlier run would inflate the figures.
 find "$build" -name '*.gcda' -delete
