@@ -18,13 +18,22 @@
 #define NSLEEP 10000
 static int64_t deadlines[NSLEEP];
 static int wake_order[NSLEEP];
-static int nwoken;
+static bool late[NSLEEP];
+static int nwoken, nlate;
 
 static int sleep_one(void *arg)
 {
     int i = (int)(intptr_t)arg;
-    int rc = ferry_sleep_until(deadlines[i]);
-    if (rc == 0)
+    int rc;
+
+    /* On a loaded machine a task may first run after its deadline: it never
+     * sleeps, so it says nothing about the wake-up order. */
+    if (ferry_now() >= deadlines[i]) {
+        late[i] = true;
+        nlate++;
+    }
+    rc = ferry_sleep_until(deadlines[i]);
+    if (rc == 0 && !late[i])
         wake_order[nwoken++] = i;
     return rc;
 }
@@ -39,8 +48,9 @@ T(ten_thousand_sleepers_wake_in_deadline_order)
         cr_assert_eq(ferry_task_spawn(NULL, tu_loop, sleep_one, (void *)(intptr_t)i, NULL), 0);
     }
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
-    cr_assert_eq(nwoken, NSLEEP);
-    for (int i = 1; i < NSLEEP; i++)
+    cr_assert_eq(nwoken + nlate, NSLEEP);
+    cr_assert_gt(nwoken, NSLEEP / 2, "only %d of %d tasks were asleep", nwoken, NSLEEP);
+    for (int i = 1; i < nwoken; i++)
         cr_assert(deadlines[wake_order[i - 1]] <= deadlines[wake_order[i]],
                   "task %d (deadline %lld) woke before %d (deadline %lld)",
                   wake_order[i - 1], (long long)deadlines[wake_order[i - 1]],
