@@ -61,6 +61,16 @@ int  ferry__inbox_reserve(struct ferry_inbox *ib);
 void ferry__inbox_unreserve(struct ferry_inbox *ib);
 void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n);
 
+/*
+ * Post a chain of `n` completions, first..last linked through `next`, in
+ * one go: one lock, at most one wakeup.  `reserved` of them were promised
+ * by ferry__inbox_reserve (each releases its reservation, as
+ * ferry__inbox_complete_reserved does).  Same rules as
+ * ferry__inbox_complete otherwise.  Thread: any.
+ */
+void ferry__inbox_complete_chain(struct ferry_inbox *ib, struct ferry__cnode *first,
+                                 struct ferry__cnode *last, size_t n, size_t reserved);
+
 /* Post that may fail (the public call_soon_threadsafe path). */
 int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 
@@ -97,6 +107,22 @@ int  ferry__xwake_wait(struct ferry__xwake *x);
 /* Loop, in the task: the wake was fired; wait, shielded, until it has been
  * delivered, so the node may go away. */
 void ferry__xwake_settle(struct ferry__xwake *x);
+
+/* ---- tasks' pool jobs, handed over once per turn ---------------------- */
+
+/*
+ * Jobs that tasks of one loop offloaded during the current turn, not yet
+ * handed to their pools: pool.c queues them all with one lock per pool in
+ * a callback that runs after the turn (ferry_call_soon).  One per inbox.
+ * Loop thread only.
+ */
+struct ferry__subq {
+    struct ferry__link jobs;       /* loop thread: pool.c's jobs, FIFO */
+    bool               scheduled;  /* loop thread: the flush callback is scheduled */
+};
+
+/* The inbox's list.  Thread: loop. */
+struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
 
 /* ---- pool threads calling into loops ---------------------------------- */
 

@@ -16,10 +16,14 @@
  *   looked at, so a write that lands while the loop drains stays readable
  *   and only costs an extra, empty drain (TESTING.md 2.1).
  *
- * The loop drains in steps of at most FERRY__DRAIN_BATCH items.  Each step
- * is a zero-delay ferry_call_later() callback, so it runs as a step of the
- * loop's own scheduler (the blocked-loop detector sees it) and I/O and
- * timers are polled between steps: a flood of posts cannot starve them.
+ * The loop drains in steps of at most FERRY__DRAIN_BATCH items.  The first
+ * step runs directly in the eventfd's callback (no timer, no allocation per
+ * wakeup: a completion wakes its task in the same poll).  Whatever is left
+ * over runs in further steps, each a zero-delay ferry_call_later()
+ * callback, so I/O and timers are polled between steps: a flood of posts
+ * cannot starve them.  The blocked-loop detector times the loop's own
+ * steps; the items of a direct drain run outside them, so drain() times
+ * each of those itself and reports it as the loop does.
  *
  * Closing (ferry_loop_free): refuse posts, then run every accepted post and
  * wait for every reserved completion (jobs submitted to run their callback
@@ -44,6 +48,10 @@
 #endif
 
 #include "bridge_int.h"
+/* For the blocked-loop detector's threshold and counter (loop->slow_ns,
+ * loop->stats.slow_steps), read and bumped on the loop thread only, by a
+ * direct drain (see the top of this file). */
+#include "loop_int.h"
 
 /* Items run per drain step before I/O and timers get a turn. */
 #define FERRY__DRAIN_BATCH 1024
@@ -88,6 +96,7 @@ struct ferry_inbox {
     size_t               llen;       /* items in lq */
     size_t               lcap;       /* capacity of lq */
     struct ferry__cnode *lc;         /* completions taken, being run */
+    struct ferry__subq   subq;       /* tasks' pool jobs not yet handed over (pool.c) */
     bool                 draining;   /* inside drain() */
     bool                 closing;    /* close() has begun */
 };
@@ -258,6 +267,27 @@ void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode 
     log_write_error(err);
 }
 
+void ferry__inbox_complete_chain(struct ferry_inbox *ib, struct ferry__cnode *first,
+                                 struct ferry__cnode *last, size_t n, size_t reserved)
+{
+    int err = 0;
+
+    last->next = NULL;
+    pthread_mutex_lock(&ib->mu);
+    ib->reserved -= reserved;
+    *ib->ctail = first;
+    ib->ctail = &last->next;
+    ib->posts += n;
+    if (!ib->woken) {
+        ib->woken = true;
+        err = wake_locked(ib);
+    }
+    if (reserved && ib->closer_waits)
+        pthread_cond_signal(&ib->idle);
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+}
+
 void ferry__inbox_ref(struct ferry_inbox *ib)
 {
     atomic_fetch_add_explicit(&ib->refs, 1, memory_order_relaxed);
@@ -406,27 +436,54 @@ static void account_locked(struct ferry_inbox *ib, size_t n)
 }
 
 /*
- * Run up to `budget` items.  Completions first (they wake tasks), then
- * posts in order.  Returns true if items are left over: `woken` stays set
- * and the caller schedules another step.
+ * The blocked-loop detector for an item that ran outside the loop's steps
+ * (a direct drain): report it as run_step() reports a slow callback.
+ * Returns the time the next item starts.
  */
-static bool drain(struct ferry_inbox *ib, size_t budget)
+static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
+{
+    ferry_loop *loop = ib->loop;
+    int64_t t1 = ferry_now();
+
+    if (loop->slow_ns && t1 - t0 > loop->slow_ns) {
+        loop->stats.slow_steps++;
+        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by callback (threshold %lld ms)",
+                   (long long)((t1 - t0) / 1000000), (long long)(loop->slow_ns / 1000000));
+    }
+    return t1;
+}
+
+/*
+ * Run up to `budget` items.  Completions first (they wake tasks), then
+ * posts in order.  `timed`: the caller is not a step of the loop, so each
+ * item is timed here while the loop's detector is on.  Returns true if
+ * items are left over: `woken` stays set and the caller schedules another
+ * step.
+ */
+static bool drain(struct ferry_inbox *ib, size_t budget, bool timed)
 {
     size_t n = 0;
     bool left = true;
+    int64_t t0 = 0;
 
     ib->draining = true;
+    if (timed && ib->loop->slow_ns)
+        t0 = ferry_now();
     for (;;) {
         while (ib->lc && n < budget) {
             struct ferry__cnode *c = ib->lc;
             ib->lc = c->next;
             c->fn(c);
             n++;
+            if (t0)
+                t0 = check_slow(ib, t0);
         }
         while (ib->lhead < ib->llen && n < budget) {
             struct post p = ib->lq[ib->lhead++];
             p.cb(p.arg);
             n++;
+            if (t0)
+                t0 = check_slow(ib, t0);
         }
         if (ib->lc || ib->lhead < ib->llen) {
             pthread_mutex_lock(&ib->mu);
@@ -473,7 +530,7 @@ static void step_cb(void *arg)
     struct ferry_inbox *ib = arg;
 
     ib->step = NULL;
-    if (drain(ib, FERRY__DRAIN_BATCH))
+    if (drain(ib, FERRY__DRAIN_BATCH, false))
         schedule_step(ib);
 }
 
@@ -487,7 +544,7 @@ static void schedule_step(struct ferry_inbox *ib)
     if (ferry_call_later(ib->loop, 0, step_cb, ib, &ib->step) != 0) {
         ib->step = NULL;
         if (!ib->draining)
-            while (drain(ib, FERRY__DRAIN_BATCH))
+            while (drain(ib, FERRY__DRAIN_BATCH, true))
                 ;
     }
 }
@@ -509,7 +566,16 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
         ;
     (void)v;
 #endif
-    if (!ib->draining)
+    if (ib->draining || ib->step)
+        return;                 /* a drain will look at the queue again */
+    /* A loop attached to an application's base runs this inside the
+     * application's dispatch, not inside ferry_loop_run(): keep the items
+     * in steps of the loop there, where the loop's rules hold. */
+    if (fd < 0) {
+        schedule_step(ib);
+        return;
+    }
+    if (drain(ib, FERRY__DRAIN_BATCH, true))
         schedule_step(ib);
 }
 
@@ -530,7 +596,7 @@ static void hook_drain(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
 
-    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH))
+    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH, true))
         schedule_step(ib);
 }
 
@@ -551,7 +617,7 @@ static void hook_close(void *ctx)
     ib->closed = true;
     pthread_mutex_unlock(&ib->mu);
     for (;;) {
-        while (drain(ib, SIZE_MAX))
+        while (drain(ib, SIZE_MAX, true))
             ;
         pthread_mutex_lock(&ib->mu);
         if (!ib->chead && !ib->qlen) {
@@ -669,4 +735,9 @@ err_free:
 bool ferry__inbox_on_loop(const struct ferry_inbox *ib)
 {
     return on_loop_thread(ib);
+}
+
+struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib)
+{
+    return &ib->subq;
 }

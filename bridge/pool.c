@@ -2,31 +2,64 @@
  *
  * A pool is a fixed set of threads and a bounded FIFO of jobs under one
  * mutex.  A task's job lives on the task's stack (ferry_to_thread
- * allocates nothing); its completion goes back through the loop's inbox as
- * a completion node inside the job, which cannot fail.  A task that waits
- * for queue room waits on a node of its own in `roomq`.
+ * allocates nothing); its completion goes back through the loop's inbox,
+ * which cannot fail.
  *
- * Job states (under mu): QUEUED (in `queue`) -> RUNNING (a worker took it)
- * -> FINISHED (fn returned, or the pool was freed while it was queued; the
- * completion is posted).  A task interrupted while its job is QUEUED
- * removes it: it never runs.  RUNNING: the task waits, shielded, or (abandon
- * variant, heap job) marks it abandoned and leaves; the worker then runs
- * the cleanup and frees it.  FINISHED: the completion is on its way; the
- * task waits for it (ferry__xwake_settle) so the worker's write into the
- * task's stack has landed before the frame goes away.
+ * The hot path, one job of a task (ferry_to_thread):
+ *
+ *   - The task does not take the pool's mutex.  Its job goes on its loop's
+ *     list of jobs to hand over (struct ferry__subq, loop thread only), and
+ *     a callback that runs after the current turn queues everything the
+ *     turn offloaded with one lock per pool and one decision about waking
+ *     a worker.  1,000 tasks that offload in one turn cost one lock, not
+ *     1,000 that contend with the workers.
+ *   - A worker takes one lock per job: the acquisition that takes the next
+ *     job also books the end of the previous one.  A finished task job goes
+ *     on the pool's completion list (the sink) under that same lock; the
+ *     first one on an empty sink posts the sink to the loop's inbox (one
+ *     inbox lock, at most one eventfd write), and the loop takes the whole
+ *     list when it runs it and wakes each task directly.
+ *   - Waking: a new batch of jobs goes to a spinning worker if there is
+ *     one, else one sleeping worker is signalled.  A worker that takes a
+ *     job that waited longer than QDELAY_NS while others sleep wakes one
+ *     more: slow jobs spread over the threads, short ones do not wake
+ *     threads that would only contend for the lock and the CPUs.
+ *   - Spinning: see idle_locked().
+ *
+ * Job states (under mu): QUEUED (in `queue`, or in `overq` when the queue
+ * was full) -> RUNNING (a worker took it) -> FINISHED (fn returned, or the
+ * pool was freed while it was queued; the completion is posted).  Before
+ * QUEUED a task's job may be `pending` on its loop's list (loop thread).  A
+ * task interrupted while its job is pending or QUEUED removes it: it never
+ * runs.  RUNNING: the task waits, shielded, or (abandon variant, heap job)
+ * marks it abandoned and leaves; the worker then runs the cleanup and
+ * frees it.  FINISHED: the completion is on its way; the task waits for it
+ * (ferry__xwake_settle) so the worker's write into the task's stack has
+ * landed before the frame goes away.
+ *
+ * Backpressure.  A full queue makes a task wait: its job waits in `overq`
+ * (the task is suspended anyway) and moves into the queue, in order, as
+ * room appears.  Plain threads in ferry_pool_submit block on `room`.
  *
  * The pool memory is reference-counted: its creator, every to_thread call
- * in progress and every submitted job whose completion has not run yet
- * hold one, so nothing touches a freed pool after ferry_pool_free().
+ * in progress, every submitted job whose completion has not run yet and a
+ * posted sink hold one, so nothing touches a freed pool after
+ * ferry_pool_free().
  *
  * Lock order: pool.mu -> inbox.mu (bridge_int.h).  Callbacks (fn, done,
  * cleanup) always run with no lock held.
  */
+#define _GNU_SOURCE 1           /* sched_getcpu */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "bridge_int.h"
 
@@ -34,7 +67,9 @@ enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_FINISHED };
 enum { KIND_TASK = 1, KIND_SUBMIT };
 
 struct job {
-    struct ferry__link  link;      /* mu: in pool->queue while QUEUED */
+    struct ferry__link  link;      /* mu: in pool->queue or pool->overq while QUEUED, in
+                                    * pool->sink.jobs while FINISHED; loop thread: in the
+                                    * loop's subq while `pending` */
     ferry_job_fn        fn;        /* the blocking call */
     void               *arg;       /* its argument (the caller's) */
     int                 kind;      /* KIND_TASK or KIND_SUBMIT */
@@ -42,19 +77,35 @@ struct job {
     int                 status;    /* fn's status; written before the completion is posted */
     bool                heap;      /* allocated by ferry (abandon variant, submit) */
     bool                abandoned; /* mu: the task left; the worker cleans up */
+    bool                over;      /* mu: QUEUED in overq, waiting for room */
+    bool                pending;   /* loop thread: in the loop's subq, not yet handed over */
+    uint64_t            enq;       /* mu: when it was queued (ticks()) */
     ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
     struct ferry__xwake xw;        /* KIND_TASK: wakes the waiting task */
     struct ferry__cnode cn;        /* KIND_SUBMIT with a loop: runs `done` there */
     struct ferry_inbox *ib;        /* KIND_SUBMIT: the loop's inbox, or NULL */
     ferry_job_done      done;      /* KIND_SUBMIT: completion callback, or NULL */
     void               *done_arg;  /* its argument */
-    struct ferry_pool  *pool;      /* KIND_SUBMIT: holds a pool reference */
+    struct ferry_pool  *pool;      /* its pool (KIND_SUBMIT: holds a reference) */
 };
 
-/* A task waiting for room in the queue. */
+/* A task waiting for room in the queue (the fallback path, see offload). */
 struct room_waiter {
     struct ferry__link  link;      /* mu: in pool->roomq until woken */
     struct ferry__xwake xw;        /* the waiting task */
+};
+
+/*
+ * The completions of finished task jobs for one inbox, taken by the loop
+ * in one go.  It serves one inbox at a time: it is bound to a job's inbox
+ * whenever it is idle (empty and not posted); a job for another inbox
+ * while it is busy is completed the ordinary way.
+ */
+struct sink {
+    struct ferry__cnode cn;        /* in ib's completion queue while `posted` */
+    struct ferry_inbox *ib;        /* mu: the inbox served; only compared while idle */
+    struct ferry__link  jobs;      /* mu: FINISHED task jobs for ib, FIFO */
+    bool                posted;    /* mu: cn is posted and has not taken `jobs` yet */
 };
 
 struct ferry_pool {
@@ -62,11 +113,14 @@ struct ferry_pool {
     pthread_cond_t      work;      /* idle workers wait here */
     pthread_cond_t      room;      /* threads in ferry_pool_submit wait for room */
     struct ferry__link  queue;     /* mu: struct job, FIFO */
+    struct ferry__link  overq;     /* mu: task jobs that found the queue full, FIFO */
     struct ferry__link  roomq;     /* mu: struct room_waiter, FIFO */
+    struct sink         sink;      /* mu (cn: see struct sink) */
     size_t              nqueued;   /* mu: jobs in queue */
     size_t              capacity;  /* set once */
     unsigned            nthreads;  /* set once: threads started */
     unsigned            nidle;     /* mu: workers waiting on `work` */
+    unsigned            nwaking;   /* mu: of those, signalled and not yet back */
     unsigned            nblocked;  /* mu: workers blocked calling into a loop */
     unsigned            room_threads; /* mu: threads waiting on `room` */
     size_t              running;   /* mu: jobs running, abandoned ones included */
@@ -76,8 +130,11 @@ struct ferry_pool {
     atomic_ulong        callback_errors; /* completions that returned non-zero */
     bool                stopping;  /* mu: ferry_pool_free() began */
     bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
+    int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
     atomic_size_t       qhint;     /* nqueued, published for the spinner */
-    atomic_uint         refs;      /* creator + calls in progress + pending completions */
+    atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
+    bool                multicpu;  /* set once: more than one CPU online */
+    atomic_uint         refs;      /* creator + calls in progress + pending completions + posted sink */
     pthread_t          *threads;   /* set once */
 };
 
@@ -86,6 +143,43 @@ static _Thread_local struct ferry_pool *tls_pool;
 
 static pthread_mutex_t default_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ferry_pool *_Atomic default_pool;
+
+/* ---- a cheap clock for the queueing delay ------------------------------ */
+
+/* A job that waited longer than this in the queue while workers sleep
+ * makes the worker that takes it wake another. */
+#define QDELAY_NS FERRY_USEC(50)
+
+static uint64_t qdelay_ticks;          /* QDELAY_NS in ticks(); set once */
+static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
+
+/* A monotonic counter: the TSC on x86-64 (about 10 ns to read, a third of
+ * ferry_now()), else ferry_now().  Only compared with qdelay_ticks, so an
+ * imprecise TSC costs at most a worker woken late or early. */
+static inline uint64_t ticks(void)
+{
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return (uint64_t)ferry_now();
+#endif
+}
+
+static void ticks_calibrate(void)
+{
+#if defined(__x86_64__)
+    int64_t t0 = ferry_now(), t1;
+    uint64_t c0 = ticks(), c1;
+
+    do
+        t1 = ferry_now();
+    while (t1 - t0 < FERRY_USEC(20));
+    c1 = ticks();
+    qdelay_ticks = (uint64_t)((double)(c1 - c0) / (double)(t1 - t0) * (double)QDELAY_NS);
+#else
+    qdelay_ticks = QDELAY_NS;
+#endif
+}
 
 /* ==== any thread ======================================================= */
 
@@ -105,13 +199,54 @@ static void pool_unref(struct ferry_pool *p)
     ferry__free(p);
 }
 
-/* A slot of the queue freed up: wake one thread and one task waiting for
- * room.  Requires mu.  A woken waiter that does not use the room passes
- * the wake on by calling this again. */
+/* Wake a worker for newly queued jobs: claim the spinner if there is one
+ * (it takes them), else signal a sleeper not yet signalled.  Requires mu. */
+static void wake_worker_locked(struct ferry_pool *p)
+{
+    if (p->spinner) {
+        p->spinner = false;
+    } else if (p->nidle > p->nwaking) {
+        p->nwaking++;
+        pthread_cond_signal(&p->work);
+    }
+}
+
+/* Put a job at the tail of the queue (room checked by the caller).
+ * Requires mu; wakes nobody. */
+static void queue_locked(struct ferry_pool *p, struct job *j, uint64_t now)
+{
+    j->state = JOB_QUEUED;
+    j->abandoned = false;
+    j->over = false;
+    j->enq = now;
+    ferry__list_push_back(&p->queue, &j->link);
+    p->nqueued++;
+}
+
+/* Publish the queue length for the spinner and the submitter's CPU. */
+static void publish_locked(struct ferry_pool *p)
+{
+    int cpu = sched_getcpu();
+
+    atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+    if (cpu != atomic_load_explicit(&p->sub_cpu, memory_order_relaxed))
+        atomic_store_explicit(&p->sub_cpu, cpu, memory_order_relaxed);
+}
+
+/* A slot of the queue freed up: move waiting task jobs in, then wake one
+ * thread and one task waiting for room if room is left.  Requires mu.  A
+ * woken waiter that does not use the room passes the wake on by calling
+ * this again. */
 static void room_kick_locked(struct ferry_pool *p)
 {
     struct ferry__link *l;
 
+    while (p->nqueued < p->capacity && (l = ferry__list_pop_front(&p->overq)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        queue_locked(p, j, ticks());
+    }
+    if (p->nqueued >= p->capacity)
+        return;
     if (p->room_threads)
         pthread_cond_signal(&p->room);
     if ((l = ferry__list_pop_front(&p->roomq)) != NULL) {
@@ -136,8 +271,8 @@ static void submit_done_on_loop(struct ferry__cnode *n)
     pool_unref(p);
 }
 
-/* Deliver a job's end (fn's status, or -ECANCELED).  No lock held.  After
- * this the job may be gone (a task's stack frame). */
+/* Deliver a job's end (fn's status, or why it never ran).  No lock held.
+ * After this the job may be gone (a task's stack frame). */
 static void finish(struct job *j, int status)
 {
     j->status = status;
@@ -163,6 +298,23 @@ static void finish(struct job *j, int status)
     }
 }
 
+/* Runs on the loop: take the sink's jobs and wake their tasks. */
+static void sink_run(struct ferry__cnode *n)
+{
+    struct ferry_pool *p = ferry__container_of(n, struct ferry_pool, sink.cn);
+    struct ferry__link local, *l;
+
+    pthread_mutex_lock(&p->mu);
+    ferry__list_move(&local, &p->sink.jobs);
+    p->sink.posted = false;
+    pthread_mutex_unlock(&p->mu);
+    while ((l = ferry__list_pop_front(&local)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        ferry__xwake_fire(&j->xw, j->status);   /* on the loop: wakes the task now */
+    }
+    pool_unref(p);
+}
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -172,65 +324,188 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/*
+ * Spinning.  An idle worker may poll the queue for a while before it
+ * sleeps, so that a task resubmitting right after its completion costs no
+ * futex wake.  At most one worker spins.  The budget adapts: a spin that
+ * found work keeps it at SPIN_MAX_NS; one that timed out halves it (below
+ * SPIN_MIN_NS it is 0: no spinning); a worker that sleeps and is woken
+ * within SPIN_MAX_NS raises it back to the maximum (a spin would have paid).
+ * A spinner gives up at once when it runs on the CPU of the last submitter
+ * (a loop thread, usually): it would only delay the thread it waits for.
+ * On one CPU nobody spins.
+ */
+#define SPIN_MAX_NS FERRY_USEC(50)
+#define SPIN_MIN_NS FERRY_USEC(2)
+
+enum { SPIN_WORK, SPIN_TIMEOUT, SPIN_CLASH };
+
+static int spin_for_work(struct ferry_pool *p, int64_t budget)
+{
+    int64_t end = ferry_now() + budget;
+
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&p->qhint, memory_order_relaxed))
+            return SPIN_WORK;
+        if ((i & 63) == 0) {
+            int cpu = sched_getcpu();
+            if (cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed))
+                return SPIN_CLASH;
+            if (ferry_now() >= end)
+                return SPIN_TIMEOUT;
+        }
+        cpu_relax();
+    }
+}
+
+/* The queue is empty: spin (once per idle period) or sleep until a job
+ * comes.  Requires mu; returns with mu held, maybe with a job queued. */
+static void idle_locked(struct ferry_pool *p, bool *spun)
+{
+    int64_t t0;
+
+    if (!*spun && !p->spinner && p->spin_ns && p->multicpu) {
+        int64_t budget = p->spin_ns;
+        int r;
+
+        p->spinner = true;
+        pthread_mutex_unlock(&p->mu);
+        r = spin_for_work(p, budget);
+        pthread_mutex_lock(&p->mu);
+        p->spinner = false;
+        *spun = true;
+        if (r == SPIN_WORK)
+            p->spin_ns = SPIN_MAX_NS;
+        else if (r == SPIN_TIMEOUT && budget <= p->spin_ns)
+            p->spin_ns = budget / 2 >= SPIN_MIN_NS ? budget / 2 : 0;
+        return;
+    }
+    t0 = ferry_now();
+    p->nidle++;
+    pthread_cond_wait(&p->work, &p->mu);
+    p->nidle--;
+    if (p->nwaking)
+        p->nwaking--;
+    if (p->spin_ns < SPIN_MAX_NS && ferry_now() - t0 < SPIN_MAX_NS)
+        p->spin_ns = SPIN_MAX_NS;
+}
+
+/*
+ * Book the end of job `j` (fn returned `status`).  Requires mu.  Returns
+ * what the caller must do after unlocking: RET_NONE (it went on the sink,
+ * already posted), RET_POST (it went on the sink: post the sink to *ib),
+ * RET_FINISH (complete it the ordinary way), RET_CLEANUP (abandoned: run
+ * the cleanup and free it).
+ */
+enum { RET_NONE, RET_POST, RET_FINISH, RET_CLEANUP };
+
+static int book_locked(struct ferry_pool *p, struct job *j, int status,
+                       struct ferry_inbox **ib)
+{
+    struct sink *s = &p->sink;
+
+    p->running--;
+    p->completed++;
+    if (j->abandoned) {
+        p->nabandoned--;
+        return RET_CLEANUP;
+    }
+    j->state = JOB_FINISHED;
+    j->status = status;
+    if (j->kind != KIND_TASK)
+        return RET_FINISH;
+    if (!s->posted && ferry__list_empty(&s->jobs))
+        s->ib = j->xw.ib;                     /* idle: serve this inbox */
+    else if (s->ib != j->xw.ib)
+        return RET_FINISH;                    /* busy with another loop */
+    ferry__list_push_back(&s->jobs, &j->link);
+    if (s->posted)
+        return RET_NONE;
+    s->posted = true;
+    *ib = s->ib;
+    return RET_POST;
+}
+
+/* Carry out what book_locked() asked for.  No lock held. */
+static void after_book(struct ferry_pool *p, struct job *j, int status, int what,
+                       struct ferry_inbox *ib)
+{
+    switch (what) {
+    case RET_POST:
+        pool_ref(p);                          /* dropped by sink_run */
+        p->sink.cn.fn = sink_run;
+        ferry__inbox_complete(ib, &p->sink.cn);
+        break;
+    case RET_FINISH:
+        finish(j, status);
+        break;
+    case RET_CLEANUP:
+        if (j->cleanup)
+            j->cleanup(j->arg, status);
+        ferry__free(j);
+        break;
+    default:
+        break;
+    }
+}
+
+/*
+ * A worker.  One lock acquisition per job: the one that takes the next job
+ * also books the end of the previous one, whose completion is delivered
+ * right after it (with no lock held), before the next job runs.
+ */
 static void *worker_main(void *arg)
 {
     struct ferry_pool *p = arg;
+    struct ferry_inbox *ib = NULL;
     struct ferry__link *l;
-    struct job *j;
+    struct job *j, *done = NULL;   /* finished, not yet booked */
     bool spun = false;
-    int status;
+    int status = 0, what = RET_NONE;
 
     tls_pool = p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while ((l = ferry__list_pop_front(&p->queue)) == NULL) {
-            if (p->stopping)
-                goto out;
-            if (!p->spinner && !spun) {
-                /* One worker polls briefly before sleeping: a task that
-                 * resubmits right after its completion then costs no
-                 * futex wake.  Bounded (about 50 us). */
-                p->spinner = true;
+        if (done)
+            what = book_locked(p, done, status, &ib);
+        if ((l = ferry__list_pop_front(&p->queue)) == NULL) {
+            if (done) {
                 pthread_mutex_unlock(&p->mu);
-                for (int i = 0; i < 2000 && !atomic_load_explicit(&p->qhint, memory_order_relaxed); i++)
-                    cpu_relax();
+                after_book(p, done, status, what, ib);
+                done = NULL;
                 pthread_mutex_lock(&p->mu);
-                p->spinner = false;
-                spun = true;
                 continue;
             }
-            p->nidle++;
-            pthread_cond_wait(&p->work, &p->mu);
-            p->nidle--;
+            if (p->stopping)
+                break;
+            idle_locked(p, &spun);
+            continue;
         }
         spun = false;
         j = ferry__container_of(l, struct job, link);
         p->nqueued--;
-        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
         p->running++;
         j->state = JOB_RUNNING;
-        room_kick_locked(p);
+        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+        if (!ferry__list_empty(&p->overq) || p->room_threads || !ferry__list_empty(&p->roomq))
+            room_kick_locked(p);
+        /* Jobs pile up while others sleep: one more worker. */
+        if (p->nqueued && !p->spinner && p->nidle > p->nwaking &&
+            ticks() - j->enq > qdelay_ticks) {
+            p->nwaking++;
+            pthread_cond_signal(&p->work);
+        }
         pthread_mutex_unlock(&p->mu);
+        if (done) {
+            after_book(p, done, status, what, ib);
+            done = NULL;
+        }
 
         status = j->fn(j->arg);
+        done = j;
 
         pthread_mutex_lock(&p->mu);
-        p->running--;
-        p->completed++;
-        if (j->abandoned) {
-            p->nabandoned--;
-            pthread_mutex_unlock(&p->mu);
-            if (j->cleanup)
-                j->cleanup(j->arg, status);
-            ferry__free(j);
-        } else {
-            j->state = JOB_FINISHED;
-            pthread_mutex_unlock(&p->mu);
-            finish(j, status);
-        }
-        pthread_mutex_lock(&p->mu);
     }
-out:
     pthread_mutex_unlock(&p->mu);
     tls_pool = NULL;
     return NULL;
@@ -272,14 +547,18 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     if (o.threads > 4096)
         return -EINVAL;
     ferry__threads_init();
+    pthread_once(&ticks_once, ticks_calibrate);
     p = ferry__calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
     p->nthreads = o.threads ? o.threads : default_threads();
     p->capacity = o.capacity ? o.capacity : 4096;
+    p->spin_ns = SPIN_MAX_NS;
+    p->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
     atomic_init(&p->refs, 1);
     atomic_init(&p->callback_errors, 0);
     atomic_init(&p->qhint, 0);
+    atomic_init(&p->sub_cpu, -1);
     p->threads = ferry__calloc(p->nthreads, sizeof *p->threads);
     if (!p->threads)
         goto err_free;
@@ -320,6 +599,34 @@ err_free:
     return rc;
 }
 
+/* Take every job out of the queue and the overflow list, to be completed
+ * with `status` (never run; the overflow ones with -ESHUTDOWN: they were
+ * never queued).  Requires mu.  Returns how many. */
+static size_t drop_queued_locked(struct ferry_pool *p, struct ferry__link *dropped, int status)
+{
+    struct ferry__link *l;
+    size_t n = 0;
+
+    while ((l = ferry__list_pop_front(&p->queue)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        p->nqueued--;
+        p->cancelled++;
+        j->state = JOB_FINISHED;
+        j->status = status;
+        ferry__list_push_back(dropped, &j->link);
+        n++;
+    }
+    while ((l = ferry__list_pop_front(&p->overq)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        j->state = JOB_FINISHED;
+        j->status = status == -ECANCELED ? -ESHUTDOWN : status;
+        ferry__list_push_back(dropped, &j->link);
+        n++;
+    }
+    atomic_store_explicit(&p->qhint, 0, memory_order_relaxed);
+    return n;
+}
+
 void ferry_pool_free(ferry_pool *p)
 {
     struct ferry__link dropped = {0}, *l;
@@ -329,13 +636,7 @@ void ferry_pool_free(ferry_pool *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
     /* Queued jobs never run: each is completed with -ECANCELED. */
-    while ((l = ferry__list_pop_front(&p->queue)) != NULL) {
-        struct job *j = ferry__container_of(l, struct job, link);
-        p->nqueued--;
-        p->cancelled++;
-        j->state = JOB_FINISHED;
-        ferry__list_push_back(&dropped, &j->link);
-    }
+    drop_queued_locked(p, &dropped, -ECANCELED);
     /* Tasks waiting for room: refused. */
     while ((l = ferry__list_pop_front(&p->roomq)) != NULL) {
         struct room_waiter *rw = ferry__container_of(l, struct room_waiter, link);
@@ -344,9 +645,12 @@ void ferry_pool_free(ferry_pool *p)
     pthread_cond_broadcast(&p->work);
     pthread_cond_broadcast(&p->room);
     pthread_mutex_unlock(&p->mu);
-    while ((l = ferry__list_pop_front(&dropped)) != NULL)
-        finish(ferry__container_of(l, struct job, link), -ECANCELED);
-    /* Running jobs (abandoned ones too) end; then the threads exit. */
+    while ((l = ferry__list_pop_front(&dropped)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        finish(j, j->status);
+    }
+    /* Running jobs (abandoned ones too) end; then the threads exit.  A
+     * posted sink keeps the memory until its loop has run it. */
     for (unsigned i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
     pool_unref(p);
@@ -385,20 +689,13 @@ int ferry_pool_stats_get(ferry_pool *p, ferry_pool_stats *out)
     return 0;
 }
 
-/* Queue a job.  Requires mu; checked for room and state by the caller. */
+/* Queue one job and wake a worker for it.  Requires mu; checked for room
+ * and state by the caller. */
 static void enqueue_locked(struct ferry_pool *p, struct job *j)
 {
-    j->state = JOB_QUEUED;
-    j->abandoned = false;
-    ferry__list_push_back(&p->queue, &j->link);
-    p->nqueued++;
-    atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
-    /* A spinning worker takes this job: claim it, so that the next job
-     * signals a sleeping worker instead of counting on the same spinner. */
-    if (p->spinner)
-        p->spinner = false;
-    else if (p->nidle)
-        pthread_cond_signal(&p->work);
+    queue_locked(p, j, ticks());
+    publish_locked(p);
+    wake_worker_locked(p);
 }
 
 /* Requires mu: why a job could not be queued now, or 0. */
@@ -443,7 +740,7 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
     pthread_mutex_lock(&p->mu);
     for (;;) {
         rc = refuse_locked(p);
-        if (rc || p->nqueued < p->capacity)
+        if (rc || (p->nqueued < p->capacity && ferry__list_empty(&p->overq)))
             break;
         if (ferry_loop_current()) {
             rc = -EAGAIN;    /* blocking would stall a loop */
@@ -469,8 +766,80 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
 
 /* ==== loop thread (tasks) ============================================== */
 
+/*
+ * Hand the jobs that tasks of this loop offloaded during the last turn to
+ * their pools: one lock and one wake decision per run of jobs for the same
+ * pool.  A job that cannot be queued (pool stopping, every thread blocked)
+ * completes at once with the reason; one that finds the queue full waits
+ * for room in `overq`.  Runs as a callback of the loop, after the turn.
+ */
+static void subq_flush(void *arg)
+{
+    struct ferry__subq *q = arg;
+    struct ferry__link local, failed = {0}, *l;
+    uint64_t now = ticks();
+
+    q->scheduled = false;
+    ferry__list_move(&local, &q->jobs);
+    l = ferry__list_pop_front(&local);
+    while (l) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        struct ferry_pool *p = j->pool;
+        bool added = false;
+
+        pthread_mutex_lock(&p->mu);
+        do {
+            int rc = refuse_locked(p);
+
+            j->pending = false;
+            if (rc) {
+                j->state = JOB_FINISHED;
+                j->status = rc;
+                ferry__list_push_back(&failed, &j->link);
+            } else if (p->nqueued < p->capacity && ferry__list_empty(&p->overq)) {
+                queue_locked(p, j, now);
+                added = true;
+            } else {
+                j->state = JOB_QUEUED;
+                j->over = true;
+                ferry__list_push_back(&p->overq, &j->link);
+            }
+            l = ferry__list_pop_front(&local);
+            j = l ? ferry__container_of(l, struct job, link) : NULL;
+        } while (j && j->pool == p);
+        if (added) {
+            publish_locked(p);
+            wake_worker_locked(p);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    while ((l = ferry__list_pop_front(&failed)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        ferry__xwake_fire(&j->xw, j->status);   /* on the loop: wakes the task now */
+    }
+}
+
+/* Put a task's job on its loop's list for the flush after this turn.
+ * Returns 0, or -ENOMEM if the flush could not be scheduled (nothing
+ * done: the caller queues the job itself). */
+static int defer_job(struct ferry_pool *p, struct job *j)
+{
+    struct ferry__subq *q = ferry__inbox_subq(j->xw.ib);
+
+    if (!q->scheduled) {
+        if (ferry_call_soon(ferry__inbox_loop(j->xw.ib), subq_flush, q) != 0)
+            return -ENOMEM;
+        q->scheduled = true;
+    }
+    j->pool = p;
+    j->pending = true;
+    ferry__list_push_back(&q->jobs, &j->link);
+    return 0;
+}
+
 /* Wait in a task until the queue has room.  Requires mu; returns with mu
- * held.  Returns 0 (room now) or why not. */
+ * held.  Returns 0 (room now) or why not.  Only the fallback path (the
+ * flush could not be scheduled) comes here. */
 static int wait_room_locked(struct ferry_pool *p)
 {
     struct room_waiter rw;
@@ -479,7 +848,7 @@ static int wait_room_locked(struct ferry_pool *p)
 
     for (;;) {
         rc = refuse_locked(p);
-        if (rc || p->nqueued < p->capacity)
+        if (rc || (p->nqueued < p->capacity && ferry__list_empty(&p->overq)))
             return rc;
         rc = ferry__xwake_init(&rw.xw, "pool room", p);
         if (rc)
@@ -514,25 +883,43 @@ static int offload(struct ferry_pool *p, struct job *j, bool *abandoned)
     if (rc)
         return rc;
     ferry__link_init(&j->link);
-    pthread_mutex_lock(&p->mu);
-    rc = wait_room_locked(p);
-    if (rc) {
+    j->pool = p;
+    if (defer_job(p, j) != 0) {
+        /* No flush: queue it now, waiting for room here if need be. */
+        pthread_mutex_lock(&p->mu);
+        rc = wait_room_locked(p);
+        if (rc) {
+            pthread_mutex_unlock(&p->mu);
+            return rc;
+        }
+        enqueue_locked(p, j);
         pthread_mutex_unlock(&p->mu);
-        return rc;
     }
-    enqueue_locked(p, j);
-    pthread_mutex_unlock(&p->mu);
 
     rc = ferry__xwake_wait(&j->xw);
     if (j->xw.delivered)
-        return j->xw.result;          /* fn's status, or -ECANCELED (pool freed) */
+        return j->xw.result;          /* fn's status, or why it never ran */
     /* Interrupted: cancelled or a deadline passed. */
+    if (j->pending) {
+        /* Still on this loop's list: never handed over. */
+        ferry__list_remove(&j->link);
+        j->pending = false;
+        pthread_mutex_lock(&p->mu);
+        p->cancelled++;
+        pthread_mutex_unlock(&p->mu);
+        return rc;
+    }
     pthread_mutex_lock(&p->mu);
     if (j->state == JOB_QUEUED) {
         ferry__list_remove(&j->link);
-        p->nqueued--;
+        if (j->over) {
+            j->over = false;
+        } else {
+            p->nqueued--;
+            atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+            room_kick_locked(p);
+        }
         p->cancelled++;
-        room_kick_locked(p);
         pthread_mutex_unlock(&p->mu);
         return rc;                    /* never ran */
     }
@@ -614,21 +1001,15 @@ void ferry__pool_block_enter(void)
         /* No thread is left to start a queued job until a loop call
          * returns, and that call may be waiting for one of them (Trio
          * #810): fail them with a clear error instead of hanging. */
-        while ((l = ferry__list_pop_front(&p->queue)) != NULL) {
-            struct job *j = ferry__container_of(l, struct job, link);
-            p->nqueued--;
-            p->cancelled++;
-            j->state = JOB_FINISHED;
-            ferry__list_push_back(&dropped, &j->link);
-            stuck++;
-        }
-        atomic_store_explicit(&p->qhint, 0, memory_order_relaxed);
+        stuck = drop_queued_locked(p, &dropped, -EDEADLK);
         if (stuck)
             room_kick_locked(p);
     }
     pthread_mutex_unlock(&p->mu);
-    while ((l = ferry__list_pop_front(&dropped)) != NULL)
-        finish(ferry__container_of(l, struct job, link), -EDEADLK);
+    while ((l = ferry__list_pop_front(&dropped)) != NULL) {
+        struct job *j = ferry__container_of(l, struct job, link);
+        finish(j, j->status);
+    }
     if (stuck)
         ferry__log(FERRY_LOG_WARN, "pool: all %u threads wait on a loop; %zu queued "
                    "job(s) failed with -EDEADLK", p->nthreads, stuck);
