@@ -399,7 +399,9 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     tls_loop = loop;
     loop->in_run = true;
     loop->stop = false;
+    loop->one_turn = mode == FERRY_RUN_ONCE;
     drive(loop, mode);
+    loop->one_turn = false;
     loop->in_run = false;
     loop->stop = false;
     tls_loop = prev ? prev : loop;

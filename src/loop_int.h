@@ -110,6 +110,7 @@ struct ferry_loop {
     bool                  in_run;     /* inside ferry_loop_run() */
     bool                  in_turn;    /* running a turn */
     struct ferry__link   *turn;       /* the running turn's list, or NULL */
+    bool                  one_turn;   /* FERRY_RUN_ONCE: no new turn inside a handover */
     bool                  stop;       /* ferry_loop_stop() was called */
     bool                  closing;    /* ferry_loop_free() in progress */
     struct ferry__link    runq;       /* of struct ferry__runnable */

@@ -78,7 +78,8 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
     struct ferry__link *turn = loop->turn, *l;
 
     if (turn && !loop->slow_ns && !loop->stop && loop->since_poll < loop->io_interval) {
-        if (ferry__list_empty(turn) && !ferry__list_empty(&loop->runq)) {
+        if (ferry__list_empty(turn) && !ferry__list_empty(&loop->runq) &&
+            !loop->one_turn) {
             /* The turn is over: begin the next one here, as the scheduler
              * would (it polls only every io_interval steps anyway). */
             ferry__list_move(turn, &loop->runq);

@@ -21,6 +21,10 @@ void tu_loop_setup(void)
 {
     ferry__fault_reset();
     cr_assert_eq(ferry_loop_new(&tu_loop, NULL), 0, "ferry_loop_new failed");
+    /* The detector (on by default without NDEBUG) turns off the direct
+     * task-to-task handover: test the production path in every build;
+     * the detector's own tests turn it on. */
+    ferry_loop_set_slow_threshold(tu_loop, 0);
 }
 
 void tu_loop_teardown(void)

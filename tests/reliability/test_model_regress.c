@@ -38,9 +38,7 @@ R(first_sequence_of_run_1)
     replay(model_seq_seed(1, 0));
 }
 
-/* ---- Known bugs found by the reliability program, not fixed yet ---------
- * Each runs only with FERRY_KNOWN_BUGS=1 (it fails until the bug is fixed;
- * then drop the gate).  See the reliability report in issue 6. */
+/* ---- Bugs found by the reliability program, now fixed --------------- */
 
 static int once_steps;
 
@@ -56,15 +54,12 @@ static int spin_task(void *arg)
 }
 
 /* loop.h: FERRY_RUN_ONCE is "one turn: run what is ready, poll I/O without
- * blocking".  With the direct task-to-task handover (src/switch.h) a task
- * that keeps yielding runs up to io_interval (128) turns in one
- * FERRY_RUN_ONCE, and only when the blocked-loop detector is off (release
- * builds): with it on, the same call runs one turn. */
-Test(known_bugs, run_once_runs_one_turn, .init = tu_loop_setup, .fini = tu_loop_teardown,
+ * blocking".  The direct task-to-task handover (src/switch.h) used to start
+ * new turns inside one FERRY_RUN_ONCE (up to io_interval of them) when the
+ * blocked-loop detector was off; it no longer starts a turn in that mode. */
+Test(fixed_bugs, run_once_runs_one_turn, .init = tu_loop_setup, .fini = tu_loop_teardown,
      .timeout = 10.)
 {
-    if (!getenv("FERRY_KNOWN_BUGS"))
-        cr_skip_test("known bug, set FERRY_KNOWN_BUGS=1 to run");
     cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, 0), 0);
     cr_assert_eq(ferry_task_spawn(NULL, tu_loop, spin_task, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);
