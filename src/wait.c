@@ -33,7 +33,8 @@ int ferry__bind(ferry_loop **bound)
 {
     ferry_loop *loop = ferry__loop_tls();
 
-    if (!loop || !ferry_loop_is_current(loop))
+    /* ferry_loop_is_current(), inline: every primitive call passes here. */
+    if (!loop || loop->owner != &ferry__tls_token || ferry__loop_forked(loop))
         return -EPERM;
     if (!*bound)
         *bound = loop;
