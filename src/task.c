@@ -441,7 +441,9 @@ int ferry_wait_signal(int signum)
 
     if (rc)
         return rc;
-    if (signum <= 0 || signum >= NSIG)
+    /* SIGKILL and SIGSTOP cannot be caught: libevent's sigaction() would
+     * fail and the wait look like -ENOMEM. */
+    if (signum <= 0 || signum >= NSIG || signum == SIGKILL || signum == SIGSTOP)
         return -EINVAL;
     rc = ferry__check(self);
     if (rc)

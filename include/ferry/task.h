@@ -136,7 +136,8 @@ int ferry_wait_fd(int fd, int events, int *revents /* OUT, optional */);
  * SIGTERM for a graceful shutdown).  While any task waits for it, the
  * signal's default action is replaced by libevent's handler.
  * Thread: loop, in a task.  Suspends: yes.
- * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL; -ENOMEM.
+ * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL (not a signal
+ * number, or SIGKILL or SIGSTOP, which cannot be caught); -ENOMEM.
  */
 int ferry_wait_signal(int signum);
 
