@@ -97,16 +97,43 @@ struct ferry__xwake {
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */
 int  ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj);
+/* The same for the task `self` (the caller checked that it runs it). */
+int  ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
+                            const char *what, const void *obj);
 /* Re-arm for another wait (same task). */
 void ferry__xwake_rearm(struct ferry__xwake *x);
 /* Any thread, once per arm: deliver `result` to the waiting task. */
 void ferry__xwake_fire(struct ferry__xwake *x, int result);
+/* ferry__xwake_fire() known to run on the task's loop thread. */
+void ferry__xwake_deliver(struct ferry__xwake *x, int result);
 /* Loop, in the task: wait for the wake.  Returns its result, or
  * -ECANCELED / -ETIMEDOUT (check x->delivered and the owner's state). */
 int  ferry__xwake_wait(struct ferry__xwake *x);
 /* Loop, in the task: the wake was fired; wait, shielded, until it has been
  * delivered, so the node may go away. */
 void ferry__xwake_settle(struct ferry__xwake *x);
+
+/* ---- the loop waiting briefly for a completion ------------------------ */
+
+/* True if the loop has nothing to run before it would poll: no ready task
+ * or callback, no timer due within `horizon` ns, not stopping or closing.
+ * Thread: loop. */
+bool ferry__inbox_loop_idle(const struct ferry_inbox *ib, int64_t horizon);
+
+enum { FERRY__SPIN_KICKED = 1, FERRY__SPIN_TIMEOUT, FERRY__SPIN_GAVE_UP };
+
+/*
+ * Loop thread, inside a step, when ferry__inbox_loop_idle(): instead of
+ * going to sleep in epoll, poll for up to `budget` ns for a completion or
+ * post to arrive.  Meanwhile posters make no eventfd write: one that finds
+ * the loop waiting here leaves the drain to it (decided under the inbox
+ * lock, so none is lost when the wait ends at the same moment).
+ * give_up(arg, waited) is asked every few polls whether to stop early.
+ * Returns FERRY__SPIN_KICKED (something arrived and was drained here),
+ * FERRY__SPIN_TIMEOUT or FERRY__SPIN_GAVE_UP (nothing drained).
+ */
+int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
+                      bool (*give_up)(void *arg, int64_t waited), void *arg);
 
 /* ---- tasks' pool jobs, handed over once per turn ---------------------- */
 
@@ -118,6 +145,11 @@ void ferry__xwake_settle(struct ferry__xwake *x);
  */
 struct ferry__subq {
     struct ferry__link jobs;       /* loop thread: pool.c's jobs, FIFO */
+    void              *pool;       /* loop thread: the pool of every job in `jobs`,
+                                    * or NULL if they go to different pools */
+    size_t             n;          /* loop thread: jobs in `jobs` */
+    uint64_t           gen;        /* loop thread: flushes so far */
+    uint64_t           t;          /* loop thread: when the first job came (pool.c's clock) */
     bool               scheduled;  /* loop thread: the flush callback is scheduled */
 };
 

@@ -75,6 +75,9 @@ struct ferry_inbox {
     bool                 ev_gone;    /* mu: ev was freed: no event_active() any more */
     bool                 closer_waits; /* mu: close() sleeps on `idle` */
     bool                 stop_queued;/* mu: stop_node is in the completion list */
+    bool                 spinning;   /* mu: the loop waits in ferry__inbox_spin() */
+    bool                 spin_kicked;/* mu: a poster found it waiting: the drain is owed */
+    atomic_bool          kick;       /* spin_kicked, published for the waiting loop */
     uint64_t             posts;      /* mu: accepted posts and completions */
     uint64_t             wakeups;    /* mu: eventfd writes */
     uint64_t             write_errors; /* mu: failed eventfd writes */
@@ -128,6 +131,13 @@ static int wake_locked(struct ferry_inbox *ib)
          * under mu before it ends.  close() drains until empty itself. */
         if (!ib->draining && !ib->ev_gone)
             event_active(ib->ev, EV_READ, 1);
+        return 0;
+    }
+    if (ib->spinning) {
+        /* The loop polls `kick` in ferry__inbox_spin() and drains when it
+         * sees it, or when it stops waiting (under mu): no system call. */
+        ib->spin_kicked = true;
+        atomic_store_explicit(&ib->kick, true, memory_order_release);
         return 0;
     }
     ib->wakeups++;
@@ -525,6 +535,71 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed)
 
 static void schedule_step(struct ferry_inbox *ib);
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+bool ferry__inbox_loop_idle(const struct ferry_inbox *ib, int64_t horizon)
+{
+    const ferry_loop *loop = ib->loop;
+    const struct ferry__hnode *t = ferry__heap_min(&loop->timers);
+
+    if (!ferry__list_empty(&loop->runq) || loop->stop || ib->closing || ib->draining)
+        return false;
+    if (loop->turn && !ferry__list_empty(loop->turn))
+        return false;
+    return !t || t->key > ferry_now() + horizon;
+}
+
+int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
+                      bool (*give_up)(void *arg, int64_t waited), void *arg)
+{
+    int64_t t0, now;
+    bool kicked;
+    int rc = FERRY__SPIN_TIMEOUT;
+
+    pthread_mutex_lock(&ib->mu);
+    if (ib->woken || ib->closed) {
+        pthread_mutex_unlock(&ib->mu);
+        return FERRY__SPIN_GAVE_UP;    /* a drain is on its way already */
+    }
+    ib->spinning = true;
+    atomic_store_explicit(&ib->kick, false, memory_order_relaxed);
+    pthread_mutex_unlock(&ib->mu);
+    t0 = ferry_now();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&ib->kick, memory_order_acquire))
+            break;
+        if ((i & 31) == 0) {
+            now = ferry_now();
+            if (now - t0 >= budget)
+                break;
+            if (give_up && give_up(arg, now - t0)) {
+                rc = FERRY__SPIN_GAVE_UP;
+                break;
+            }
+        }
+        cpu_relax();
+    }
+    pthread_mutex_lock(&ib->mu);
+    ib->spinning = false;
+    kicked = ib->spin_kicked;
+    ib->spin_kicked = false;
+    pthread_mutex_unlock(&ib->mu);
+    if (!kicked)
+        return rc;
+    /* A poster set `woken` and left the drain to us: do it now (this runs
+     * inside a step of the loop, which the detector times as a whole). */
+    if (drain(ib, FERRY__DRAIN_BATCH, false))
+        schedule_step(ib);
+    return FERRY__SPIN_KICKED;
+}
+
 static void step_cb(void *arg)
 {
     struct ferry_inbox *ib = arg;
@@ -677,6 +752,7 @@ int ferry__bridge_attach(ferry_loop *loop)
     ib->owner = &tls_token;
     ib->loop = loop;
     atomic_init(&ib->refs, 1);
+    atomic_init(&ib->kick, false);
     rc = make_fds(&ib->rfd, &ib->wfd);
     if (rc)
         goto err_free;

@@ -69,7 +69,7 @@ enum { KIND_TASK = 1, KIND_SUBMIT };
 struct job {
     struct ferry__link  link;      /* mu: in pool->queue or pool->overq while QUEUED, in
                                     * pool->sink.jobs while FINISHED; loop thread: in the
-                                    * loop's subq while `pending` */
+                                    * loop's subq while pending (see `gen`) */
     ferry_job_fn        fn;        /* the blocking call */
     void               *arg;       /* its argument (the caller's) */
     int                 kind;      /* KIND_TASK or KIND_SUBMIT */
@@ -78,7 +78,8 @@ struct job {
     bool                heap;      /* allocated by ferry (abandon variant, submit) */
     bool                abandoned; /* mu: the task left; the worker cleans up */
     bool                over;      /* mu: QUEUED in overq, waiting for room */
-    bool                pending;   /* loop thread: in the loop's subq, not yet handed over */
+    uint64_t            gen;       /* loop thread: the flush of its loop's subq it waits
+                                    * for (subq.gen + 1 while pending), 0 if never deferred */
     uint64_t            enq;       /* mu: when it was queued (ticks()) */
     ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
     struct ferry__xwake xw;        /* KIND_TASK: wakes the waiting task */
@@ -131,11 +132,17 @@ struct ferry_pool {
     bool                stopping;  /* mu: ferry_pool_free() began */
     bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
     int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
+    int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */
+    int64_t             flush_ns;  /* mu: when a loop last queued jobs */
     atomic_size_t       qhint;     /* nqueued, published for the spinner */
     atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
     bool                multicpu;  /* set once: more than one CPU online */
-    atomic_uint         refs;      /* creator + calls in progress + pending completions + posted sink */
     pthread_t          *threads;   /* set once */
+    /* Apart from the fields the workers write all the time: the loop
+     * thread takes and drops a reference per ferry_to_thread. */
+    char                pad0[64];
+    atomic_uint         refs;      /* creator + calls in progress + pending completions + posted sink */
+    char                pad1[64];
 };
 
 /* The pool whose worker is the calling thread, or NULL. */
@@ -143,6 +150,21 @@ static _Thread_local struct ferry_pool *tls_pool;
 
 static pthread_mutex_t default_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ferry_pool *_Atomic default_pool;
+
+/*
+ * The loop's wait.  When the flush after a turn hands jobs to a spinning
+ * worker and the loop has nothing else to run, the loop polls for the
+ * completion for up to lspin_ns before it goes to sleep in epoll
+ * (ferry__inbox_spin): a task's round trip then costs no system call and
+ * no wakeup on either side.  It stops early if the job has not been taken
+ * within LSPIN_TAKE_NS (the spinner is not running, e.g. it shares the
+ * loop's CPU).  The budget adapts as the worker's: a wait that timed out
+ * halves it, a completion that came within LSPIN_MAX_NS of the flush
+ * restores it.
+ */
+#define LSPIN_MAX_NS  FERRY_USEC(20)
+#define LSPIN_MIN_NS  FERRY_USEC(2)
+#define LSPIN_TAKE_NS FERRY_USEC(2)
 
 /* ---- a cheap clock for the queueing delay ------------------------------ */
 
@@ -199,16 +221,34 @@ static void pool_unref(struct ferry_pool *p)
     ferry__free(p);
 }
 
+/* Append the nodes of the non-empty list `from` to the tail of `to` in
+ * O(1); `from` is left as it was and must not be used as a list again. */
+static void list_splice_tail(struct ferry__link *to, struct ferry__link *from)
+{
+    struct ferry__link *first = from->next, *last = from->prev;
+
+    if (to->next == NULL)
+        to->next = to->prev = to;     /* a {0} head: link the sentinel */
+    first->prev = to->prev;
+    to->prev->next = first;
+    last->next = to;
+    to->prev = last;
+}
+
 /* Wake a worker for newly queued jobs: claim the spinner if there is one
- * (it takes them), else signal a sleeper not yet signalled.  Requires mu. */
-static void wake_worker_locked(struct ferry_pool *p)
+ * (it takes them), else signal a sleeper not yet signalled.  Requires mu.
+ * Returns true if a spinning worker was claimed. */
+static bool wake_worker_locked(struct ferry_pool *p)
 {
     if (p->spinner) {
         p->spinner = false;
-    } else if (p->nidle > p->nwaking) {
+        return true;
+    }
+    if (p->nidle > p->nwaking) {
         p->nwaking++;
         pthread_cond_signal(&p->work);
     }
+    return false;
 }
 
 /* Put a job at the tail of the queue (room checked by the caller).
@@ -307,10 +347,12 @@ static void sink_run(struct ferry__cnode *n)
     pthread_mutex_lock(&p->mu);
     ferry__list_move(&local, &p->sink.jobs);
     p->sink.posted = false;
+    if (p->lspin_ns < LSPIN_MAX_NS && ferry_now() - p->flush_ns < LSPIN_MAX_NS)
+        p->lspin_ns = LSPIN_MAX_NS;           /* a wait would have paid */
     pthread_mutex_unlock(&p->mu);
     while ((l = ferry__list_pop_front(&local)) != NULL) {
         struct job *j = ferry__container_of(l, struct job, link);
-        ferry__xwake_fire(&j->xw, j->status);   /* on the loop: wakes the task now */
+        ferry__xwake_deliver(&j->xw, j->status);   /* wakes the task now */
     }
     pool_unref(p);
 }
@@ -344,14 +386,14 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget)
 {
     int64_t end = ferry_now() + budget;
 
-    for (unsigned i = 1;; i++) {
+    for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(&p->qhint, memory_order_relaxed))
             return SPIN_WORK;
         if ((i & 63) == 0) {
             int cpu = sched_getcpu();
             if (cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed))
                 return SPIN_CLASH;
-            if (ferry_now() >= end)
+            if (i && ferry_now() >= end)
                 return SPIN_TIMEOUT;
         }
         cpu_relax();
@@ -554,6 +596,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     p->nthreads = o.threads ? o.threads : default_threads();
     p->capacity = o.capacity ? o.capacity : 4096;
     p->spin_ns = SPIN_MAX_NS;
+    p->lspin_ns = LSPIN_MAX_NS;
     p->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
     atomic_init(&p->refs, 1);
     atomic_init(&p->callback_errors, 0);
@@ -766,22 +809,61 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
 
 /* ==== loop thread (tasks) ============================================== */
 
+/* give_up for the loop's wait: the job has not been taken in time. */
+static bool job_not_taken(void *arg, int64_t waited)
+{
+    struct ferry_pool *p = arg;
+
+    return waited >= LSPIN_TAKE_NS && atomic_load_explicit(&p->qhint, memory_order_relaxed);
+}
+
 /*
  * Hand the jobs that tasks of this loop offloaded during the last turn to
  * their pools: one lock and one wake decision per run of jobs for the same
  * pool.  A job that cannot be queued (pool stopping, every thread blocked)
  * completes at once with the reason; one that finds the queue full waits
- * for room in `overq`.  Runs as a callback of the loop, after the turn.
+ * for room in `overq`.  Then, if a spinning worker took the jobs and the
+ * loop has nothing else to do, wait for the completion here (see
+ * LSPIN_MAX_NS).  Runs as a callback of the loop, after the turn.
  */
 static void subq_flush(void *arg)
 {
-    struct ferry__subq *q = arg;
+    struct ferry_inbox *ib = arg;
+    struct ferry__subq *q = ferry__inbox_subq(ib);
     struct ferry__link local, failed = {0}, *l;
-    uint64_t now = ticks();
+    struct ferry_pool *spin_pool = NULL, *one = q->pool;
+    int64_t budget = 0;
+    size_t n = q->n;
 
     q->scheduled = false;
+    q->gen++;                     /* nothing on the list is pending any more */
     ferry__list_move(&local, &q->jobs);
-    l = ferry__list_pop_front(&local);
+    q->pool = NULL;
+    q->n = 0;
+    l = NULL;
+    if (one && n) {
+        /* The common case: every job for one pool, room for all.  The jobs
+         * were made QUEUED when they were put on the list; hand the list
+         * over whole, without touching them again. */
+        pthread_mutex_lock(&one->mu);
+        if (!refuse_locked(one) && one->capacity - one->nqueued >= n &&
+            one->nqueued <= one->capacity && ferry__list_empty(&one->overq)) {
+            list_splice_tail(&one->queue, &local);
+            one->nqueued += n;
+            publish_locked(one);
+            one->flush_ns = ferry_now();
+            if (wake_worker_locked(one) && one->lspin_ns && one->multicpu) {
+                spin_pool = one;
+                budget = one->lspin_ns;
+            }
+        } else {
+            l = ferry__list_pop_front(&local);
+        }
+        pthread_mutex_unlock(&one->mu);
+    } else {
+        l = ferry__list_pop_front(&local);
+    }
+    /* Otherwise one job at a time, one lock per run of jobs for a pool. */
     while (l) {
         struct job *j = ferry__container_of(l, struct job, link);
         struct ferry_pool *p = j->pool;
@@ -791,13 +873,12 @@ static void subq_flush(void *arg)
         do {
             int rc = refuse_locked(p);
 
-            j->pending = false;
             if (rc) {
                 j->state = JOB_FINISHED;
                 j->status = rc;
                 ferry__list_push_back(&failed, &j->link);
             } else if (p->nqueued < p->capacity && ferry__list_empty(&p->overq)) {
-                queue_locked(p, j, now);
+                queue_locked(p, j, j->enq);
                 added = true;
             } else {
                 j->state = JOB_QUEUED;
@@ -809,7 +890,11 @@ static void subq_flush(void *arg)
         } while (j && j->pool == p);
         if (added) {
             publish_locked(p);
-            wake_worker_locked(p);
+            p->flush_ns = ferry_now();
+            if (wake_worker_locked(p) && p->lspin_ns && p->multicpu) {
+                spin_pool = p;
+                budget = p->lspin_ns;
+            }
         }
         pthread_mutex_unlock(&p->mu);
     }
@@ -817,9 +902,26 @@ static void subq_flush(void *arg)
         struct job *j = ferry__container_of(l, struct job, link);
         ferry__xwake_fire(&j->xw, j->status);   /* on the loop: wakes the task now */
     }
+    if (spin_pool && ferry__inbox_loop_idle(ib, budget)) {
+        int r = ferry__inbox_spin(ib, budget, job_not_taken, spin_pool);
+
+        pthread_mutex_lock(&spin_pool->mu);
+        if (r == FERRY__SPIN_KICKED)
+            spin_pool->lspin_ns = LSPIN_MAX_NS;
+        else if (r == FERRY__SPIN_TIMEOUT && budget <= spin_pool->lspin_ns)
+            spin_pool->lspin_ns = budget / 2 >= LSPIN_MIN_NS ? budget / 2 : 0;
+        pthread_mutex_unlock(&spin_pool->mu);
+    }
 }
 
-/* Put a task's job on its loop's list for the flush after this turn.
+/* True while a task's job is on its loop's list.  Thread: loop. */
+static bool job_pending(const struct job *j)
+{
+    return j->gen && j->gen == ferry__inbox_subq(j->xw.ib)->gen + 1;
+}
+
+/* Put a task's job on its loop's list for the flush after this turn, made
+ * QUEUED already (the flush may hand the list over without touching it).
  * Returns 0, or -ENOMEM if the flush could not be scheduled (nothing
  * done: the caller queues the job itself). */
 static int defer_job(struct ferry_pool *p, struct job *j)
@@ -827,12 +929,22 @@ static int defer_job(struct ferry_pool *p, struct job *j)
     struct ferry__subq *q = ferry__inbox_subq(j->xw.ib);
 
     if (!q->scheduled) {
-        if (ferry_call_soon(ferry__inbox_loop(j->xw.ib), subq_flush, q) != 0)
+        if (ferry_call_soon(ferry__inbox_loop(j->xw.ib), subq_flush, j->xw.ib) != 0)
             return -ENOMEM;
         q->scheduled = true;
+        q->t = ticks();
     }
+    if (!q->n)
+        q->pool = p;
+    else if (q->pool != p)
+        q->pool = NULL;
+    q->n++;
     j->pool = p;
-    j->pending = true;
+    j->gen = q->gen + 1;
+    j->state = JOB_QUEUED;
+    j->abandoned = false;
+    j->over = false;
+    j->enq = q->t;
     ferry__list_push_back(&q->jobs, &j->link);
     return 0;
 }
@@ -874,12 +986,13 @@ static int wait_room_locked(struct ferry_pool *p)
     }
 }
 
-static int offload(struct ferry_pool *p, struct job *j, bool *abandoned)
+static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
+                   bool *abandoned)
 {
     int rc;
 
     *abandoned = false;
-    rc = ferry__xwake_init(&j->xw, "to_thread", p);
+    rc = ferry__xwake_init_self(&j->xw, self, "to_thread", p);
     if (rc)
         return rc;
     ferry__link_init(&j->link);
@@ -900,10 +1013,11 @@ static int offload(struct ferry_pool *p, struct job *j, bool *abandoned)
     if (j->xw.delivered)
         return j->xw.result;          /* fn's status, or why it never ran */
     /* Interrupted: cancelled or a deadline passed. */
-    if (j->pending) {
+    if (job_pending(j)) {
         /* Still on this loop's list: never handed over. */
         ferry__list_remove(&j->link);
-        j->pending = false;
+        ferry__inbox_subq(j->xw.ib)->n--;
+        j->gen = 0;
         pthread_mutex_lock(&p->mu);
         p->cancelled++;
         pthread_mutex_unlock(&p->mu);
@@ -935,23 +1049,45 @@ static int offload(struct ferry_pool *p, struct job *j, bool *abandoned)
     return j->xw.result;
 }
 
+/* Fill in a task's job (not its wake, which offload() sets up).  Field by
+ * field: zeroing the whole struct cost a fifth of a round trip's time on
+ * the loop thread. */
+static void job_init_task(struct job *j, ferry_job_fn fn, void *arg, bool heap,
+                          ferry_job_cleanup cleanup)
+{
+    j->fn = fn;
+    j->arg = arg;
+    j->kind = KIND_TASK;
+    j->state = 0;
+    j->status = 0;
+    j->heap = heap;
+    j->abandoned = false;
+    j->over = false;
+    j->gen = 0;
+    j->enq = 0;
+    j->cleanup = cleanup;
+    j->ib = NULL;
+    j->done = NULL;
+    j->done_arg = NULL;
+    j->pool = NULL;
+}
+
 int ferry_to_thread(ferry_pool *p, ferry_job_fn fn, void *arg)
 {
-    struct job j = {0};
+    struct ferry_task *self;
+    struct job j;
     bool abandoned;
     int rc;
 
     if (!fn)
         return -EINVAL;
-    if (!ferry_task_current())
+    if (ferry__enter_task(&self))
         return -EPERM;
     if (!p && !(p = ferry_pool_default()))
         return -ENOMEM;
-    j.kind = KIND_TASK;
-    j.fn = fn;
-    j.arg = arg;
+    job_init_task(&j, fn, arg, false, NULL);
     pool_ref(p);
-    rc = offload(p, &j, &abandoned);
+    rc = offload(p, &j, self, &abandoned);
     pool_unref(p);
     return rc;
 }
@@ -959,26 +1095,23 @@ int ferry_to_thread(ferry_pool *p, ferry_job_fn fn, void *arg)
 int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg,
                             ferry_job_cleanup cleanup)
 {
+    struct ferry_task *self;
     struct job *j;
     bool abandoned;
     int rc;
 
     if (!fn)
         return -EINVAL;
-    if (!ferry_task_current())
+    if (ferry__enter_task(&self))
         return -EPERM;
     if (!p && !(p = ferry_pool_default()))
         return -ENOMEM;
-    j = ferry__calloc(1, sizeof *j);
+    j = ferry__malloc(sizeof *j);
     if (!j)
         return -ENOMEM;
-    j->kind = KIND_TASK;
-    j->heap = true;
-    j->fn = fn;
-    j->arg = arg;
-    j->cleanup = cleanup;
+    job_init_task(j, fn, arg, true, cleanup);
     pool_ref(p);
-    rc = offload(p, j, &abandoned);
+    rc = offload(p, j, self, &abandoned);
     if (!abandoned)
         ferry__free(j);
     pool_unref(p);

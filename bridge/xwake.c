@@ -21,13 +21,9 @@ static void deliver(struct ferry__cnode *n)
     ferry__grant(&x->w, x->result);
 }
 
-int ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj)
+int ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
+                           const char *what, const void *obj)
 {
-    struct ferry_task *self;
-    int rc = ferry__enter_task(&self);
-
-    if (rc)
-        return rc;
     x->ib = ferry__inbox_of(ferry__task_loop(self));
     if (!x->ib)
         return -EPERM;
@@ -39,11 +35,27 @@ int ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj)
     return 0;
 }
 
+int ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj)
+{
+    struct ferry_task *self;
+    int rc = ferry__enter_task(&self);
+
+    if (rc)
+        return rc;
+    return ferry__xwake_init_self(x, self, what, obj);
+}
+
 void ferry__xwake_rearm(struct ferry__xwake *x)
 {
     ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
     x->result = 0;
     x->delivered = false;
+}
+
+void ferry__xwake_deliver(struct ferry__xwake *x, int result)
+{
+    x->result = result;
+    deliver(&x->cn);
 }
 
 void ferry__xwake_fire(struct ferry__xwake *x, int result)
