@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 #include <criterion/criterion.h>
+#include <malloc.h>
 
 #include "testutil.h"
 #include "fault.h"
@@ -191,6 +193,15 @@ T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
     cr_assert_null(t);
     ferry_loop_free(NULL);
     /* The loop is as it was: no task, and it still runs one. */
+    {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        cr_assert_eq(ferry_loop_dump(tu_loop, f), 0);
+        fclose(f);
+        cr_assert(strstr(buf, "ferry: 0 live task(s)"), "dump was: %s", buf);
+        free(buf);
+    }
     cr_assert_eq(ferry_loop_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.live_tasks, 0);
     cr_assert_eq(tu_run(ret0, NULL), 0);
@@ -209,6 +220,8 @@ T(task_only_calls_outside_a_task_are_eperm)
     cr_assert_eq(ferry_wait_signal(SIGUSR1), -EPERM);
     cr_assert_eq(ferry_sleep_until(0), -EPERM);
     cr_assert_eq(ferry_task_spawn(&t, tu_loop, ret0, NULL, NULL), 0);
+    cr_assert_str_eq(ferry_task_name(t), "task");   /* the default name */
+    cr_assert_not(ferry_task_cancelled(t));
     cr_assert_eq(ferry_task_join(t, &st), -EPERM);   /* joining suspends: tasks only */
     cr_assert_eq(ferry_task_try_join(t, &st), -EAGAIN);
     cr_assert_eq(st, -1);
@@ -224,7 +237,7 @@ struct foreign {
     ferry_timer *timer;
     ferry_group *group;
     ferry_sem   *unbound;
-    int          rc[16];
+    int          rc[20];
     int          nrc;
     void        *p[3];
 };
@@ -249,6 +262,7 @@ static void *foreign_thread(void *arg)
     f->rc[i++] = ferry_task_spawn(NULL, f->loop, ret0, NULL, NULL);
     f->rc[i++] = ferry_group_cancel(f->group);
     f->rc[i++] = ferry_sem_try_acquire(f->unbound);   /* no loop here to bind to */
+    f->rc[i++] = ferry_yield();                       /* no loop, no task */
     f->nrc = i;
     f->p[0] = ferry_loop_base(f->loop);
     f->p[1] = ferry_loop_current();
@@ -286,7 +300,7 @@ T(loop_calls_from_a_foreign_thread_are_eperm_and_change_nothing)
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);   /* both wait now */
     cr_assert_eq(pthread_create(&th, NULL, foreign_thread, &f), 0);
     pthread_join(th, NULL);
-    cr_assert_eq(f.nrc, 13);
+    cr_assert_eq(f.nrc, 14);
     for (int i = 0; i < f.nrc; i++)
         cr_assert_eq(f.rc[i], -EPERM, "call %d returned %d", i, f.rc[i]);
     cr_assert_null(f.p[0]);
@@ -563,7 +577,7 @@ TL(two_loops_on_one_thread_keep_their_tasks_and_primitives_apart)
 
 /* ---- fd and signal waits -------------------------------------------------- */
 
-static int wait_rc[8];
+static int wait_rc[9];
 
 static int wait_errors_task(void *arg)
 {
@@ -571,6 +585,7 @@ static int wait_errors_task(void *arg)
 
     wait_rc[0] = ferry_wait_signal(NSIG);
     wait_rc[1] = ferry_wait_signal(SIGKILL);       /* cannot be caught */
+    wait_rc[8] = ferry_wait_signal(SIGSTOP);
     wait_rc[2] = ferry_wait_fd(0, 4, NULL);        /* unknown event bit */
     wait_rc[3] = ferry_wait_fd(file_fd, FERRY_READ, NULL);   /* epoll refuses files */
     /* libevent cannot allocate the registration. */
@@ -599,6 +614,7 @@ T(wait_fd_and_wait_signal_errors_wait_for_nothing)
     fclose(f);
     cr_assert_eq(wait_rc[0], -EINVAL);
     cr_assert_eq(wait_rc[1], -EINVAL, "SIGKILL: %d", wait_rc[1]);
+    cr_assert_eq(wait_rc[8], -EINVAL, "SIGSTOP: %d", wait_rc[8]);
     cr_assert_eq(wait_rc[2], -EINVAL);
     cr_assert_eq(wait_rc[3], -ENOMEM, "a regular file: %d", wait_rc[3]);
     cr_assert_eq(wait_rc[4], -ENOMEM);
@@ -899,6 +915,69 @@ T(yield_inside_a_deadline_that_has_not_passed_returns_0)
     cr_assert_eq(scope_rc[1], 0);
 }
 
+static int sleep_rc = 1;
+static bool sleep_fired;
+
+static int sleep_to_the_scope_deadline(void *arg)
+{
+    int64_t d = ferry_now() + FERRY_MSEC(2);
+    ferry_scope s;
+
+    (void)arg;
+    ferry_scope_enter(&s, d, 0);
+    sleep_rc = ferry_sleep_until(d);    /* the sleep and the scope end together */
+    sleep_fired = ferry_scope_fired(&s);
+    return ferry_scope_exit(&s);
+}
+
+T(a_sleep_that_ends_with_its_scope_deadline_reports_the_deadline)
+{
+    cr_assert_eq(tu_run(sleep_to_the_scope_deadline, NULL), -ETIMEDOUT);
+    cr_assert_eq(sleep_rc, -ETIMEDOUT);
+    cr_assert(sleep_fired);
+}
+
+static int a_steps, b_steps;
+
+static int stop_then_yield(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5; i++) {
+        if (++a_steps == 3)
+            ferry_loop_stop(tu_loop);
+        ferry_yield();
+    }
+    return 0;
+}
+
+static int count_yields(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5; i++) {
+        b_steps++;
+        ferry_yield();
+    }
+    return 0;
+}
+
+T(stop_from_a_task_takes_effect_at_its_next_switch_even_with_handover)
+{
+    ferry_task *a, *b;
+
+    cr_assert_eq(ferry_task_spawn(&a, tu_loop, stop_then_yield, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&b, tu_loop, count_yields, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    /* The yield after the stop went back to the scheduler instead of
+     * handing over to b. */
+    cr_assert_eq(a_steps, 3);
+    cr_assert_eq(b_steps, 2);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(a, NULL), 0);
+    cr_assert_eq(ferry_task_try_join(b, NULL), 0);
+    cr_assert_eq(a_steps, 5);
+    cr_assert_eq(b_steps, 5);
+}
+
 static ferry_event race_ev;
 static int race_rc = 1;
 static bool race_fired = true;
@@ -1006,12 +1085,14 @@ static void chain_cb(void *arg)
 TL(free_of_an_idle_loop_runs_accepted_posts_and_what_they_schedule)
 {
     ferry_loop *l;
-    int dropped = 0;
+    int dropped = 0, soon = 0;
 
     cr_assert_eq(ferry_loop_new(&l, NULL), 0);
     cr_assert_eq(ferry_loop_call_soon_threadsafe(l, chain_cb, l), 0);
     cr_assert_eq(ferry_call_later(l, 0, set_flag, &dropped, NULL), 0);
+    cr_assert_eq(ferry_call_soon(l, set_flag, &soon), 0);
     ferry_loop_free(l);
+    cr_assert_eq(soon, 1, "an accepted callback did not run");
     cr_assert_eq(post_ran, 1);
     cr_assert_eq(chain_ran, 1);
     cr_assert_eq(dropped, 0, "timers that never fired are dropped");
@@ -1118,6 +1199,38 @@ TL(attached_loop_run_directly_ignores_its_pending_kick_and_a_stale_tick)
     cr_assert_eq(event_base_dispatch(base), 1);
     cr_assert_eq(fired, 0);
     ferry_loop_free(l);
+    event_base_free(base);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+static ferry_loop *att;
+static int att_rc[2] = { 1, 1 };
+
+static void reenter_attached(void *arg)
+{
+    att_rc[0] = ferry_loop_run(att, FERRY_RUN_ONCE);   /* inside a turn of the dispatch */
+    ferry_loop_free(att);                              /* ignored */
+    att_rc[1] = ferry_call_soon(att, set_flag, arg);
+}
+
+TL(attached_loop_refuses_run_and_free_from_its_own_callbacks)
+{
+    struct event_base *base = event_base_new();
+    ferry_loop *first;
+    int later = 0;
+
+    cr_assert_not_null(base);
+    cr_assert_eq(ferry_loop_new(&first, NULL), 0);
+    cr_assert_eq(ferry_loop_new(&att, &(ferry_loop_opts){ .base = base }), 0);
+    ferry_loop_free(first);
+    cr_assert_null(ferry_loop_current(), "the thread has no current loop now");
+    cr_assert_eq(ferry_call_soon(att, reenter_attached, &later), 0);
+    cr_assert_eq(event_base_dispatch(base), 1);
+    cr_assert_eq(att_rc[0], -EPERM);
+    cr_assert_eq(att_rc[1], 0, "the loop was freed from its own callback");
+    cr_assert_eq(later, 1);
+    cr_assert_eq(ferry_loop_current(), att, "the dispatch made it current");
+    ferry_loop_free(att);
     event_base_free(base);
     cr_assert_eq(tu_leaks(), 0);
 }
@@ -1291,11 +1404,25 @@ static void segv_to_self(const void *addr)
     syscall(SYS_rt_tgsigqueueinfo, getpid(), (pid_t)syscall(SYS_gettid), SIGSEGV, &si);
 }
 
+/* Where segv_task says the fault was. */
+enum { AT_LOW, AT_STACK, AT_GUARD };
+
 static int segv_task(void *arg)
 {
     ferry_task *self = ferry_task_current();
+    const char *base = self->stk.base;
 
-    segv_to_self(arg ? (const char *)self->stk.base + 8 : (const void *)16);
+    switch ((int)(intptr_t)arg) {
+    case AT_LOW:                /* far below the stack: a NULL dereference */
+        segv_to_self((const void *)16);
+        break;
+    case AT_STACK:              /* inside the usable stack */
+        segv_to_self(base + 2 * ferry__page_size());
+        break;
+    default:                    /* the guard page */
+        segv_to_self(base + 8);
+        break;
+    }
     return 0;
 }
 
@@ -1314,31 +1441,119 @@ TL(overflow_reporter_names_the_task_only_for_its_guard_page)
 #else
     ferry_loop *l;
     const char *out;
-    bool dfl[3];
+    bool dfl[5];
+    int k = 0;
 
     cr_assert(segv_default());
     stderr_capture();
-    /* Outside any task. */
+    /* The reporter stays installed after its loop is gone: no loop. */
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    ferry_loop_free(l);
+    segv_to_self((const void *)16);
+    dfl[k++] = segv_default();
+    /* A loop, no task. */
     cr_assert_eq(ferry_loop_new(&l, NULL), 0);
     segv_to_self((const void *)16);
-    dfl[0] = segv_default();
+    dfl[k++] = segv_default();
     ferry_loop_free(l);
-    /* In a task, far from its guard page. */
-    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
-    cr_assert_eq(run_on(l, segv_task, NULL), 0);
-    dfl[1] = segv_default();
-    ferry_loop_free(l);
-    /* In a task, in its guard page. */
-    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
-    cr_assert_eq(run_on(l, segv_task, (void *)1), 0);
-    dfl[2] = segv_default();
-    ferry_loop_free(l);
+    /* A task, each place; every new loop installs the reporter again. */
+    for (int at = AT_LOW; at <= AT_GUARD; at++) {
+        cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+        cr_assert_eq(run_on(l, segv_task, (void *)(intptr_t)at), 0);
+        dfl[k++] = segv_default();
+        ferry_loop_free(l);
+    }
     out = stderr_release();
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < k; i++)
         cr_assert(dfl[i], "the reporter did not restore the default action (%d)", i);
     cr_assert(strstr(out, "ferry: stack overflow in task 'main'; raise ferry_task_opts.stack_size"),
               "stderr was: %s", out);
     cr_assert_eq(count_str(out, "stack overflow"), 1, "stderr was: %s", out);
+#endif
+}
+
+static void app_segv(int sig)
+{
+    (void)sig;
+}
+
+TL(loop_leaves_an_application_sigsegv_handler_in_place)
+{
+#if defined(COV_ASAN) || defined(COV_TSAN)
+    cr_skip_test("the sanitizer owns SIGSEGV");
+#else
+    struct sigaction sa;
+    ferry_loop *l;
+
+    signal(SIGSEGV, app_segv);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(sigaction(SIGSEGV, NULL, &sa), 0);
+    cr_assert_not(sa.sa_flags & SA_SIGINFO);
+    cr_assert_eq(sa.sa_handler, app_segv);
+    cr_assert_eq(run_on(l, ret42, NULL), 42);
+    ferry_loop_free(l);
+    signal(SIGSEGV, SIG_DFL);
+#endif
+}
+
+/* Address space so short that no new mapping fits, while malloc is fed
+ * from a heap grown beforehand: the loop is made without its fork mark
+ * (optional), and a spawn that needs a new stack mapping fails cleanly. */
+static long vm_size_kib(void)
+{
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+TL(no_address_space_left_no_fork_mark_and_spawn_enomem)
+{
+#if defined(COV_ASAN) || defined(COV_TSAN)
+    cr_skip_test("the sanitizer's allocator maps memory of its own");
+#else
+    struct rlimit old, low;
+    ferry_loop *l;
+    ferry_task *t = (ferry_task *)&old;
+    bool no_mark = false, current = false;
+    int rc_new, rc_spawn = 1, rc_after;
+    void *warm;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);   /* one-time setup done */
+    ferry_loop_free(l);
+    /* Keep 8 MiB of free heap for malloc: no trimming, no mmap'd chunks. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    warm = malloc(8 << 20);
+    cr_assert_not_null(warm);
+    memset(warm, 1, 8 << 20);
+    free(warm);
+    cr_assert_eq(getrlimit(RLIMIT_AS, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)vm_size_kib() * 1024;
+    cr_assert_eq(setrlimit(RLIMIT_AS, &low), 0);
+    rc_new = ferry_loop_new(&l, NULL);
+    if (rc_new == 0) {
+        no_mark = l->fork_mark == NULL;
+        current = ferry_loop_is_current(l);
+        rc_spawn = ferry_task_spawn(&t, l, ret42, NULL, NULL);
+    }
+    setrlimit(RLIMIT_AS, &old);
+    cr_assert_eq(rc_new, 0, "loop_new without address space: %d", rc_new);
+    cr_assert_eq(rc_spawn, -ENOMEM, "spawn without address space: %d", rc_spawn);
+    cr_assert(no_mark, "the fork mark was mapped");
+    cr_assert(current);
+    cr_assert_null(t);
+    /* With its address space back, the same loop spawns and runs. */
+    rc_after = run_on(l, ret42, NULL);
+    cr_assert_eq(rc_after, 42);
+    ferry_loop_free(l);
 #endif
 }
 

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "fault.h"
 #include "htab.h"
 
 #define T(name) Test(cover_prim, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
@@ -83,6 +84,7 @@ static int nulls_task(void *arg)
     nulls_rc[i++] = ferry_queue_init(NULL, 4, 0, FERRY_QUEUE_FIFO, NULL, NULL);
     nulls_rc[i++] = ferry_queue_init(&q, 0, 0, FERRY_QUEUE_FIFO, NULL, NULL);
     nulls_rc[i++] = ferry_queue_init(&q, 4, 0, (enum ferry_queue_kind)3, NULL, NULL);
+    nulls_rc[i++] = ferry_queue_init(&q, 4, 0, (enum ferry_queue_kind)-1, NULL, NULL);
     nulls_rc[i++] = ferry_queue_init(&q, 4, 0, FERRY_QUEUE_FIFO, NULL, &item);   /* arg without cmp */
     nulls_rc[i++] = ferry_queue_destroy(NULL);
     nulls_rc[i++] = ferry_queue_put(&bad_kind, &item);
@@ -114,6 +116,7 @@ static int nulls_task(void *arg)
     nulls_bool[b++] = ferry_keylock_locked(NULL, "k", 1);
     nulls_bool[b++] = ferry_keylock_locked(&kl, NULL, 1);
     nulls_bool[b++] = ferry_keylock_locked(&kl, "k", 1);   /* no such key */
+    nulls_bool[b++] = ferry_keylock_locked(&kl, NULL, 0);  /* the empty key, not held */
     nnulls = i;
     /* Nothing was bound or allocated by the refusals. */
     nulls_bool[b++] = q.loop != NULL || f.loop != NULL || kl.loop != NULL || kl.keys.cap != 0;
@@ -124,8 +127,8 @@ static int nulls_task(void *arg)
 T(every_primitive_refuses_null_and_invalid_arguments)
 {
     cr_assert_eq(tu_run(nulls_task, NULL), 0);
-    cr_assert_eq(nnulls, 46);
-    cr_assert_eq(nbools, 13);
+    cr_assert_eq(nnulls, 47);
+    cr_assert_eq(nbools, 14);
     for (int i = 0; i < nnulls; i++)
         cr_assert_eq(nulls_rc[i], -EINVAL, "call %d returned %d", i, nulls_rc[i]);
     for (int i = 0; i < nbools; i++)
@@ -346,6 +349,47 @@ T(queue_with_an_element_size_too_large_to_store_returns_enomem)
     cr_assert_eq(qlimit_rc[3], 0);
 }
 
+static ferry_queue pq = FERRY_QUEUE_INIT(sizeof(int), 1);
+static int pq_rc[4] = { 1, 1, 1, 1 }, putter_rc = 1;
+
+static int blocked_putter(void *arg)
+{
+    int v = 2;
+
+    (void)arg;
+    putter_rc = ferry_queue_put(&pq, &v);
+    return 0;
+}
+
+static int queue_putter_main(void *arg)
+{
+    ferry_task *p;
+    int v = 1, out = 0;
+
+    (void)arg;
+    pq_rc[3] = ferry_queue_empty(&pq);
+    ferry_queue_put(&pq, &v);                  /* full now */
+    ferry_task_spawn(&p, NULL, blocked_putter, NULL, NULL);
+    ferry_yield();                             /* the putter waits */
+    pq_rc[0] = ferry_queue_destroy(&pq);
+    ferry_queue_get(&pq, &out);
+    ferry_task_join(p, NULL);
+    ferry_queue_get(&pq, &out);
+    pq_rc[1] = out;
+    pq_rc[2] = ferry_queue_destroy(&pq);
+    return 0;
+}
+
+T(queue_destroy_is_ebusy_while_a_putter_waits)
+{
+    cr_assert_eq(tu_run(queue_putter_main, NULL), 0);
+    cr_assert_eq(pq_rc[3], 1, "a new queue is empty");
+    cr_assert_eq(pq_rc[0], -EBUSY);
+    cr_assert_eq(putter_rc, 0);
+    cr_assert_eq(pq_rc[1], 2);
+    cr_assert_eq(pq_rc[2], 0);
+}
+
 static ferry_queue jq = FERRY_QUEUE_INIT(sizeof(int), 0);
 static int jq_rc[5] = { 1, 1, 1, 1, 1 }, joined_rc = 1;
 
@@ -492,6 +536,30 @@ T(keylock_release_by_a_task_that_does_not_hold_the_key_is_eperm)
     cr_assert_eq(kl_rc[3], 1, "a failed release made or dropped a key");
     cr_assert_eq(ferry_keylock_count(&kl), 0);
     cr_assert_eq(ferry_keylock_destroy(&kl), 0);
+}
+
+static int kl_nomem_rc[3] = { 1, 1, 1 };
+
+static int keylock_nomem_task(void *arg)
+{
+    ferry_keylock k = FERRY_KEYLOCK_INIT;
+
+    (void)arg;
+    ferry__fault_arm(1, true);
+    kl_nomem_rc[0] = ferry_keylock_try_acquire(&k, "k", 1);
+    ferry__fault_reset();
+    kl_nomem_rc[1] = (int)ferry_keylock_count(&k);
+    kl_nomem_rc[2] = ferry_keylock_try_acquire(&k, "k", 1);
+    ferry_keylock_release(&k, "k", 1);
+    return ferry_keylock_destroy(&k);
+}
+
+T(keylock_try_acquire_without_memory_is_enomem_and_makes_no_key)
+{
+    cr_assert_eq(tu_run(keylock_nomem_task, NULL), 0);
+    cr_assert_eq(kl_nomem_rc[0], -ENOMEM);
+    cr_assert_eq(kl_nomem_rc[1], 0);
+    cr_assert_eq(kl_nomem_rc[2], 0);
 }
 
 /* ---- the hash table ------------------------------------------------------- */
