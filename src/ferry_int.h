@@ -117,8 +117,6 @@ static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq
     return l ? ferry__container_of(l, struct ferry__waiter, link) : NULL;
 }
 
-/* Grant the first waiter; false if none. */
-bool ferry__waitq_grant_one(struct ferry__waitq *q, int result);
 /* Grant every waiter present now; returns how many. */
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 

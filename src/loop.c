@@ -170,7 +170,7 @@ static void arm_tick(ferry_loop *loop)
 
 static void kick(ferry_loop *loop)
 {
-    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
+    if (!loop->in_run && !loop->kick_pending) {
         loop->kick_pending = true;
         event_active(loop->kick_ev, EV_READ, 0);
     }
@@ -178,7 +178,7 @@ static void kick(ferry_loop *loop)
 
 void ferry__loop_timers_changed(ferry_loop *loop)
 {
-    if (!loop->in_run && loop->tick_ev)
+    if (!loop->in_run)
         arm_tick(loop);
 }
 

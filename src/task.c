@@ -17,7 +17,7 @@ static const char *const state_names[] = { "ready", "running", "waiting", "done"
 
 void ferry__task_ready_kick(ferry_loop *loop)
 {
-    if (!loop->in_run && !loop->kick_pending && loop->kick_ev) {
+    if (!loop->in_run && !loop->kick_pending) {
         loop->kick_pending = true;
         event_active(loop->kick_ev, EV_READ, 0);
     }

@@ -169,12 +169,6 @@ bool ferry__grant(struct ferry__waiter *w, int result)
     return true;
 }
 
-bool ferry__waitq_grant_one(struct ferry__waitq *q, int result)
-{
-    struct ferry__waiter *w = ferry__waitq_first(q);
-    return w ? ferry__grant(w, result) : false;
-}
-
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result)
 {
     struct ferry__waiter *w;
