@@ -1305,6 +1305,9 @@ TL(mprotect_guards_stop_at_their_budget_then_stacks_get_a_canary)
     size_t guarded = 0;
     int kind = -1, first_kind, st;
 
+#ifdef COV_TSAN
+    cr_skip_test("16,385 TSan fibers: TSan runs out of trace memory");
+#endif
     if (RUNNING_ON_VALGRIND)
         cr_skip_test("32,768 mappings: more segments than valgrind tracks");
     cr_assert_eq(setenv("FERRY_STACK_GUARD", "mprotect", 1), 0);
