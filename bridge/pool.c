@@ -54,6 +54,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -67,28 +68,35 @@ enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_FINISHED };
 enum { KIND_TASK = 1, KIND_SUBMIT };
 
 struct job {
+    /* The first 64 bytes hold everything a worker reads or writes on the
+     * hot path, so that a job costs one cache line's trip to the worker
+     * and back (a task's job is aligned to a line on its stack). */
     struct ferry__link  link;      /* mu: in pool->queue or pool->overq while QUEUED, in
                                     * pool->sink.jobs while FINISHED; loop thread: in the
                                     * loop's subq while pending (see `gen`) */
     ferry_job_fn        fn;        /* the blocking call */
     void               *arg;       /* its argument (the caller's) */
-    int                 kind;      /* KIND_TASK or KIND_SUBMIT */
+    uint64_t            enq;       /* mu: when it was queued (ticks()) */
+    struct ferry_inbox *ib;        /* KIND_TASK: the inbox of the task's loop;
+                                    * KIND_SUBMIT: the loop's inbox, or NULL */
     int                 state;     /* mu: JOB_* */
     int                 status;    /* fn's status; written before the completion is posted */
+    unsigned char       kind;      /* KIND_TASK or KIND_SUBMIT */
     bool                heap;      /* allocated by ferry (abandon variant, submit) */
     bool                abandoned; /* mu: the task left; the worker cleans up */
     bool                over;      /* mu: QUEUED in overq, waiting for room */
+    /* The waiting side. */
     uint64_t            gen;       /* loop thread: the flush of its loop's subq it waits
                                     * for (subq.gen + 1 while pending), 0 if never deferred */
-    uint64_t            enq;       /* mu: when it was queued (ticks()) */
     ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
+    struct ferry_pool  *pool;      /* its pool (KIND_SUBMIT: holds a reference) */
     struct ferry__xwake xw;        /* KIND_TASK: wakes the waiting task */
     struct ferry__cnode cn;        /* KIND_SUBMIT with a loop: runs `done` there */
-    struct ferry_inbox *ib;        /* KIND_SUBMIT: the loop's inbox, or NULL */
     ferry_job_done      done;      /* KIND_SUBMIT: completion callback, or NULL */
     void               *done_arg;  /* its argument */
-    struct ferry_pool  *pool;      /* its pool (KIND_SUBMIT: holds a reference) */
 };
+
+_Static_assert(offsetof(struct job, gen) <= 64, "a worker's fields of struct job fit one cache line");
 
 /* A task waiting for room in the queue (the fallback path, see offload). */
 struct room_waiter {
@@ -457,8 +465,8 @@ static int book_locked(struct ferry_pool *p, struct job *j, int status,
     if (j->kind != KIND_TASK)
         return RET_FINISH;
     if (!s->posted && ferry__list_empty(&s->jobs))
-        s->ib = j->xw.ib;                     /* idle: serve this inbox */
-    else if (s->ib != j->xw.ib)
+        s->ib = j->ib;                        /* idle: serve this inbox */
+    else if (s->ib != j->ib)
         return RET_FINISH;                    /* busy with another loop */
     ferry__list_push_back(&s->jobs, &j->link);
     if (s->posted)
@@ -995,6 +1003,7 @@ static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
     rc = ferry__xwake_init_self(&j->xw, self, "to_thread", p);
     if (rc)
         return rc;
+    j->ib = j->xw.ib;
     ferry__link_init(&j->link);
     j->pool = p;
     if (defer_job(p, j) != 0) {
@@ -1075,7 +1084,7 @@ static void job_init_task(struct job *j, ferry_job_fn fn, void *arg, bool heap,
 int ferry_to_thread(ferry_pool *p, ferry_job_fn fn, void *arg)
 {
     struct ferry_task *self;
-    struct job j;
+    _Alignas(64) struct job j;
     bool abandoned;
     int rc;
 
