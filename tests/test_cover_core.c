@@ -323,6 +323,7 @@ T(loop_calls_from_a_foreign_thread_are_eperm_and_change_nothing)
     cr_assert_eq(ferry_event_set(&fg_go), 0);
     cr_assert_eq(ferry_timer_cancel(f.timer), 0);
     cr_assert_eq(ferry_task_cancel(f.task), 0);
+    cr_assert(ferry_task_cancelled(f.task));
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(ferry_task_try_join(f.task, &st), 0);
     cr_assert_eq(st, -ECANCELED);
