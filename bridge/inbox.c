@@ -33,9 +33,11 @@
  * Lock order: see bridge_int.h; this file takes ferry_inbox.mu only and
  * never calls out while holding it.
  */
+#define _GNU_SOURCE 1           /* sched_getcpu */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,6 +80,7 @@ struct ferry_inbox {
     bool                 spinning;   /* mu: the loop waits in ferry__inbox_spin() */
     bool                 spin_kicked;/* mu: a poster found it waiting: the drain is owed */
     atomic_bool          kick;       /* spin_kicked, published for the waiting loop */
+    atomic_int           waker_cpu;  /* CPU of the last thread that wrote the eventfd */
     uint64_t             posts;      /* mu: accepted posts and completions */
     uint64_t             wakeups;    /* mu: eventfd writes */
     uint64_t             write_errors; /* mu: failed eventfd writes */
@@ -141,6 +144,7 @@ static int wake_locked(struct ferry_inbox *ib)
         return 0;
     }
     ib->wakeups++;
+    atomic_store_explicit(&ib->waker_cpu, sched_getcpu(), memory_order_relaxed);
     if (ib->wfd < 0) {
         /* Attached base: libevent's own (coalescing) notification. */
         if (!ib->ev_gone)
@@ -470,7 +474,20 @@ static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
  * items are left over: `woken` stays set and the caller schedules another
  * step.
  */
-static bool drain(struct ferry_inbox *ib, size_t budget, bool timed)
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static bool yield_to_waker(struct ferry_inbox *ib);
+static void gather(struct ferry_inbox *ib);
+#define GATHER_MIN 64
+
+static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yield)
 {
     size_t n = 0;
     bool left = true;
@@ -499,9 +516,17 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed)
             pthread_mutex_lock(&ib->mu);
             break;                      /* budget spent */
         }
+        if (may_yield && ib->llen && ib->llen < GATHER_MIN && n < budget)
+            gather(ib);
         ib->lhead = ib->llen = 0;
 
         pthread_mutex_lock(&ib->mu);
+        if (!ib->chead && !ib->qlen && may_yield && n < budget) {
+            may_yield = false;
+            pthread_mutex_unlock(&ib->mu);
+            yield_to_waker(ib);         /* `woken` stays set meanwhile */
+            pthread_mutex_lock(&ib->mu);
+        }
         if (!ib->chead && !ib->qlen) {
             ib->woken = false;          /* only here, under mu, queue empty */
             left = false;
@@ -535,13 +560,44 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed)
 
 static void schedule_step(struct ferry_inbox *ib);
 
-static inline void cpu_relax(void)
+/*
+ * A drain took a small batch of posts and is about to take the next one.
+ * If the thread that posts them runs on another CPU, wait a moment
+ * without touching anything it writes, so that the next batch is larger:
+ * each time the loop takes the lock and swaps the buffers, the poster's
+ * next post misses the cache on the lock, the queue and its counters.
+ * Loop thread, mu not held.
+ */
+static void gather(struct ferry_inbox *ib)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
+    int64_t t0;
+
+    if (sched_getcpu() == atomic_load_explicit(&ib->waker_cpu, memory_order_relaxed) ||
+        !ferry__inbox_loop_idle(ib, FERRY_USEC(2)))
+        return;
+    t0 = ferry_now();
+    for (unsigned i = 1; (i & 15) || ferry_now() - t0 < FERRY_USEC(1); i++)
+        cpu_relax();
+}
+
+/*
+ * A drain has emptied the queue and is about to tell posters to wake the
+ * loop again.  If the thread that last had to wake us runs on this very
+ * CPU and the loop has nothing else to run, give it the CPU once first
+ * (`woken` stays set, so it posts without waking us) and look again: a
+ * thread that floods the loop from the same CPU then fills a large batch
+ * in its time slice, instead of being preempted by the loop's wakeup after
+ * every few posts (an eventfd write and two context switches each).  The
+ * loop could not have run on that CPU meanwhile anyway.  Returns true if
+ * the CPU was given up.  Loop thread, mu not held.
+ */
+static bool yield_to_waker(struct ferry_inbox *ib)
+{
+    if (sched_getcpu() != atomic_load_explicit(&ib->waker_cpu, memory_order_relaxed) ||
+        !ferry__inbox_loop_idle(ib, 0))
+        return false;
+    sched_yield();
+    return true;
 }
 
 bool ferry__inbox_loop_idle(const struct ferry_inbox *ib, int64_t horizon)
@@ -549,7 +605,7 @@ bool ferry__inbox_loop_idle(const struct ferry_inbox *ib, int64_t horizon)
     const ferry_loop *loop = ib->loop;
     const struct ferry__hnode *t = ferry__heap_min(&loop->timers);
 
-    if (!ferry__list_empty(&loop->runq) || loop->stop || ib->closing || ib->draining)
+    if (!ferry__list_empty(&loop->runq) || loop->stop || ib->closing)
         return false;
     if (loop->turn && !ferry__list_empty(loop->turn))
         return false;
@@ -595,7 +651,7 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
         return rc;
     /* A poster set `woken` and left the drain to us: do it now (this runs
      * inside a step of the loop, which the detector times as a whole). */
-    if (drain(ib, FERRY__DRAIN_BATCH, false))
+    if (drain(ib, FERRY__DRAIN_BATCH, false, false))
         schedule_step(ib);
     return FERRY__SPIN_KICKED;
 }
@@ -605,7 +661,7 @@ static void step_cb(void *arg)
     struct ferry_inbox *ib = arg;
 
     ib->step = NULL;
-    if (drain(ib, FERRY__DRAIN_BATCH, false))
+    if (drain(ib, FERRY__DRAIN_BATCH, false, true))
         schedule_step(ib);
 }
 
@@ -619,7 +675,7 @@ static void schedule_step(struct ferry_inbox *ib)
     if (ferry_call_later(ib->loop, 0, step_cb, ib, &ib->step) != 0) {
         ib->step = NULL;
         if (!ib->draining)
-            while (drain(ib, FERRY__DRAIN_BATCH, true))
+            while (drain(ib, FERRY__DRAIN_BATCH, true, false))
                 ;
     }
 }
@@ -650,7 +706,7 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
         schedule_step(ib);
         return;
     }
-    if (drain(ib, FERRY__DRAIN_BATCH, true))
+    if (drain(ib, FERRY__DRAIN_BATCH, true, true))
         schedule_step(ib);
 }
 
@@ -671,7 +727,7 @@ static void hook_drain(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
 
-    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH, true))
+    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH, true, false))
         schedule_step(ib);
 }
 
@@ -692,7 +748,7 @@ static void hook_close(void *ctx)
     ib->closed = true;
     pthread_mutex_unlock(&ib->mu);
     for (;;) {
-        while (drain(ib, SIZE_MAX, true))
+        while (drain(ib, SIZE_MAX, true, false))
             ;
         pthread_mutex_lock(&ib->mu);
         if (!ib->chead && !ib->qlen) {
@@ -753,6 +809,7 @@ int ferry__bridge_attach(ferry_loop *loop)
     ib->loop = loop;
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
+    atomic_init(&ib->waker_cpu, -1);
     rc = make_fds(&ib->rfd, &ib->wfd);
     if (rc)
         goto err_free;
