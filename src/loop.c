@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "loop_int.h"
@@ -146,12 +148,32 @@ static void timer_fire(struct ferry__hnode *n)
     ferry__list_push_back(&tm->loop->runq, &tm->run.link);
 }
 
+/*
+ * Make the next blocking poll wake up for the earliest timer.  An owned base
+ * uses the loop's timerfd, set (one system call) only when the earliest
+ * deadline changed, so the quick polls between turns cost no extra call;
+ * libevent's precise-timer mode would add a timerfd_settime to every poll,
+ * and its default clock is the coarse one (4 ms steps here).  An attached
+ * base gets a libevent timer, whose precision is the application's choice.
+ */
 static void arm_tick(ferry_loop *loop)
 {
     struct ferry__hnode *n = ferry__heap_min(&loop->timers);
     struct timeval tv;
     int64_t d;
 
+    if (loop->tfd >= 0) {
+        int64_t key = n ? (n->key > 0 ? n->key : 1) : 0;
+        struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+
+        if (key == loop->tick_armed)
+            return;
+        its.it_value.tv_sec = (time_t)(key / 1000000000);
+        its.it_value.tv_nsec = (long)(key % 1000000000);
+        timerfd_settime(loop->tfd, TFD_TIMER_ABSTIME, &its, NULL);
+        loop->tick_armed = key;
+        return;
+    }
     if (!n) {
         event_del(loop->tick_ev);
         return;
@@ -440,8 +462,15 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     ferry_loop *loop = arg;
+    uint64_t expirations;
 
-    (void)fd; (void)what;
+    (void)what;
+    if (loop->tfd >= 0) {
+        /* One-shot: it is disarmed now.  Reading clears the readiness. */
+        if (read(fd, &expirations, sizeof expirations) < 0)
+            expirations = 0;
+        loop->tick_armed = 0;
+    }
     if (loop->in_run)
         return;           /* poll_io expires timers itself */
     expire_timers(loop);
@@ -555,14 +584,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (o.base) {
         loop->base = o.base;
     } else {
-        /* Precise timers: libevent's default clock is the coarse one (4 ms
-         * steps here), which would round every sleep up to a tick. */
-        struct event_config *cfg = event_config_new();
-        if (!cfg)
-            goto err_free_loop;
-        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-        loop->base = event_base_new_with_config(cfg);
-        event_config_free(cfg);
+        loop->base = event_base_new();
         if (!loop->base)
             goto err_free_loop;
         loop->own_base = true;
@@ -577,9 +599,21 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
     if (!loop->kick_ev)
         goto err_free_base;
-    loop->tick_ev = evtimer_new(loop->base, tick_cb, loop);
-    if (!loop->tick_ev)
-        goto err_free_kick;
+    loop->tfd = -1;
+    if (loop->own_base) {
+        if (ferry__fault_point("timerfd"))
+            goto err_free_kick;
+        loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (loop->tfd < 0)
+            goto err_free_kick;
+        loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
+        if (!loop->tick_ev || event_add(loop->tick_ev, NULL) != 0)
+            goto err_close_tfd;
+    } else {
+        loop->tick_ev = evtimer_new(loop->base, tick_cb, loop);
+        if (!loop->tick_ev)
+            goto err_free_kick;
+    }
     loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
     if (!loop->altstack)
         goto err_free_tick;
@@ -595,6 +629,12 @@ err_free_altstack:
     ferry__free(loop->altstack);
 err_free_tick:
     event_free(loop->tick_ev);
+    loop->tick_ev = NULL;
+err_close_tfd:
+    if (loop->tick_ev)
+        event_free(loop->tick_ev);
+    if (loop->tfd >= 0)
+        close(loop->tfd);
 err_free_kick:
     event_free(loop->kick_ev);
 err_free_base:
@@ -643,6 +683,8 @@ void ferry_loop_free(ferry_loop *loop)
     ferry__overflow_teardown(loop);
     ferry__free(loop->altstack);
     event_free(loop->tick_ev);
+    if (loop->tfd >= 0)
+        close(loop->tfd);
     event_free(loop->kick_ev);
     if (loop->own_base)
         event_base_free(loop->base);

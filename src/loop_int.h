@@ -106,6 +106,8 @@ struct ferry_loop {
     bool                  own_base;   /* created by us */
     struct event         *kick_ev;    /* runs turns when driven by someone else's dispatch */
     struct event         *tick_ev;    /* wakes a blocking poll for the earliest timer */
+    int                   tfd;        /* timerfd behind tick_ev (owned base), or -1 */
+    int64_t               tick_armed; /* deadline tfd is set to, 0 if disarmed */
     bool                  kick_pending; /* kick_ev is active */
     bool                  in_run;     /* inside ferry_loop_run() */
     bool                  in_turn;    /* running a turn */
