@@ -120,10 +120,7 @@ static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq
 /* Grant every waiter present now; returns how many. */
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 
-/* Register / unregister a hook run (on the loop thread, after the task's
- * function returned) when `task` ends. */
-void ferry__exit_hook_add(struct ferry_task *task, struct ferry__exit_hook *h);
-void ferry__exit_hook_del(struct ferry__exit_hook *h);
+/* ferry__exit_hook_add() / ferry__exit_hook_del(): inline, in loop_int.h. */
 
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);

@@ -19,7 +19,7 @@ int ferry_group_init(ferry_group *g)
 
     if (!g)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     memset(g, 0, sizeof *g);
@@ -43,7 +43,7 @@ int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
 
     if (!g || !g->owner)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     if (self->loop != g->owner->loop)
@@ -86,7 +86,7 @@ int ferry_group_wait(ferry_group *g)
 
     if (!g || !g->owner)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     if (self != g->owner)

@@ -202,8 +202,74 @@ static inline ferry_task *ferry__self(void)
 }
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);
+
+/* ---- Entry checks, inline ----------------------------------------------- */
+
+/*
+ * The inline forms of ferry__enter_task(), ferry__bind() and ferry__check()
+ * of ferry_int.h, for src/.  Every primitive call passes through them; out
+ * of line they cost about 100 of the 538 instructions of a lock round trip.
+ * The out-of-line functions stay for bridge/, which does not see the task
+ * structure.  Same contracts as there.
+ */
+static inline int ferry__enter_task_inline(ferry_task **self /* OUT */)
+{
+    *self = ferry__self();
+    return __builtin_expect(*self != NULL, 1) ? 0 : -EPERM;
+}
+
+static inline int ferry__bind_inline(ferry_loop **bound)
+{
+    ferry_loop *loop = ferry__tls_loop;
+
+    if (__builtin_expect(!loop || loop->owner != &ferry__tls_token ||
+                         ferry__loop_forked(loop), 0))
+        return -EPERM;
+    if (__builtin_expect(*bound == loop, 1))
+        return 0;
+    if (*bound)
+        return -EPERM;
+    *bound = loop;
+    return 0;
+}
+
+/* ferry__bind() for `self`, a task that ferry__enter_task_inline() has just
+ * returned: its loop is the one running on this thread, so this is one
+ * comparison and no thread-local read. */
+static inline int ferry__bind_task(ferry_loop **bound, const ferry_task *self)
+{
+    if (__builtin_expect(*bound == self->loop, 1))
+        return 0;
+    if (*bound)
+        return -EPERM;
+    *bound = self->loop;
+    return 0;
+}
+
+/* ferry__check() inside scopes: the slow path, out of line (wait.c). */
+int ferry__check_scopes(ferry_task *t);
+
+static inline int ferry__check_inline(ferry_task *t)
+{
+    if (__builtin_expect(!t->scope, 1))
+        return t->cancelled ? -ECANCELED : 0;
+    return ferry__check_scopes(t);
+}
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */
 void ferry__loop_timers_changed(ferry_loop *loop);
+
+/* Register / unregister a hook run (on the loop thread, after the task's
+ * function returned) when `t` ends.  Inline: a lock pays both per round. */
+static inline void ferry__exit_hook_add(ferry_task *t, struct ferry__exit_hook *h)
+{
+    ferry__list_push_back(&t->exit_hooks, &h->link);
+}
+
+static inline void ferry__exit_hook_del(struct ferry__exit_hook *h)
+{
+    if (ferry__link_linked(&h->link))
+        ferry__list_remove(&h->link);
+}
 
 /* A child of a group ended (group.c). */
 void ferry__group_child_done(ferry_task *t);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ferry/queue.h"
+#include "loop_int.h"   /* the inline entry checks */
 #include "sync_int.h"
 
 /* Storage of an emptied queue above this many slots is given back. */
@@ -308,15 +309,15 @@ int ferry_queue_put(ferry_queue *q, const void *item)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_task(&q->loop, self);
     if (rc)
         return rc;
     if (q->shutdown)
         return -ESHUTDOWN;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     if (q_free(q) > 0) {
@@ -361,7 +362,7 @@ int ferry_queue_try_put(ferry_queue *q, const void *item)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_inline(&q->loop);
     if (rc)
         return rc;
     if (q->shutdown)
@@ -387,13 +388,13 @@ int ferry_queue_get(ferry_queue *q, void *out)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_task(&q->loop, self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     if (q_avail(q) > 0) {
@@ -435,7 +436,7 @@ int ferry_queue_try_get(ferry_queue *q, void *out)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_inline(&q->loop);
     if (rc)
         return rc;
     if (q_avail(q) == 0)
@@ -452,7 +453,7 @@ int ferry_queue_task_done(ferry_queue *q)
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_inline(&q->loop);
     if (rc)
         return rc;
     if (q->unfinished == 0)
@@ -471,13 +472,13 @@ int ferry_queue_join(ferry_queue *q)
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_task(&q->loop, self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc || q->unfinished == 0)
         return rc;
     ferry__waiter_init(&w, self, "queue join", q);
@@ -494,7 +495,7 @@ int ferry_queue_shutdown(ferry_queue *q, bool immediate)
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__bind(&q->loop);
+    rc = ferry__bind_inline(&q->loop);
     if (rc)
         return rc;
     if (immediate && q->shutdown != 2) {

@@ -13,6 +13,7 @@
 
 #include <string.h>
 
+#include "loop_int.h"   /* the inline entry checks */
 #include "sync_int.h"
 
 int ferry__bound_here(ferry_loop *bound)
@@ -21,7 +22,7 @@ int ferry__bound_here(ferry_loop *bound)
 
     if (l == NULL)
         return 0;
-    return ferry__bind(&l);
+    return ferry__bind_inline(&l);
 }
 
 /* ---- Lock ----------------------------------------------------------- */
@@ -90,19 +91,22 @@ int ferry_lock_destroy(ferry_lock *lock)
     return 0;
 }
 
-int ferry__lock_acquire_task(ferry_lock *lock, struct ferry_task *self)
+/* The bodies of ferry__lock_acquire_task() and ferry__lock_release_task(),
+ * inlined into ferry_lock_acquire() and ferry_lock_release(). */
+static inline __attribute__((always_inline)) int
+lock_acquire(ferry_lock *lock, struct ferry_task *self)
 {
     struct ferry__waiter w;
     int rc;
 
-    rc = ferry__bind(&lock->loop);
+    rc = ferry__bind_task(&lock->loop, self);
     if (rc)
         return rc;
     if (lock->broken)
         return -EOWNERDEAD;
     if (lock->owner == self)
         return -EDEADLK;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     if (lock->owner == NULL) {
@@ -125,7 +129,7 @@ int ferry__lock_try_acquire_task(ferry_lock *lock, struct ferry_task *self)
 {
     int rc;
 
-    rc = ferry__bind(&lock->loop);
+    rc = ferry__bind_task(&lock->loop, self);
     if (rc)
         return rc;
     if (lock->broken)
@@ -138,19 +142,30 @@ int ferry__lock_try_acquire_task(ferry_lock *lock, struct ferry_task *self)
     return 0;
 }
 
-int ferry__lock_release_task(ferry_lock *lock, struct ferry_task *self)
+static inline __attribute__((always_inline)) int
+lock_release(ferry_lock *lock, struct ferry_task *self)
 {
     int rc;
 
     if (lock->loop == NULL)
         return -EPERM;      /* never used, so not held */
-    rc = ferry__bind(&lock->loop);
+    rc = ferry__bind_task(&lock->loop, self);
     if (rc)
         return rc;
     if (lock->owner != self)
         return -EPERM;
     lock_pass(lock);
     return 0;
+}
+
+int ferry__lock_acquire_task(ferry_lock *lock, struct ferry_task *self)
+{
+    return lock_acquire(lock, self);
+}
+
+int ferry__lock_release_task(ferry_lock *lock, struct ferry_task *self)
+{
+    return lock_release(lock, self);
 }
 
 int ferry_lock_acquire(ferry_lock *lock)
@@ -160,10 +175,10 @@ int ferry_lock_acquire(ferry_lock *lock)
 
     if (lock == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    return ferry__lock_acquire_task(lock, self);
+    return lock_acquire(lock, self);
 }
 
 int ferry_lock_try_acquire(ferry_lock *lock)
@@ -173,7 +188,7 @@ int ferry_lock_try_acquire(ferry_lock *lock)
 
     if (lock == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     return ferry__lock_try_acquire_task(lock, self);
@@ -186,10 +201,10 @@ int ferry_lock_release(ferry_lock *lock)
 
     if (lock == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    return ferry__lock_release_task(lock, self);
+    return lock_release(lock, self);
 }
 
 bool ferry_lock_locked(const ferry_lock *lock)
@@ -250,15 +265,15 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
 
     if (sem == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&sem->loop);
+    rc = ferry__bind_task(&sem->loop, self);
     if (rc)
         return rc;
     if (n == 0 || (sem->bounded && n > sem->max))
         return -EINVAL;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     if (sem->value >= n && ferry__first_waiting(&sem->waiters) == NULL) {
@@ -295,7 +310,7 @@ int ferry_sem_try_acquire_n(ferry_sem *sem, uint64_t n)
 
     if (sem == NULL)
         return -EINVAL;
-    rc = ferry__bind(&sem->loop);
+    rc = ferry__bind_inline(&sem->loop);
     if (rc)
         return rc;
     if (n == 0 || (sem->bounded && n > sem->max))
@@ -317,7 +332,7 @@ int ferry_sem_release_n(ferry_sem *sem, uint64_t n)
 
     if (sem == NULL)
         return -EINVAL;
-    rc = ferry__bind(&sem->loop);
+    rc = ferry__bind_inline(&sem->loop);
     if (rc)
         return rc;
     if (n == 0)
@@ -372,7 +387,7 @@ int ferry_event_set(ferry_event *ev)
 
     if (ev == NULL)
         return -EINVAL;
-    rc = ferry__bind(&ev->loop);
+    rc = ferry__bind_inline(&ev->loop);
     if (rc)
         return rc;
     ev->set = true;
@@ -387,7 +402,7 @@ int ferry_event_clear(ferry_event *ev)
 
     if (ev == NULL)
         return -EINVAL;
-    rc = ferry__bind(&ev->loop);
+    rc = ferry__bind_inline(&ev->loop);
     if (rc)
         return rc;
     ev->set = false;
@@ -407,13 +422,13 @@ int ferry_event_wait(ferry_event *ev)
 
     if (ev == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&ev->loop);
+    rc = ferry__bind_task(&ev->loop, self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc || ev->set)
         return rc;
     ferry__waiter_init(&w, self, "event", ev);
@@ -490,10 +505,10 @@ static int cond_enter(ferry_cond *cond, struct ferry_task **self)
 
     if (cond == NULL)
         return -EINVAL;
-    rc = ferry__enter_task(self);
+    rc = ferry__enter_task_inline(self);
     if (rc)
         return rc;
-    rc = ferry__bind(&cond->loop);
+    rc = ferry__bind_task(&cond->loop, *self);
     if (rc)
         return rc;
     lock = cond_lock(cond);
@@ -514,7 +529,7 @@ int ferry_cond_wait(ferry_cond *cond)
     if (rc)
         return rc;
     /* A task cancelled already returns with the lock held, untouched. */
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     lock = cond_lock(cond);
@@ -547,7 +562,7 @@ int ferry_cond_wait_for(ferry_cond *cond, ferry_cond_pred pred, void *arg)
     rc = cond_enter(cond, &self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     while (rc == 0 && !pred(arg))
         rc = ferry_cond_wait(cond);
     return rc;

@@ -237,7 +237,7 @@ int ferry_task_join(ferry_task *t, int *status)
 
     if (!t)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     if (t->loop != self->loop)
@@ -246,7 +246,7 @@ int ferry_task_join(ferry_task *t, int *status)
         return -EDEADLK;
     if (!t->handle)
         return -EINVAL;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     while (t->state != FERRY_TASK_DONE) {
@@ -352,6 +352,7 @@ int ferry_yield(void)
     if (__builtin_expect(!self, 0))
         return -EPERM;
     if (__builtin_expect(self->cancelled || self->scope, 0)) {
+        /* Out of line: the tuned fast path stays as it is. */
         rc = ferry__check(self);
         if (rc)
             return rc;
@@ -369,7 +370,7 @@ int ferry_sleep_until(int64_t deadline)
 {
     struct ferry__waiter w;
     ferry_task *self;
-    int rc = ferry__enter_task(&self);
+    int rc = ferry__enter_task_inline(&self);
 
     if (rc)
         return rc;
@@ -406,13 +407,13 @@ int ferry_wait_fd(int fd, int events, int *revents)
     struct event ev;
     ferry_task *self;
     short what = 0;
-    int rc = ferry__enter_task(&self);
+    int rc = ferry__enter_task_inline(&self);
 
     if (rc)
         return rc;
     if (fd < 0 || !events || (events & ~(FERRY_READ | FERRY_WRITE)))
         return -EINVAL;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     if (events & FERRY_READ)
@@ -437,7 +438,7 @@ int ferry_wait_signal(int signum)
     struct ferry__waiter w;
     struct event ev;
     ferry_task *self;
-    int rc = ferry__enter_task(&self);
+    int rc = ferry__enter_task_inline(&self);
 
     if (rc)
         return rc;
@@ -445,7 +446,7 @@ int ferry_wait_signal(int signum)
      * fail and the wait look like -ENOMEM. */
     if (signum <= 0 || signum >= NSIG || signum == SIGKILL || signum == SIGSTOP)
         return -EINVAL;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     ferry__waiter_init(&w, self, "signal", (const void *)(intptr_t)signum);

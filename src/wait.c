@@ -22,25 +22,16 @@ void ferry__waiter_init(struct ferry__waiter *w, ferry_task *self,
     w->obj = obj;
 }
 
+/* The out-of-line entry checks, for bridge/; src/ uses the inline forms
+ * in loop_int.h. */
 int ferry__enter_task(ferry_task **self)
 {
-    /* ferry__self() is the inline form of "a task of this thread's loop". */
-    *self = ferry__self();
-    return *self ? 0 : -EPERM;
+    return ferry__enter_task_inline(self);
 }
 
 int ferry__bind(ferry_loop **bound)
 {
-    ferry_loop *loop = ferry__loop_tls();
-
-    /* ferry_loop_is_current(), inline: every primitive call passes here. */
-    if (!loop || loop->owner != &ferry__tls_token || ferry__loop_forked(loop))
-        return -EPERM;
-    if (!*bound)
-        *bound = loop;
-    else if (*bound != loop)
-        return -EPERM;
-    return 0;
+    return ferry__bind_inline(bound);
 }
 
 bool ferry__task_shielded(const ferry_task *t)
@@ -70,7 +61,7 @@ int64_t ferry__task_deadline(const ferry_task *t)
 /* ferry__check() of a task inside scopes: the slow path, kept out of line
  * so that the common case (no scope) costs a few instructions and no
  * register saves. */
-static __attribute__((noinline)) int check_scopes(ferry_task *t)
+__attribute__((noinline)) int ferry__check_scopes(ferry_task *t)
 {
     ferry_scope *s;
     int64_t now = 0;
@@ -93,9 +84,7 @@ static __attribute__((noinline)) int check_scopes(ferry_task *t)
 
 int ferry__check(ferry_task *t)
 {
-    if (__builtin_expect(!t->scope, 1))
-        return t->cancelled ? -ECANCELED : 0;
-    return check_scopes(t);
+    return ferry__check_inline(t);
 }
 
 static void wait_timer_fire(struct ferry__hnode *n)
@@ -116,11 +105,11 @@ int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
     ferry_task *t = w->task;
     ferry_loop *loop = t->loop;
     int64_t wake;
-    int rc = ferry__check(t);
+    int rc = ferry__check_inline(t);
 
     if (rc)
         return rc;
-    wake = ferry__task_deadline(t);
+    wake = t->scope ? ferry__task_deadline(t) : FERRY_NEVER;
     if (until < wake)
         wake = until;
     if (q)
@@ -149,10 +138,10 @@ int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
     default:
         w->state = FERRY__W_TIMEDOUT;
         if (until != FERRY_NEVER && ferry_now() >= until) {
-            rc = ferry__check(t);
+            rc = ferry__check_inline(t);
             return rc ? rc : 1;
         }
-        rc = ferry__check(t);
+        rc = ferry__check_inline(t);
         return rc ? rc : -ETIMEDOUT;
     }
 }
@@ -181,17 +170,6 @@ size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result)
     return n;
 }
 
-void ferry__exit_hook_add(ferry_task *t, struct ferry__exit_hook *h)
-{
-    ferry__list_push_back(&t->exit_hooks, &h->link);
-}
-
-void ferry__exit_hook_del(struct ferry__exit_hook *h)
-{
-    if (ferry__link_linked(&h->link))
-        ferry__list_remove(&h->link);
-}
-
 /* ---- scopes ------------------------------------------------------------ */
 
 int ferry_scope_enter(ferry_scope *s, int64_t deadline, unsigned flags)
@@ -201,7 +179,7 @@ int ferry_scope_enter(ferry_scope *s, int64_t deadline, unsigned flags)
 
     if (!s || (flags & ~(unsigned)FERRY_SCOPE_SHIELD))
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     s->parent = self->scope;
@@ -220,7 +198,7 @@ int ferry_scope_exit(ferry_scope *s)
 
     if (!s)
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
     if (self->scope != s)
