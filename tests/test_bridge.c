@@ -882,9 +882,11 @@ Test(fromthread, from_the_loop_thread_is_edeadlk,
 }
 
 static atomic_int sleeper_rc = 1;
+static atomic_int sleeper_started;
 static int long_sleeper(void *arg)
 {
     (void)arg;
+    atomic_store(&sleeper_started, 1);
     int rc = ferry_sleep(FERRY_SEC(100));
     atomic_store(&sleeper_rc, rc);
     return rc;
@@ -895,16 +897,22 @@ static void *timeout_thread(void *arg)
 {
     (void)arg;
     atomic_store(&timeout_rc, ferry_loop_run_task_sync(tu_loop, long_sleeper, NULL,
-                                                      FERRY_MSEC(50), NULL));
+                                                      tu_ms(50), NULL));
     return NULL;
 }
 
+/* Wait for the thread's call to return, not for the sleeper to end: on a
+ * slow build (valgrind) the timeout can pass before the loop started the
+ * task, and then the cancel makes sure it never runs at all (it used to
+ * wait here for a sleeper_rc that never came: a 600 s hang).  The cancel
+ * was posted before the call returned; tu_run() keeps the loop running
+ * until it has been delivered and the sleeper (if it started) ended. */
 static int timeout_main(void *arg)
 {
     pthread_t t;
     (void)arg;
     pthread_create(&t, NULL, timeout_thread, NULL);
-    while (atomic_load(&sleeper_rc) == 1)
+    while (atomic_load(&timeout_rc) == 1)
         ferry_sleep(FERRY_MSEC(1));
     pthread_join(t, NULL);     /* it has returned already */
     return 0;
@@ -915,7 +923,10 @@ Test(fromthread, timeout_cancels_the_task,
 {
     cr_assert_eq(tu_run(timeout_main, NULL), 0);
     cr_assert_eq(atomic_load(&timeout_rc), -ETIMEDOUT);
-    cr_assert_eq(atomic_load(&sleeper_rc), -ECANCELED);
+    if (atomic_load(&sleeper_started))
+        cr_assert_eq(atomic_load(&sleeper_rc), -ECANCELED);   /* cancelled while running */
+    else
+        cr_assert_eq(atomic_load(&sleeper_rc), 1);            /* cancelled before it ran */
 }
 
 static atomic_int closed_rc = 1;
@@ -955,6 +966,10 @@ static void *future_thread(void *arg)
     bad |= ferry_future_wait(f, 0, &st) != -ETIMEDOUT;
     bad |= ferry_future_wait(f, FERRY_MSEC(10), &st) != -ETIMEDOUT;
     bad |= ferry_future_done(f);
+    /* Cancel a task that is running (sleeping), not one the loop has not
+     * started yet: that one would never run and sleeper_rc would stay 1
+     * (seen under valgrind, where 10 ms can pass before the loop turns). */
+    spin_until(&sleeper_started);
     bad |= ferry_future_cancel(f) != 0;
     bad |= ferry_future_wait(f, FERRY_NEVER, &st) != 0;
     bad |= st != -ECANCELED;
@@ -1179,10 +1194,15 @@ Test(slow, blocking_call_in_a_task_is_reported_with_its_name,
     cr_assert(strstr(log_buf, "fetch_rates"), "log: %s", log_buf);
 }
 
+/* The threshold is scaled for slow builds: under valgrind all threads
+ * share one lock, so a step of a few microseconds can take 100 ms of wall
+ * time while the pool's threads run.  The default pool is started before
+ * the loop so that its thread creation is not inside a task step. */
 Test(slow, normal_run_reports_nothing,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
-    cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, FERRY_MSEC(100)), 0);
+    cr_assert_not_null(ferry_pool_default());
+    cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, tu_ms(100)), 0);
     log_capture_start();
     for (int i = 0; i < 10; i++)
         cr_assert_eq(ferry_task_spawn(NULL, tu_loop, polite_task, NULL, NULL), 0);
