@@ -51,6 +51,26 @@ static unsigned char *slot_at(const ferry_queue *q, size_t i)
     return q->buf + i * q->slot_size;
 }
 
+/* Copy one element: the common sizes as one or two moves, not a call of
+ * libc's memcpy() (24 instructions for 8 bytes). */
+static inline void elem_copy(void *dst, const void *src, size_t n)
+{
+    switch (n) {
+    case 4:
+        __builtin_memcpy(dst, src, 4);
+        break;
+    case 8:
+        __builtin_memcpy(dst, src, 8);
+        break;
+    case 16:
+        __builtin_memcpy(dst, src, 16);
+        break;
+    default:
+        memcpy(dst, src, n);
+        break;
+    }
+}
+
 /* Elements a getter may take now (not promised to a woken getter). */
 static size_t q_avail(const ferry_queue *q)
 {
@@ -67,16 +87,13 @@ static size_t q_free(const ferry_queue *q)
     return used >= q->capacity ? 0 : q->capacity - used;
 }
 
-/* Make sure one more element than count + res_put fits.  -ENOMEM leaves
- * the queue as it was. */
+/* q_room() when the storage is full: allocate more. */
 static int q_grow(ferry_queue *q)
 {
     size_t need = q->count + q->res_put + 1;
     size_t n, i;
     unsigned char *nb;
 
-    if (need <= q->slots)
-        return 0;
     if (q->slot_size == 0) {
         if (q->kind == FERRY_QUEUE_PRIORITY) {
             if (q->elem_size > SIZE_MAX / 2)
@@ -107,6 +124,15 @@ static int q_grow(ferry_queue *q)
     q->slots = n;
     q->head = 0;
     return 0;
+}
+
+/* Make sure one more element than count + res_put fits.  -ENOMEM leaves
+ * the queue as it was. */
+static inline int q_room(ferry_queue *q)
+{
+    if (__builtin_expect(q->count + q->res_put < q->slots, 1))
+        return 0;
+    return q_grow(q);
 }
 
 /* ---- Priority heap -------------------------------------------------- */
@@ -166,51 +192,69 @@ static void heap_down(ferry_queue *q, size_t i)
 
 /* ---- Storage -------------------------------------------------------- */
 
-/* Store a copy of `item`; room was made by q_grow(). */
-static void q_push(ferry_queue *q, const void *item)
+/* q_push() of a LIFO or priority queue. */
+static void q_push_other(ferry_queue *q, const void *item)
 {
     unsigned char *s;
 
-    switch (q->kind) {
-    case FERRY_QUEUE_FIFO:
-        memcpy(slot_at(q, (q->head + q->count) % q->slots), item, q->elem_size);
-        break;
-    case FERRY_QUEUE_LIFO:
-        memcpy(slot_at(q, q->count), item, q->elem_size);
-        break;
-    default:
+    if (q->kind == FERRY_QUEUE_LIFO) {
+        elem_copy(slot_at(q, q->count), item, q->elem_size);
+    } else {
         s = slot_at(q, q->slots);
         memcpy(s, item, q->elem_size);
         memcpy(s + seq_off(q), &q->seq, sizeof q->seq);
         heap_up(q, q->count);
-        break;
     }
     q->seq++;
     q->count++;
 }
 
-/* Remove the next element into `out`. */
-static void q_pop(ferry_queue *q, void *out)
+/* Store a copy of `item`; room was made by q_room().  The FIFO ring wraps
+ * by comparison: head < slots and count < slots, so one subtraction does,
+ * and a division (`%`, 20 to 40 cycles) per element is avoided. */
+static inline void q_push(ferry_queue *q, const void *item)
 {
-    switch (q->kind) {
-    case FERRY_QUEUE_FIFO:
-        memcpy(out, slot_at(q, q->head), q->elem_size);
-        q->head = (q->head + 1) % q->slots;
-        q->count--;
-        break;
-    case FERRY_QUEUE_LIFO:
-        memcpy(out, slot_at(q, q->count - 1), q->elem_size);
-        q->count--;
-        break;
-    default:
-        memcpy(out, slot_at(q, 0), q->elem_size);
-        q->count--;
-        if (q->count) {
-            memcpy(slot_at(q, q->slots), slot_at(q, q->count), q->slot_size);
-            heap_down(q, 0);
-        }
-        break;
+    size_t i;
+
+    if (__builtin_expect(q->kind != FERRY_QUEUE_FIFO, 0)) {
+        q_push_other(q, item);
+        return;
     }
+    i = q->head + q->count;
+    if (i >= q->slots)
+        i -= q->slots;
+    elem_copy(slot_at(q, i), item, q->elem_size);
+    q->seq++;
+    q->count++;
+}
+
+/* q_pop() of a LIFO or priority queue. */
+static void q_pop_other(ferry_queue *q, void *out)
+{
+    if (q->kind == FERRY_QUEUE_LIFO) {
+        elem_copy(out, slot_at(q, q->count - 1), q->elem_size);
+        q->count--;
+        return;
+    }
+    memcpy(out, slot_at(q, 0), q->elem_size);
+    q->count--;
+    if (q->count) {
+        memcpy(slot_at(q, q->slots), slot_at(q, q->count), q->slot_size);
+        heap_down(q, 0);
+    }
+}
+
+/* Remove the next element into `out`. */
+static inline void q_pop(ferry_queue *q, void *out)
+{
+    if (__builtin_expect(q->kind != FERRY_QUEUE_FIFO, 0)) {
+        q_pop_other(q, out);
+        return;
+    }
+    elem_copy(out, slot_at(q, q->head), q->elem_size);
+    if (++q->head == q->slots)
+        q->head = 0;
+    q->count--;
 }
 
 /* ---- Waking --------------------------------------------------------- */
@@ -244,23 +288,31 @@ static void wake_all(ferry_queue *q, struct ferry__waitq *wq, int result)
     q->pending += ferry__waitq_grant_all(wq, result);
 }
 
-/* An element was stored. */
-static void q_added(ferry_queue *q)
+/* An element was stored.  Inline: the list check spares the call when
+ * nobody waits. */
+static inline void q_added(ferry_queue *q)
 {
     q->unfinished++;
-    serve_getters(q);
+    if (!ferry__waitq_empty(&q->getters))
+        serve_getters(q);
+}
+
+/* q_removed() of an emptied queue: large storage goes back. */
+static void q_release_storage(ferry_queue *q)
+{
+    ferry__free(q->buf);
+    q->buf = NULL;
+    q->slots = 0;
+    q->head = 0;
 }
 
 /* An element was removed. */
-static void q_removed(ferry_queue *q)
+static inline void q_removed(ferry_queue *q)
 {
-    serve_putters(q);
-    if (q->count == 0 && q->res_put == 0 && q->slots > QUEUE_KEEP_SLOTS) {
-        ferry__free(q->buf);
-        q->buf = NULL;
-        q->slots = 0;
-        q->head = 0;
-    }
+    if (!ferry__waitq_empty(&q->putters))
+        serve_putters(q);
+    if (__builtin_expect(q->count == 0, 0) && q->res_put == 0 && q->slots > QUEUE_KEEP_SLOTS)
+        q_release_storage(q);
 }
 
 /* ---- API ------------------------------------------------------------ */
@@ -322,7 +374,7 @@ int ferry_queue_put(ferry_queue *q, const void *item)
         return rc;
     if (q_free(q) > 0) {
         /* Free slots mean no putter waits (serve_putters() ran). */
-        rc = q_grow(q);
+        rc = q_room(q);
         if (rc)
             return rc;
         q_push(q, item);
@@ -341,7 +393,7 @@ int ferry_queue_put(ferry_queue *q, const void *item)
     if (rc == 0 && q->shutdown)
         rc = -ESHUTDOWN;
     if (rc == 0)
-        rc = q_grow(q);     /* never allocates: the slot exists */
+        rc = q_room(q);     /* never allocates: the slot exists */
     if (rc) {
         /* Cancelled (or shut down) after the promise: the slot goes to the
          * next putter, nothing was inserted. */
@@ -369,7 +421,7 @@ int ferry_queue_try_put(ferry_queue *q, const void *item)
         return -ESHUTDOWN;
     if (q_free(q) == 0)
         return -EAGAIN;
-    rc = q_grow(q);
+    rc = q_room(q);
     if (rc)
         return rc;
     q_push(q, item);
