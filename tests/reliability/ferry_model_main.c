@@ -8,6 +8,10 @@
  * --ops M      at most M operations per sequence (default and max 200)
  * --replay X   run only the sequence with seed X (as printed on failure)
  * -v           print the operation trace (with --replay)
+ * --offload   check the offload mode instead (model_offload.c: to_thread and
+ *              to_thread_abandon with cancellation, on a pool of 1-3
+ *              threads); its sequences are slower (every job is a real
+ *              thread handoff), so CI runs fewer of them
  * --write-corpus DIR   write the bytes of the first --seqs sequences as
  *              files DIR/seq-<seed> (the fuzz target's seed corpus), and
  *              check them
@@ -25,14 +29,14 @@
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: ferry-model [--seqs N] [--seed S] [--ops M] [--replay SEQSEED] [-v]\n");
+    fprintf(stderr, "usage: ferry-model [--offload] [--seqs N] [--seed S] [--ops M] [--replay SEQSEED] [-v]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     uint64_t nseqs = 100000, run_seed = 1, replay = 0, failed = 0, i;
-    bool have_replay = false, verbose = false;
+    bool have_replay = false, verbose = false, offload = false;
     const char *corpus = NULL;
     unsigned max_ops = MODEL_MAX_OPS;
     uint8_t buf[MODEL_HDR_BYTES + MODEL_MAX_OPS * MODEL_OP_BYTES];
@@ -53,6 +57,8 @@ int main(int argc, char **argv)
             have_replay = true;
         } else if (!strcmp(argv[a], "--write-corpus") && a + 1 < argc)
             corpus = argv[++a];
+        else if (!strcmp(argv[a], "--offload"))
+            offload = true;
         else if (!strcmp(argv[a], "-v"))
             verbose = true;
         else
@@ -82,20 +88,25 @@ int main(int argc, char **argv)
             fclose(f);
         }
 
-        if (model_check_bytes(loop, buf, n, verbose ? stdout : NULL, &rep)) {
+        if ((offload ? model_offload_check_bytes : model_check_bytes)(loop, buf, n,
+                verbose ? stdout : NULL, &rep)) {
             failed++;
             printf("model: FAILED seed 0x%016" PRIx64 " at op %d: %s\n", seed, rep.op_index,
                    rep.msg);
-            printf("model:   replay with: ferry-model --replay 0x%016" PRIx64 " -v\n", seed);
+            printf("model:   replay with: ferry-model%s --replay 0x%016" PRIx64 " -v\n",
+                   offload ? " --offload" : "", seed);
             fflush(stdout);
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     ferry_loop_free(loop);
+    if (offload)
+        model_offload_stats_print(stdout);
     if (getenv("FERRY_MODEL_STATS"))
         model_hist_print(stderr);
     fprintf(stderr, "model: %.1f s\n",
             (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
-    printf("model: %" PRIu64 " sequences checked, %" PRIu64 " failed\n", nseqs, failed);
+    printf("model%s: %" PRIu64 " sequences checked, %" PRIu64 " failed\n",
+           offload ? " (offload)" : "", nseqs, failed);
     return failed ? 1 : 0;
 }

@@ -66,6 +66,18 @@ uint64_t model_seq_seed(uint64_t run_seed, uint64_t i);
 /* Print how often each command returned each code (coverage of outcomes). */
 void model_hist_print(FILE *out);
 
+/*
+ * The offload mode (model_offload.c, ferry-model --offload): the same byte
+ * format drives ferry_to_thread / ferry_to_thread_abandon on a small pool
+ * whose jobs block until the driver releases them, with cancellation while
+ * queued and while running, checked against a reference model of the pool.
+ * Returns 0 if every check passed, else 1 with `rep` filled in.
+ */
+int model_offload_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
+                              FILE *trace, model_report *rep);
+/* Print what the offload sequences exercised (operation counts). */
+void model_offload_stats_print(FILE *out);
+
 /* A loop configured for the model (its own options: io polled rarely). */
 int model_loop_new(ferry_loop **out);
 
