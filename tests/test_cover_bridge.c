@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -896,4 +897,90 @@ Test(known_bugs, cancelled_plain_callback_is_skipped,
     cr_assert_eq(atomic_load(&sync_rc), -ETIMEDOUT);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(atomic_load(&fn_calls), 0, "fn ran after run_sync returned -ETIMEDOUT");
+}
+
+/* ==== more inbox paths ================================================== */
+
+/* A callback posted from a thread that blocks the loop past the threshold
+ * is reported by the blocked-loop detector ("by callback"). */
+static int slow_log_lines;
+static char slow_log[512];
+static void slow_capture(int level, const char *msg, void *ctx)
+{
+    (void)level; (void)ctx;
+    if (!slow_log_lines++)
+        snprintf(slow_log, sizeof slow_log, "%s", msg);
+}
+
+static void blocking_cb(void *arg)
+{
+    (void)arg;
+    usleep(30000);          /* 30 ms: always longer than the 5 ms threshold */
+}
+
+static void *post_blocking(void *arg)
+{
+    (void)arg;
+    ferry_loop_call_soon_threadsafe(tu_loop, blocking_cb, NULL);
+    return NULL;
+}
+
+Test(cover_inbox, slow_threadsafe_callback_is_reported,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    ferry_loop_stats ls;
+
+    cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, FERRY_MSEC(5)), 0);
+    ferry_set_log(slow_capture, NULL);
+    pthread_join(start_thread(post_blocking, NULL), NULL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    ferry_set_log(NULL, NULL);
+    cr_assert_geq(slow_log_lines, 1);
+    cr_assert(strstr(slow_log, "callback"), "log: %s", slow_log);
+    cr_assert_eq(ferry_loop_stats_get(tu_loop, &ls), 0);
+    cr_assert_geq(ls.slow_steps, 1);
+}
+
+/* A loop attached to an application's event_base is woken through
+ * libevent's own notification (no eventfd of ferry's): posts from a thread
+ * run, in order, exactly once. */
+#include <event2/event.h>
+#include <event2/thread.h>
+
+static int att_seen[100], att_n;
+static void att_cb(void *arg) { att_seen[att_n++] = (int)(intptr_t)arg; }
+static ferry_loop *att_loop;
+static void *att_poster(void *arg)
+{
+    (void)arg;
+    for (intptr_t i = 0; i < 100; i++)
+        if (ferry_loop_call_soon_threadsafe(att_loop, att_cb, (void *)i) != 0)
+            return (void *)1;
+    ferry_loop_stop_threadsafe(att_loop);
+    return NULL;
+}
+
+Test(cover_inbox, attached_base_posts_run_in_order, .timeout = 30.)
+{
+    struct event_base *base;
+    ferry_inbox_stats st;
+    pthread_t t;
+    void *res;
+
+    evthread_use_pthreads();
+    base = event_base_new();
+    cr_assert_not_null(base);
+    cr_assert_eq(ferry_loop_new(&att_loop, &(ferry_loop_opts){ .base = base }), 0);
+    t = start_thread(att_poster, NULL);
+    cr_assert_eq(ferry_loop_run(att_loop, FERRY_RUN_FOREVER), 0);
+    pthread_join(t, &res);
+    cr_assert_null(res);
+    while (att_n < 100)
+        ferry_loop_run(att_loop, FERRY_RUN_ONCE);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(att_seen[i], i);
+    cr_assert_eq(ferry_loop_inbox_stats(att_loop, &st), 0);
+    cr_assert_eq(st.write_errors, 0);
+    ferry_loop_free(att_loop);
+    event_base_free(base);
 }
