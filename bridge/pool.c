@@ -153,6 +153,7 @@ struct ferry_pool {
     int64_t             flush_ns;  /* mu: when a loop last queued jobs */
     atomic_size_t       qhint;     /* nqueued, published for the spinner */
     atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
+    atomic_int          spin_cpu;  /* CPU the spinner last ran on (a hint) */
     bool                multicpu;  /* set once: more than one CPU online */
     pthread_t          *threads;   /* set once */
     /* Apart from the fields the workers write all the time: the loop
@@ -423,19 +424,37 @@ static inline void cpu_relax(void)
 
 enum { SPIN_WORK, SPIN_TIMEOUT, SPIN_CLASH };
 
-static int spin_for_work(struct ferry_pool *p, int64_t budget)
+/* Times a spinner on the submitter's CPU gives it the CPU before it sleeps. */
+#define CLASH_YIELDS 2
+
+static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
 {
     int64_t end = ferry_now() + budget;
+    unsigned yields = 0;
+    bool clash = false;
 
     for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(&p->qhint, memory_order_relaxed))
             return SPIN_WORK;
-        if ((i & 63) == 0) {
+        if ((i & 63) == 0 || clash) {
             int cpu = sched_getcpu();
-            if (cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed))
-                return SPIN_CLASH;
+
+            atomic_store_explicit(&p->spin_cpu, cpu, memory_order_relaxed);
+            clash = cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed);
             if (i && ferry_now() >= end)
-                return SPIN_TIMEOUT;
+                return clash ? SPIN_CLASH : SPIN_TIMEOUT;
+            if (clash) {
+                /* On the submitter's CPU polling would only keep it from
+                 * running.  If it waited for our last completion (a round
+                 * trip: `may_yield`), let it run: it resubmits and blocks
+                 * in epoll, and we find the job without a futex wake.  A
+                 * busy loop does not block soon: sleep, not to steal its
+                 * CPU. */
+                if (!may_yield || yields++ == CLASH_YIELDS)
+                    return SPIN_CLASH;
+                sched_yield();
+                continue;
+            }
         }
         cpu_relax();
     }
@@ -443,7 +462,7 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget)
 
 /* The queue is empty: spin (once per idle period) or sleep until a job
  * comes.  Requires mu; returns with mu held, maybe with a job queued. */
-static void idle_locked(struct ferry_pool *p, bool *spun)
+static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
 {
     int64_t t0;
 
@@ -453,7 +472,7 @@ static void idle_locked(struct ferry_pool *p, bool *spun)
 
         p->spinner = true;
         pthread_mutex_unlock(&p->mu);
-        r = spin_for_work(p, budget);
+        r = spin_for_work(p, budget, waited_for);
         pthread_mutex_lock(&p->mu);
         p->spinner = false;
         *spun = true;
@@ -546,14 +565,18 @@ static void *worker_main(void *arg)
     struct ferry_inbox *ib = NULL;
     struct ferry__link *l;
     struct job *j, *done = NULL;   /* finished, not yet booked */
-    bool spun = false;
+    bool spun = false, waited_for = false;
     int status = 0, what = RET_NONE;
 
     tls_pool = p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        if (done)
+        if (done) {
             what = book_locked(p, done, status, &ib);
+            /* The first completion on an idle sink: a loop is waiting for
+             * it, as in a round trip (see spin_for_work). */
+            waited_for = what == RET_POST;
+        }
         if ((l = ferry__list_pop_front(&p->queue)) == NULL) {
             if (done) {
                 pthread_mutex_unlock(&p->mu);
@@ -564,7 +587,7 @@ static void *worker_main(void *arg)
             }
             if (p->stopping)
                 break;
-            idle_locked(p, &spun);
+            idle_locked(p, &spun, waited_for);
             continue;
         }
         spun = false;
@@ -646,6 +669,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     atomic_init(&p->callback_errors, 0);
     atomic_init(&p->qhint, 0);
     atomic_init(&p->sub_cpu, -1);
+    atomic_init(&p->spin_cpu, -1);
     p->threads = ferry__calloc(p->nthreads, sizeof *p->threads);
     if (!p->threads)
         goto err_free;
@@ -896,7 +920,8 @@ static void subq_flush(void *arg)
             one->nqueued += n;
             publish_locked(one);
             one->flush_ns = ferry_now();
-            if (wake_worker_locked(one) && one->lspin_ns && one->multicpu) {
+            if (wake_worker_locked(one) && one->lspin_ns && one->multicpu &&
+                atomic_load_explicit(&one->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = one;
                 budget = one->lspin_ns;
             }
@@ -935,7 +960,8 @@ static void subq_flush(void *arg)
         if (added) {
             publish_locked(p);
             p->flush_ns = ferry_now();
-            if (wake_worker_locked(p) && p->lspin_ns && p->multicpu) {
+            if (wake_worker_locked(p) && p->lspin_ns && p->multicpu &&
+                atomic_load_explicit(&p->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = p;
                 budget = p->lspin_ns;
             }
