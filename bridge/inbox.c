@@ -25,6 +25,21 @@
  * steps; the items of a direct drain run outside them, so drain() times
  * each of those itself and reports it as the loop does.
  *
+ * Staying awake a little, when the loop has nothing else to run (no ready
+ * task, no timer due, not stopping), so that busy posters need no wakeup:
+ *   - gather(): a small batch from a poster on another CPU: wait about a
+ *     microsecond before taking the next one (fewer lock and buffer
+ *     handovers, which cost the poster cache misses);
+ *   - yield_to_waker(): the queue is empty and the thread that last had to
+ *     wake us runs on our CPU: give it the CPU once, then look again;
+ *   - ferry__inbox_spin() (pool.c's flush, when a spinning worker took a
+ *     task's job): poll for the completion instead of sleeping in epoll;
+ *     `spinning` (under mu) tells posters to leave the drain to it rather
+ *     than write the eventfd.
+ * The first two keep `woken` set and look at the queue again under mu
+ * before clearing it; the third decides under mu too, so in every case a
+ * post either finds a drain that will see it or writes the eventfd.
+ *
  * Closing (ferry_loop_free): refuse posts, then run every accepted post and
  * wait for every reserved completion (jobs submitted to run their callback
  * on this loop), then free the events.  The inbox memory and the eventfd
@@ -50,9 +65,11 @@
 #endif
 
 #include "bridge_int.h"
-/* For the blocked-loop detector's threshold and counter (loop->slow_ns,
- * loop->stats.slow_steps), read and bumped on the loop thread only, by a
- * direct drain (see the top of this file). */
+/* The loop's insides, on the loop thread only: the blocked-loop
+ * detector's threshold and counter (loop->slow_ns, loop->stats.slow_steps)
+ * for a direct drain, and whether the loop has anything else to run
+ * (runq, the running turn, the earliest timer, stop) before it stays
+ * awake (see the top of this file). */
 #include "loop_int.h"
 
 /* Items run per drain step before I/O and timers get a turn. */
@@ -79,8 +96,10 @@ struct ferry_inbox {
     bool                 stop_queued;/* mu: stop_node is in the completion list */
     bool                 spinning;   /* mu: the loop waits in ferry__inbox_spin() */
     bool                 spin_kicked;/* mu: a poster found it waiting: the drain is owed */
-    atomic_bool          kick;       /* spin_kicked, published for the waiting loop */
-    atomic_int           waker_cpu;  /* CPU of the last thread that wrote the eventfd */
+    atomic_bool          kick;       /* spin_kicked, published: set by posters (under mu),
+                                      * cleared (under mu) and polled by the loop */
+    atomic_int           waker_cpu;  /* CPU of the last thread that wrote the eventfd:
+                                      * set by posters, read by the loop (a hint) */
     uint64_t             posts;      /* mu: accepted posts and completions */
     uint64_t             wakeups;    /* mu: eventfd writes */
     uint64_t             write_errors; /* mu: failed eventfd writes */

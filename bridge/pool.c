@@ -15,16 +15,21 @@
  *     1,000 that contend with the workers.
  *   - A worker takes one lock per job: the acquisition that takes the next
  *     job also books the end of the previous one.  A finished task job goes
- *     on the pool's completion list (the sink) under that same lock; the
- *     first one on an empty sink posts the sink to the loop's inbox (one
- *     inbox lock, at most one eventfd write), and the loop takes the whole
- *     list when it runs it and wakes each task directly.
+ *     on the pool's completion list (the sink, struct sink) under that same
+ *     lock; the first one on an empty sink posts the sink to the loop's
+ *     inbox (one inbox lock, at most one eventfd write), and the loop takes
+ *     the whole list when it runs it and wakes each task directly.
  *   - Waking: a new batch of jobs goes to a spinning worker if there is
  *     one, else one sleeping worker is signalled.  A worker that takes a
  *     job that waited longer than QDELAY_NS while others sleep wakes one
  *     more: slow jobs spread over the threads, short ones do not wake
  *     threads that would only contend for the lock and the CPUs.
- *   - Spinning: see idle_locked().
+ *   - Spinning: an idle worker polls for work for a while (see
+ *     idle_locked() and spin_for_work()), and a loop that handed a job to a
+ *     spinning worker and has nothing else to do polls for the completion
+ *     (see LSPIN_MAX_NS): a round trip then needs no wakeup on either side.
+ *     Both budgets adapt, and neither polls a CPU it shares with the thread
+ *     it waits for.
  *
  * Job states (under mu): QUEUED (in `queue`, or in `overq` when the queue
  * was full) -> RUNNING (a worker took it) -> FINISHED (fn returned, or the
