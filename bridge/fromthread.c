@@ -24,6 +24,8 @@ struct ferry_future {
     bool                done;      /* mu: status is in */
     int                 status;    /* mu: fn's status, or why it never ran */
     bool                ran;       /* mu: fn was called */
+    bool                started;   /* mu: the loop took the request: fn runs or has run */
+    bool                cancel_req;/* mu: a thread asked to cancel */
     struct ferry_inbox *ib;        /* set once; one inbox reference */
     ferry_task_fn       fn;        /* set once */
     void               *arg;       /* set once */
@@ -33,7 +35,7 @@ struct ferry_future {
 
     /* loop thread only */
     ferry_task         *task;      /* the task while fn runs in it */
-    bool                cancel_req;/* a cancel came before fn started */
+    bool                cancel_seen;/* a cancel reached the loop before the task ran */
 };
 
 /* ==== any thread ======================================================= */
@@ -72,7 +74,7 @@ static int task_body(void *arg)
     struct ferry_future *f = arg;
     int st;
 
-    if (f->cancel_req) {
+    if (f->cancel_seen) {
         future_complete(f, -ECANCELED, false);
         return -ECANCELED;
     }
@@ -87,9 +89,18 @@ static void start_cb(void *arg)
 {
     struct ferry_future *f = arg;
     ferry_task_opts o = { .name = f->name, .stack_size = f->stack_size };
+    bool cancelled;
     int rc;
 
-    if (f->cancel_req) {
+    /* Decided under mu, so that a cancel and the start never both go
+     * ahead: either the thread's cancel came first and fn never runs, or
+     * fn started and the cancel reaches the running task. */
+    pthread_mutex_lock(&f->mu);
+    cancelled = f->cancel_req;
+    if (!cancelled)
+        f->started = true;
+    pthread_mutex_unlock(&f->mu);
+    if (cancelled) {
         future_complete(f, -ECANCELED, false);
         return;
     }
@@ -120,7 +131,7 @@ static void cancel_cb(void *arg)
         if (f->task)
             ferry_task_cancel(f->task);
         else
-            f->cancel_req = true;
+            f->cancel_seen = true;   /* spawned, not yet run */
     }
     future_unref(f);
 }
@@ -241,6 +252,7 @@ bool ferry_future_done(ferry_future *f)
 int ferry_future_cancel(ferry_future *f)
 {
     int rc;
+    bool post;
 
     if (!f)
         return -EINVAL;
@@ -249,8 +261,16 @@ int ferry_future_cancel(ferry_future *f)
         pthread_mutex_unlock(&f->mu);
         return 0;
     }
-    f->refs++;
+    f->cancel_req = true;
+    /* Not started: the start sees the request and never calls fn.  A
+     * started plain callback cannot be interrupted.  A started task is
+     * cancelled on the loop. */
+    post = f->started && f->as_task;
+    if (post)
+        f->refs++;
     pthread_mutex_unlock(&f->mu);
+    if (!post)
+        return 0;
     rc = ferry__inbox_post(f->ib, cancel_cb, f);
     if (rc) {
         future_unref(f);
@@ -283,10 +303,21 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
         return rc;
     }
     rc = future_wait(f, timeout, &st);
-    ferry__pool_block_exit();
-    if (rc == -ETIMEDOUT)
+    if (rc == -ETIMEDOUT) {
+        bool started;
+
         ferry_future_cancel(f);
-    else if (!rc && !f->ran)
+        pthread_mutex_lock(&f->mu);
+        started = f->started;
+        pthread_mutex_unlock(&f->mu);
+        /* fn started: wait for it (a cancelled task ends at its next
+         * suspension point), so that `arg` is not used after we return.
+         * Not started: it never will be. */
+        if (started)
+            future_wait(f, FERRY_NEVER, NULL);
+    }
+    ferry__pool_block_exit();
+    if (rc != -ETIMEDOUT && !rc && !f->ran)
         rc = st;              /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
     ferry_future_free(f);
     if (!rc && status)

@@ -361,7 +361,9 @@ int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
 
     if (!loop || !cb)
         return -EINVAL;
-    if (!ib)
+    /* A forked child's copy of a loop never runs (docs/fork.md): a post
+     * would be accepted and never run, and the eventfd is the parent's. */
+    if (!ib || ferry__loop_is_fork_copy(loop))
         return -ESHUTDOWN;
     return ferry__inbox_post(ib, cb, arg);
 }

@@ -543,7 +543,7 @@ Test(cover_fromthread, bad_arguments, .init = tu_loop_setup, .fini = tu_loop_tea
 /* A task cancelled before the loop started it never runs: status
  * -ECANCELED.  A cancel after completion changes nothing.  (A plain
  * callback cancelled before it ran is NOT skipped: see
- * known_bugs::cancelled_plain_callback_is_skipped below.) */
+ * fixed_bugs::cancelled_plain_callback_is_skipped below.) */
 static atomic_int fn_calls;
 static int counted_fn(void *arg) { (void)arg; atomic_fetch_add(&fn_calls, 1); return 9; }
 
@@ -845,20 +845,15 @@ Test(cover_chan, close_wakes_a_blocked_thread_and_a_parked_task,
     ferry_chan_free(tch);
 }
 
-/* ==== known bridge bugs (run with FERRY_KNOWN_BUGS=1) ================== */
+/* ==== fixed bridge bugs =============================================== */
 
 /*
- * bridge.h: ferry_future_cancel() "A plain callback that has not run yet is
- * skipped the same way" and run_sync(): "On timeout ... the plain callback
- * is skipped if it has not run yet".  It is not: fromthread.c posts the
- * start (start_cb) and later the cancel (cancel_cb) through the same FIFO
- * inbox, so start_cb always runs first, finds cancel_req still false and
- * calls fn.  The cancel request is only recorded on the loop thread.  For
- * run_sync() this means fn(arg) runs after the caller got -ETIMEDOUT and
- * may already have freed `arg`.  (Tasks are not affected: task_body checks
- * cancel_req again when the task first runs, after cancel_cb.)
- * Fix idea: set the request under f->mu in ferry_future_cancel() itself
- * and have start_cb read it under f->mu.
+ * bridge.h: ferry_future_cancel() skips a plain callback that has not run,
+ * and run_sync() that timed out before the start never runs fn.  This used
+ * to fail: the cancel went through the same FIFO inbox as the start, so
+ * the start always ran first and called fn, for run_sync() after the
+ * caller got -ETIMEDOUT (and may have freed `arg`).  The request is now
+ * recorded under the future's mutex, where the start reads it.
  */
 static void *post_then_cancel(void *arg)
 {
@@ -877,14 +872,12 @@ static void *run_sync_timeout(void *arg)
     return NULL;
 }
 
-Test(known_bugs, cancelled_plain_callback_is_skipped,
+Test(fixed_bugs, cancelled_plain_callback_is_skipped,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     ferry_future *f = NULL;
     int st = 0;
 
-    if (!getenv("FERRY_KNOWN_BUGS"))
-        cr_skip_test("bridge bug: a cancelled plain callback still runs (FERRY_KNOWN_BUGS=1 runs it)");
     pthread_join(start_thread(post_then_cancel, &f), NULL);   /* loop not running yet */
     cr_assert_not_null(f);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);

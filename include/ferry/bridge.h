@@ -280,8 +280,9 @@ bool ferry_future_done(ferry_future *fut);
 /*
  * Cancel the task behind the future (ferry_task_cancel() on the loop); if
  * it has not started yet it never runs and the status becomes -ECANCELED.
- * A plain callback that has not run yet is skipped the same way.  The
- * future still completes: wait for it, or free it.
+ * A plain callback that has not run yet is skipped the same way; one that
+ * has started cannot be interrupted.  The future still completes: wait for
+ * it, or free it.
  * Thread: any.  Suspends: no.  Returns: 0; -EINVAL; -ENOMEM.
  */
 int ferry_future_cancel(ferry_future *fut);
@@ -294,9 +295,10 @@ void ferry_future_free(ferry_future *fut);
  * Trio's from_thread.run / asyncio's run_coroutine_threadsafe().result():
  * run fn(arg) on `loop` as a task (run_task_sync) or a plain callback
  * (run_sync), block up to `timeout` (FERRY_NEVER: no limit) and store fn's
- * status in *status.  On timeout the task is cancelled (the plain callback
- * is skipped if it has not run yet) and the call returns without waiting
- * for it to end.
+ * status in *status.  On timeout, fn that has not started never runs and
+ * the call returns at once; fn that has started is cancelled (a task; a
+ * plain callback cannot be interrupted) and the call waits for it to end,
+ * so `arg` is never used after the call returns.
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (*status is fn's); -ETIMEDOUT; -EDEADLK (on the loop's
  * thread); -ESHUTDOWN (loop closed, fn never ran); -ENOMEM; -EINVAL.
