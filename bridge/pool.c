@@ -1188,6 +1188,12 @@ int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg,
     job_init_task(j, fn, arg, true, cleanup);
     pool_ref(p);
     rc = offload(p, j, self, &abandoned);
+    /* Interrupted before fn started (still pending or queued): fn never
+     * runs, so the cleanup gets arg now.  After an interruption the caller
+     * thus never owns arg again, whether fn ran or not. */
+    if (!abandoned && j->state != JOB_RUNNING && j->state != JOB_FINISHED &&
+        (rc == -ECANCELED || rc == -ETIMEDOUT) && cleanup)
+        cleanup(arg, rc);
     if (!abandoned)
         ferry__free(j);
     pool_unref(p);

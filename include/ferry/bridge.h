@@ -187,14 +187,18 @@ typedef void (*ferry_job_cleanup)(void *arg, int status);
  * passes) while fn runs, the call returns -ECANCELED (or -ETIMEDOUT) at
  * once and abandons the job: fn keeps running and keeps its pool thread
  * until it really ends (the pool never runs more threads than its size),
- * then cleanup(arg, status) runs on that pool thread.  If the job completes
- * normally, cleanup is not called.
+ * then cleanup(arg, status) runs on that pool thread with fn's status.  If
+ * the interruption comes while the job is still queued, fn never runs and
+ * cleanup(arg, -ECANCELED or -ETIMEDOUT) runs at once, on the calling task,
+ * before the call returns.  If the job completes normally, cleanup is not
+ * called.
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: as ferry_to_thread(); -ENOMEM (the job's state could not be
- * allocated; fn never ran).
- * Owns: `arg` stays the caller's while the call waits.  Once the call has
- * returned -ECANCELED or -ETIMEDOUT for a running job, ferry owns the last
- * use of `arg`: cleanup(arg, status) is it.  cleanup may be NULL.
+ * allocated; fn never ran, cleanup not called).
+ * Owns: `arg` stays the caller's while the call waits and after any return
+ * but -ECANCELED and -ETIMEDOUT.  After those two, cleanup(arg, status) is
+ * the last use of `arg` (it has run, or will run exactly once), so fn
+ * itself should not return -ECANCELED or -ETIMEDOUT.  cleanup may be NULL.
  */
 int ferry_to_thread_abandon(ferry_pool *pool, ferry_job_fn fn, void *arg,
                             ferry_job_cleanup cleanup);

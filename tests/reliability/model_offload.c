@@ -201,6 +201,8 @@ static void m_cancel(struct oseq *s, int id)
         memcpy(s->mqueue, q, sizeof(int) * (size_t)n);
         j->mst = MJ_CANCELLED;
         s->mcancelled++;
+        if (j->abandon)
+            j->mcleanups++;      /* abandon variant: cleanup gets arg at once */
         m_task_ends(j, -ECANCELED);
     } else if (j->mst == MJ_RUNNING && j->abandon && !j->mabandoned) {
         j->mabandoned = true;
@@ -274,7 +276,8 @@ static void settle(struct oseq *s)
             ofail(s, "job %d: waiter got %d, model %d", i, j->task_rc, j->mrc);
         if (atomic_load(&j->runs) > 1)
             ofail(s, "job %d ran %d times", i, atomic_load(&j->runs));
-        if (j->mcleanups && atomic_load(&j->cleanup_status) != j->status)
+        if (j->mcleanups && atomic_load(&j->cleanup_status) !=
+                                (j->mst == MJ_CANCELLED ? -ECANCELED : j->status))
             ofail(s, "job %d: cleanup got %d, fn returned %d", i,
                   atomic_load(&j->cleanup_status), j->status);
     }
@@ -384,8 +387,9 @@ static void teardown(struct oseq *s)
         } else if (runs == 0) {
             if (j->task_rc != -ECANCELED)
                 ofail(s, "job %d never ran; waiter got %d", i, j->task_rc);
-            if (atomic_load(&j->cleanups))
-                ofail(s, "job %d never ran but cleanup ran", i);
+            if (atomic_load(&j->cleanups) != (j->abandon ? 1 : 0))
+                ofail(s, "job %d never ran; cleanup ran %d times", i,
+                      atomic_load(&j->cleanups));
         } else {
             ofail(s, "job %d ran %d times", i, runs);
         }
