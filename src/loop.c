@@ -356,6 +356,7 @@ static void poll_io(ferry_loop *loop, bool block)
     expire_timers(loop);
     if (!ferry__list_empty(&loop->runq) || loop->stop)
         block = false;
+    ferry__stack_poll(loop, block);
     if (block) {
         arm_tick(loop);
         flags |= EVLOOP_NO_EXIT_ON_EMPTY;
@@ -453,6 +454,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         run_turn(loop);
         steps += (unsigned)(loop->stats.steps - before);
     }
+    ferry__stack_poll(loop, ferry__list_empty(&loop->runq));
     tls_loop = prev ? prev : loop;
     if (!ferry__list_empty(&loop->runq))
         kick(loop);

@@ -55,14 +55,21 @@ struct ferry__runnable {
 
 enum { FERRY__GUARD_NONE = 0, FERRY__GUARD_MADV, FERRY__GUARD_MPROTECT };
 
-/* A task stack: one mapping [base, base + size), guard page at the bottom,
- * the task structure at the top.  This header survives reuse. */
+/* Stacks of the loop's default size are cut from slabs of this many (one
+ * mapping each, stack.c); other sizes get a mapping of their own. */
+#define FERRY__SLAB_SLOTS 64
+
+struct ferry__slab;
+
+/* A task stack: [base, base + size), guard page at the bottom, the task
+ * structure at the top.  This header survives reuse from the cache. */
 struct ferry__stack {
-    void              *base;      /* mapping start (guard page) */
-    size_t             size;      /* mapping size */
+    size_t             size;      /* bytes, guard page included; starts at ferry__stack_base() */
+    struct ferry__slab *slab;     /* the slab it is cut from, or NULL: a mapping of its own */
     struct ferry__link free_link; /* in loop->stack_free while cached */
     unsigned           vg_id;     /* valgrind stack id */
     uint8_t            guard;     /* FERRY__GUARD_* */
+    uint8_t            slot;      /* index in the slab */
 };
 
 #define FERRY__CANARY 0x6665727279c0ffeeULL
@@ -98,6 +105,18 @@ struct ferry_task {
     char                   name[32];  /* for diagnostics */
 };
 
+/* Room of the task structure at the top of its stack: a whole number of
+ * cache lines. */
+#define FERRY__TASK_ROOM ((sizeof(ferry_task) + 63) & ~(size_t)63)
+
+/* Start of a stack (its guard page): the header sits FERRY__TASK_ROOM
+ * below the end.  Computed, not stored: 8 bytes more in the task
+ * structure measurably slowed spawn. */
+static inline char *ferry__stack_base(const struct ferry__stack *s)
+{
+    return (char *)s + FERRY__TASK_ROOM - s->size;
+}
+
 /* ---- Loop ------------------------------------------------------------- */
 
 struct ferry_loop {
@@ -128,8 +147,12 @@ struct ferry_loop {
     void                 *sched_fiber;/* TSan fiber of the scheduler */
     size_t                stack_size; /* default task stack size (mapping) */
     size_t                stack_cache;/* free stacks kept */
-    struct ferry__link    stack_free; /* cached stacks of stack_size */
-    size_t                stack_nfree;
+    struct ferry__link    stack_free; /* free resident stacks of stack_size, most recent first */
+    size_t                stack_nfree;/* stacks in stack_free: above stack_cache until trimmed */
+    int64_t               stack_over_since; /* when stack_nfree went above stack_cache, or 0 */
+    struct ferry__link    slabs;      /* every slab (struct ferry__slab) */
+    struct ferry__link    slabs_avail;/* slabs with a slot never used or given back */
+    size_t                slabs_empty;/* slabs with no live stack */
     unsigned              io_interval;/* steps between polls */
     unsigned              since_poll; /* steps since the last poll */
     uint64_t              next_id;    /* task numbering */
@@ -165,9 +188,18 @@ void ferry__task_release(ferry_task *t);
 
 /* Stacks (stack.c). */
 size_t ferry__page_size(void);
+/* A stack of `size` usable bytes (0: the loop's default). */
 int  ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out);
 void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s);
 void ferry__stack_drain(ferry_loop *loop);
+/* The loop polls (about to wait if `block`): give back the memory of the
+ * free stacks above the cache if they have waited long enough. */
+void ferry__stack_trim_due(ferry_loop *loop, bool block);
+static inline void ferry__stack_poll(ferry_loop *loop, bool block)
+{
+    if (__builtin_expect(loop->stack_nfree > loop->stack_cache, 0))
+        ferry__stack_trim_due(loop, block);
+}
 bool ferry__stack_guard_hit(const struct ferry__stack *s, const void *addr);
 /* Install the overflow reporter for this thread; undo it. */
 void ferry__overflow_setup(ferry_loop *loop);

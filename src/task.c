@@ -177,7 +177,7 @@ int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void 
     size = opts && opts->stack_size ? opts->stack_size : 0;
     if (size && (size < FERRY_STACK_MIN || size > ((size_t)1 << 30)))
         return -EINVAL;
-    rc = ferry__stack_get(loop, size ? size : loop->stack_size - 4096, &s);
+    rc = ferry__stack_get(loop, size, &s);
     if (rc)
         return rc;
     t = (ferry_task *)(void *)s;
@@ -214,7 +214,7 @@ int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void 
     } else {
         memcpy(t->name, "task", sizeof "task");
     }
-    t->lo = (char *)s->base + ferry__page_size();
+    t->lo = ferry__stack_base(s) + ferry__page_size();
     t->hi = (char *)t;
     t->timer.fire = NULL;
     if (s->guard == FERRY__GUARD_NONE)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1336,6 +1337,110 @@ TL(mprotect_guards_stop_at_their_budget_then_stacks_get_a_canary)
     cr_assert_eq(tu_leaks(), 0);
 }
 
+/* Stacks beyond the cache.  A loop keeping 8 free stacks runs 200 tasks
+ * (four slabs of 64 slots; the main task holds slot 0 of the first).  When
+ * the loop next waits, the three slabs with nothing live are unmapped
+ * whole; the first slab's free stacks above the cache give their pages
+ * back once they have been above it for 100 ms, least recently freed
+ * first; the slots are reused afterwards. */
+enum { TRIM_N = 200, TRIM_CACHE = 8 };
+static void *trim_top[TRIM_N];
+static int trim_ran;
+static size_t trim_nfree[4], trim_slabs[4], trim_resident[2];
+
+static int note_top_and_yield(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+
+    trim_top[(intptr_t)arg] = ferry__stack_base(&self->stk) + self->stk.size - 4096;
+    ferry_yield();
+    trim_ran++;
+    return 0;
+}
+
+static size_t count_slabs(ferry_loop *l)
+{
+    struct ferry__link *p;
+    size_t n = 0;
+
+    ferry__list_foreach(p, &l->slabs)
+        n++;
+    return n;
+}
+
+static bool page_resident(void *page)
+{
+    unsigned char v = 0;
+
+    return mincore(page, 4096, &v) == 0 && (v & 1);
+}
+
+static int spawn_and_join(int n)
+{
+    ferry_task *t[TRIM_N];
+    int rc = 0;
+
+    for (int i = 0; i < n; i++)
+        if (ferry_task_spawn(&t[i], NULL, note_top_and_yield, (void *)(intptr_t)i, NULL))
+            return -1;
+    for (int i = 0; i < n; i++)
+        if (ferry_task_join(t[i], NULL))
+            rc = -1;
+    return rc;
+}
+
+static int trim_main(void *arg)
+{
+    ferry_loop *l = arg;
+
+    if (spawn_and_join(TRIM_N))
+        return -1;
+    trim_nfree[0] = l->stack_nfree;
+    trim_slabs[0] = count_slabs(l);
+    /* The loop waits (long enough that it does, also under valgrind): the
+     * slabs with nothing live go. */
+    ferry_sleep(FERRY_MSEC(50));
+    trim_nfree[1] = l->stack_nfree;
+    trim_slabs[1] = count_slabs(l);
+    /* The rest is above the cache for more than 100 ms at the poll before
+     * the second wait. */
+    ferry_sleep(FERRY_MSEC(150));
+    ferry_sleep(FERRY_MSEC(1));
+    trim_nfree[2] = l->stack_nfree;
+    trim_slabs[2] = count_slabs(l);
+    trim_resident[0] = page_resident(trim_top[0]);    /* freed first: given back */
+    trim_resident[1] = page_resident(trim_top[62]);   /* freed last in the slab: kept */
+    if (spawn_and_join(100))                          /* cold slots come back */
+        return -1;
+    trim_nfree[3] = l->stack_nfree;
+    trim_slabs[3] = count_slabs(l);
+    return 0;
+}
+
+TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, &(ferry_loop_opts){ .stack_cache = TRIM_CACHE }), 0);
+    ferry_loop_set_slow_threshold(l, 0);
+    cr_assert_eq(run_on(l, trim_main, l), 0);
+    cr_assert_eq(trim_ran, TRIM_N + 100);
+    cr_assert_eq(trim_nfree[0], TRIM_N);
+    cr_assert_eq(trim_slabs[0], 4);
+    cr_assert_eq(trim_nfree[1], 63, "%zu", trim_nfree[1]);
+    cr_assert_eq(trim_slabs[1], 1);
+    cr_assert_eq(trim_nfree[2], TRIM_CACHE, "%zu", trim_nfree[2]);
+    cr_assert_eq(trim_slabs[2], 1);
+    if (!RUNNING_ON_VALGRIND) {
+        cr_assert_not(trim_resident[0], "a trimmed stack kept its pages");
+        cr_assert(trim_resident[1], "a cached stack lost its pages");
+    }
+    cr_assert_eq(trim_slabs[3], 2, "%zu", trim_slabs[3]);
+    cr_assert_eq(l->mprotect_live, 0);
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
 /* The canary: a task that overwrote the bottom of its stack is stopped when
  * it switches out.  ferry logs and aborts; the SIGABRT handler checks the
  * line written on stderr and exits with 42 (so the coverage data is
@@ -1434,7 +1539,7 @@ enum { AT_LOW, AT_STACK, AT_GUARD };
 static int segv_task(void *arg)
 {
     ferry_task *self = ferry_task_current();
-    const char *base = self->stk.base;
+    const char *base = ferry__stack_base(&self->stk);
 
     switch ((int)(intptr_t)arg) {
     case AT_LOW:                /* far below the stack: a NULL dereference */
