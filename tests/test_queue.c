@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,94 @@ T(fifo_and_lifo_order)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(out[i], 4 - i);
     cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+/* Elements of 1 to 24 bytes (the ring copies 4, 8 and 16 bytes inline,
+ * other sizes with memcpy): FIFO order through a bounded ring that wraps
+ * many times, and through unbounded storage that grows while its head is
+ * in the middle; LIFO order too. */
+static size_t g_esize;
+
+static void elem_fill(unsigned char *e, long v)
+{
+    for (size_t b = 0; b < g_esize; b++)
+        e[b] = (unsigned char)(v * 31 + (long)b);
+}
+
+static int any_size_main(void *arg)
+{
+    unsigned char in[24], out[24];
+    long next_put = 0, next_get = 0;
+    (void)arg;
+
+    /* Bounded (capacity 5): 3 in, 2 out, so the ring wraps again and again. */
+    for (int round = 0; round < 20; round++) {
+        for (int k = 0; k < 3 && next_put - next_get < 5; k++) {
+            elem_fill(in, next_put++);
+            if (ferry_queue_try_put(&g_q, in))
+                return 1;
+        }
+        for (int k = 0; k < 2; k++) {
+            elem_fill(in, next_get++);
+            if (ferry_queue_try_get(&g_q, out) || memcmp(in, out, g_esize) != 0)
+                return 2;
+        }
+    }
+    while (next_get < next_put) {
+        elem_fill(in, next_get++);
+        if (ferry_queue_get(&g_q, out) || memcmp(in, out, g_esize) != 0)
+            return 3;
+    }
+    return 0;
+}
+
+static int any_size_grow_main(void *arg)
+{
+    unsigned char in[24], out[24];
+    bool lifo = arg != NULL;
+
+    /* 6 in, 3 out (the head moves), then 40 more in: the storage grows
+     * from 8 slots with its elements wrapped around the end. */
+    for (long v = 0; v < 6; v++) {
+        elem_fill(in, v);
+        if (ferry_queue_put(&g_q, in))
+            return 1;
+    }
+    for (long v = 0; v < 3; v++) {
+        elem_fill(in, lifo ? 5 - v : v);
+        if (ferry_queue_get(&g_q, out) || memcmp(in, out, g_esize) != 0)
+            return 2;
+    }
+    for (long v = 6; v < 46; v++) {
+        elem_fill(in, v);
+        if (ferry_queue_put(&g_q, in))
+            return 3;
+    }
+    for (long k = 0; k < 43; k++) {
+        long v = lifo ? (k < 40 ? 45 - k : 2 - (k - 40)) : 3 + k;
+        elem_fill(in, v);
+        if (ferry_queue_get(&g_q, out) || memcmp(in, out, g_esize) != 0)
+            return 4;
+    }
+    return 0;
+}
+
+T(elements_of_any_size_keep_their_order_through_wrap_and_growth)
+{
+    static const size_t sizes[] = { 1, 3, 4, 8, 12, 16, 24 };
+
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        g_esize = sizes[i];
+        cr_assert_eq(ferry_queue_init(&g_q, g_esize, 5, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+        cr_assert_eq(tu_run(any_size_main, NULL), 0, "size %zu, bounded FIFO", g_esize);
+        cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+        cr_assert_eq(ferry_queue_init(&g_q, g_esize, 0, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+        cr_assert_eq(tu_run(any_size_grow_main, NULL), 0, "size %zu, growing FIFO", g_esize);
+        cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+        cr_assert_eq(ferry_queue_init(&g_q, g_esize, 0, FERRY_QUEUE_LIFO, NULL, NULL), 0);
+        cr_assert_eq(tu_run(any_size_grow_main, (void *)1), 0, "size %zu, LIFO", g_esize);
+        cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+    }
 }
 
 struct job {
