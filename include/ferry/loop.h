@@ -46,7 +46,9 @@ typedef struct ferry_loop_opts {
     struct event_base *base;
     /* Default stack size of tasks, in bytes; 0 means FERRY_STACK_DEFAULT. */
     size_t stack_size;
-    /* Number of free stacks kept for reuse; 0 means 1024. */
+    /* Number of free stacks kept for reuse; 0 means 1024.  Free stacks
+     * above it give their memory back when the loop next waits, or about
+     * 100 ms later while it stays busy. */
     size_t stack_cache;
     /* I/O and timers are polled at least once every this many task steps;
      * 0 means 128. */
