@@ -59,9 +59,16 @@ struct ferry__waiter {
     const void         *obj;    /* for the dump: the object waited on */
 };
 
-/* Initialise a waiter for the calling task `self`. */
-void ferry__waiter_init(struct ferry__waiter *w, struct ferry_task *self,
-                        const char *what, const void *obj);
+/* Initialise a waiter for the calling task `self`.  Inline: every wait
+ * of every primitive starts here. */
+static inline void ferry__waiter_init(struct ferry__waiter *w, struct ferry_task *self,
+                                      const char *what, const void *obj)
+{
+    __builtin_memset(w, 0, sizeof *w);
+    w->task = self;
+    w->what = what;
+    w->obj = obj;
+}
 
 /*
  * The calling task, checked: 0 and *self set when called from a task on its

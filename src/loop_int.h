@@ -171,10 +171,19 @@ struct ferry_loop {
     const volatile unsigned char *fork_mark;
 };
 
-/* Make a task ready to run in the next turn. */
-void ferry__task_ready(ferry_task *t);
 /* Wake someone else's dispatch to run our turns (not inside ferry_loop_run). */
 void ferry__task_ready_kick(ferry_loop *loop);
+/* Make a task ready to run in the next turn.  Inline: every grant ends
+ * here. */
+static inline void ferry__task_ready(ferry_task *t)
+{
+    ferry_loop *loop = t->loop;
+
+    t->state = FERRY_TASK_READY;
+    ferry__list_push_back(&loop->runq, &t->run.link);
+    if (__builtin_expect(!loop->in_run, 0))
+        ferry__task_ready_kick(loop);
+}
 /* Switch from the running task to the scheduler. */
 void ferry__task_suspend(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */

@@ -23,16 +23,6 @@ void ferry__task_ready_kick(ferry_loop *loop)
     }
 }
 
-void ferry__task_ready(ferry_task *t)
-{
-    ferry_loop *loop = t->loop;
-
-    t->state = FERRY_TASK_READY;
-    ferry__list_push_back(&loop->runq, &t->run.link);
-    if (!loop->in_run)
-        ferry__task_ready_kick(loop);
-}
-
 void ferry__canary_dead(ferry_task *t)
 {
     ferry__log(FERRY_LOG_ERROR, "stack overflow in task '%s' (canary overwritten)", t->name);

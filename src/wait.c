@@ -9,18 +9,7 @@
  */
 #include "loop_only.h"
 
-#include <string.h>
-
 #include "loop_int.h"
-
-void ferry__waiter_init(struct ferry__waiter *w, ferry_task *self,
-                        const char *what, const void *obj)
-{
-    memset(w, 0, sizeof *w);
-    w->task = self;
-    w->what = what;
-    w->obj = obj;
-}
 
 /* The out-of-line entry checks, for bridge/; src/ uses the inline forms
  * in loop_int.h. */
