@@ -16,6 +16,11 @@
  * entry goes away when the call ends.  The seed's caveat, "if the leader is
  * cancelled, the waiters should retry themselves", is built in: a waiter
  * becomes the new leader.
+ *
+ * Last, the cache the fetches fill: 10,000 lookups that all hit it, each in
+ * a task of its own.  Spawned the default way they are all alive at once,
+ * each holding a stack; spawned with FERRY_SPAWN_EAGER each one runs at
+ * once, ends, and gives its stack to the next.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +34,8 @@
 static ferry_flight inflight = FERRY_FLIGHT_INIT;
 static int fetch_started, fetch_done;
 static int answered, wrong;
+static double cache[KEYS];          /* filled by the fetches */
+static size_t max_alive;
 
 /* The shared work: runs in the leader's task. */
 static int fetch_rate(void *arg, void *out, size_t out_size)
@@ -39,7 +46,7 @@ static int fetch_rate(void *arg, void *out, size_t out_size)
     if (rc)
         return rc;                                 /* cancelled: nothing shared */
     fetch_done++;
-    *(double *)out = 90.0 + key;
+    *(double *)out = cache[key] = 90.0 + key;
     return 0;
 }
 
@@ -62,6 +69,37 @@ static int request(void *arg)
             wrong++;
     }
     return rc;
+}
+
+/* A lookup that finds the rate in the cache. */
+static int cached_lookup(void *arg)
+{
+    int key = (int)(intptr_t)arg;
+    ferry_loop_stats stats;
+
+    if (ferry_loop_stats_get(ferry_loop_current(), &stats) == 0 && stats.live_tasks > max_alive)
+        max_alive = stats.live_tasks;
+    if (cache[key] == 90.0 + key)
+        answered++;
+    return 0;
+}
+
+/* 10,000 cached lookups in tasks of their own; returns the most tasks
+ * alive at once (this one included). */
+static size_t lookups(unsigned flags)
+{
+    ferry_group group;
+    ferry_task_opts opts = { .flags = flags };
+
+    answered = 0;
+    max_alive = 0;
+    ferry_group_init(&group);
+    for (int i = 0; i < REQUESTS; i++)
+        if (ferry_group_spawn(&group, cached_lookup, (void *)(intptr_t)(i % KEYS), &opts))
+            return 0;
+    if (ferry_group_wait(&group) || answered != REQUESTS)
+        return 0;
+    return max_alive;
 }
 
 static int main_task(void *arg)
@@ -98,6 +136,12 @@ static int main_task(void *arg)
            "from a new leader (%d fetches started, %d finished)\n",
            errname(leader_status), answered, fetch_started, fetch_done);
     bad |= leader_status != -ECANCELED || answered != 5 || fetch_started != 2 || fetch_done != 1;
+
+    /* Cache hits: the default spawn against FERRY_SPAWN_EAGER. */
+    size_t lazy = lookups(0), eager = lookups(FERRY_SPAWN_EAGER);
+    printf("  %d cached lookups, a task each: at most %zu tasks alive spawned eagerly, "
+           "%zu spawned the default way\n", REQUESTS, eager, lazy);
+    bad |= lazy != REQUESTS + 1 || eager != 2;
     return bad;
 }
 

@@ -50,13 +50,7 @@ int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
         return -EPERM;
     if (g->closed || g->failing)
         return -ESHUTDOWN;
-    rc = ferry_task_spawn(&t, self->loop, fn, arg, opts);
-    if (rc)
-        return rc;
-    t->group = g;
-    ferry__list_push_back(&g->children, &t->group_link);
-    g->live++;
-    return 0;
+    return ferry__task_spawn(&t, self->loop, fn, arg, opts, g);
 }
 
 void ferry__group_child_done(ferry_task *t)

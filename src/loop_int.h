@@ -184,6 +184,10 @@ static inline void ferry__task_ready(ferry_task *t)
     if (__builtin_expect(!loop->in_run, 0))
         ferry__task_ready_kick(loop);
 }
+/* ferry_task_spawn(), and with `group` not NULL ferry_group_spawn(): the
+ * task joins the group before it can run. */
+int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                      const ferry_task_opts *opts, ferry_group *group);
 /* Switch from the running task to the scheduler. */
 void ferry__task_suspend(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */

@@ -143,8 +143,30 @@ _Static_assert(sizeof(ferry_task) ==
                "a field was added to struct ferry_task: initialise it in ferry_task_spawn()");
 #endif
 
-int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
-                     const ferry_task_opts *opts)
+/*
+ * FERRY_SPAWN_EAGER from the running task: `t` goes first in the current
+ * turn, the spawner to the back of the run queue (as in ferry_yield()), and
+ * the spawner leaves, so that `t` runs now, straight from here unless the
+ * switch has to go through the scheduler.  `t` cannot have been cancelled
+ * yet (nobody else has run since it was made), so it is marked started
+ * here: the handover only takes started tasks.
+ */
+static void spawn_eager(ferry_loop *loop, ferry_task *t)
+{
+    ferry_task *self = loop->current;
+
+    t->started = true;
+    t->state = FERRY_TASK_READY;
+    ferry__list_push_front(loop->turn, &t->run.link);
+    self->state = FERRY_TASK_READY;
+    ferry__list_push_back(&loop->runq, &self->run.link);
+    if (__builtin_expect(!loop->in_run, 0))
+        ferry__task_ready_kick(loop);
+    ferry__switch_away(loop, self);
+}
+
+int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                      const ferry_task_opts *opts, ferry_group *group)
 {
     struct ferry__stack *s;
     ferry_task *t;
@@ -166,6 +188,8 @@ int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void 
         return -ESHUTDOWN;
     size = opts && opts->stack_size ? opts->stack_size : 0;
     if (size && (size < FERRY_STACK_MIN || size > ((size_t)1 << 30)))
+        return -EINVAL;
+    if (opts && (opts->flags & ~FERRY_SPAWN_EAGER))
         return -EINVAL;
     rc = ferry__stack_get(loop, size, &s);
     if (rc)
@@ -213,10 +237,26 @@ int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void 
     ferry__fiber_create(t);
     ferry__list_push_back(&loop->tasks, &t->all);
     loop->live++;
-    ferry__task_ready(t);
     if (out)
         *out = t;
+    if (group) {
+        /* Before it can run: an eager task may end right away. */
+        t->group = group;
+        ferry__list_push_back(&group->children, &t->group_link);
+        group->live++;
+    }
+    if (opts && (opts->flags & FERRY_SPAWN_EAGER) && loop->current && loop->turn) {
+        spawn_eager(loop, t);
+        return 0;
+    }
+    ferry__task_ready(t);
     return 0;
+}
+
+int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                     const ferry_task_opts *opts)
+{
+    return ferry__task_spawn(out, loop, fn, arg, opts, NULL);
 }
 
 int ferry_task_join(ferry_task *t, int *status)

@@ -139,6 +139,189 @@ T(spawn_from_a_task_nested)
     cr_assert_eq(tu_run(spawn_chain, (void *)50), 51);
 }
 
+/* ---- FERRY_SPAWN_EAGER ------------------------------------------------- */
+
+static char ev_log[64];
+static int ev_n;
+static void *eager_local_addr[4];
+
+static void ev_mark(char c)
+{
+    if (ev_n < (int)sizeof ev_log - 1)
+        ev_log[ev_n++] = c;
+}
+
+static const ferry_task_opts eager_opts = { .name = "eager", .flags = FERRY_SPAWN_EAGER };
+
+/* Ends without suspending; records where its stack is. */
+static int eager_quick(void *arg)
+{
+    /* The frame address, not a local's: ASan may move locals to a fake stack. */
+    eager_local_addr[(intptr_t)arg] = __builtin_frame_address(0);
+    ev_mark('q');
+    return 5;
+}
+
+/* Suspends once in the middle. */
+static int eager_yielder(void *arg)
+{
+    (void)arg;
+    ev_mark('a');
+    ferry_yield();
+    ev_mark('b');
+    return 0;
+}
+
+static int eager_other(void *arg)
+{
+    (void)arg;
+    ev_mark('o');
+    return 0;
+}
+
+static int eager_order_main(void *arg)
+{
+    ferry_task *t;
+    int st = -1, rc;
+
+    (void)arg;
+    /* Ready before the eager spawn: it runs before the spawner continues. */
+    if ((rc = ferry_task_spawn(NULL, NULL, eager_other, NULL, NULL)))
+        return rc;
+    ev_mark('1');
+    if ((rc = ferry_task_spawn(NULL, NULL, eager_yielder, NULL, &eager_opts)))
+        return rc;
+    ev_mark('2');
+    if ((rc = ferry_task_spawn(&t, NULL, eager_quick, (void *)0, &eager_opts)))
+        return rc;
+    ev_mark('3');
+    /* It ended before the spawn returned: the join does not wait. */
+    if (ferry_task_state(t) != FERRY_TASK_DONE)
+        return -1000;
+    if ((rc = ferry_task_join(t, &st)))
+        return rc;
+    return st;
+}
+
+T(eager_spawn_runs_the_task_first_and_the_spawner_in_a_later_turn)
+{
+    cr_assert_eq(tu_run(eager_order_main, NULL), 5);
+    ev_log[ev_n] = '\0';
+    /* 1: the spawner; a: the eager task, up to its yield; o: the task that
+     * was ready before; 2: the spawner, in the next turn; q: the second
+     * eager task, which goes first in that turn, ahead of the yielder's b;
+     * 3: the spawner, in the turn after. */
+    cr_assert_str_eq(ev_log, "1ao2qb3", "order was %s", ev_log);
+}
+
+static int eager_reuse_main(void *arg)
+{
+    (void)arg;
+    for (intptr_t i = 0; i < 4; i++) {
+        int rc = ferry_task_spawn(NULL, NULL, eager_quick, (void *)i, &eager_opts);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+T(eager_tasks_that_end_at_once_reuse_one_stack)
+{
+    cr_assert_eq(tu_run(eager_reuse_main, NULL), 0);
+    cr_assert_str_eq((ev_log[ev_n] = '\0', ev_log), "qqqq");
+    /* Each detached task ended and gave its stack back before the next
+     * spawn took one: all four ran at the same address. */
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(eager_local_addr[i], eager_local_addr[0]);
+}
+
+static void eager_from_callback(void *arg)
+{
+    (void)arg;
+    cr_expect_eq(ferry_task_spawn(NULL, tu_loop, eager_quick, (void *)0, &eager_opts), 0);
+    ev_mark('c');
+}
+
+T(eager_spawn_from_a_callback_runs_later)
+{
+    cr_assert_eq(ferry_call_soon(tu_loop, eager_from_callback, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    ev_log[ev_n] = '\0';
+    cr_assert_str_eq(ev_log, "cq");
+}
+
+static int eager_cancelled_main(void *arg)
+{
+    ferry_task *t;
+    int rc, st = -1;
+
+    (void)arg;
+    ferry_task_cancel(ferry_task_current());
+    /* Not a cancellation point: the task is made and runs. */
+    if ((rc = ferry_task_spawn(&t, NULL, eager_quick, (void *)0, &eager_opts)))
+        return 1000 + rc;
+    if (ferry_task_state(t) != FERRY_TASK_DONE || ferry_task_try_join(t, &st) || st != 5)
+        return -1000;
+    /* The next suspension point reports the cancellation. */
+    return ferry_yield();
+}
+
+T(eager_spawn_by_a_cancelled_task_still_spawns)
+{
+    cr_assert_eq(tu_run(eager_cancelled_main, NULL), -ECANCELED);
+}
+
+static int eager_fail(void *arg)
+{
+    (void)arg;
+    return -EIO;
+}
+
+static int eager_zero(void *arg)
+{
+    (void)arg;
+    ev_mark('z');
+    return 0;
+}
+
+static int eager_group_main(void *arg)
+{
+    ferry_group g;
+    int rc;
+
+    (void)arg;
+    ferry_group_init(&g);
+    for (intptr_t i = 0; i < 3; i++)
+        if ((rc = ferry_group_spawn(&g, eager_zero, (void *)i, &eager_opts)))
+            return 1000 + rc;
+    /* Children that ended inside the spawn were counted in and out. */
+    if ((rc = ferry_group_wait(&g)))
+        return 2000 + rc;
+    ferry_group_init(&g);
+    if ((rc = ferry_group_spawn(&g, eager_fail, NULL, &eager_opts)))
+        return 3000 + rc;
+    /* The failure was recorded before the spawn returned. */
+    if (ferry_group_spawn(&g, eager_quick, (void *)3, &eager_opts) != -ESHUTDOWN)
+        return -4000;
+    return ferry_group_wait(&g);
+}
+
+T(eager_children_of_a_group_are_counted_before_they_run)
+{
+    cr_assert_eq(tu_run(eager_group_main, NULL), -EIO);
+    ev_log[ev_n] = '\0';
+    cr_assert_str_eq(ev_log, "zzz");
+}
+
+T(spawn_with_an_unknown_flag_is_einval)
+{
+    ferry_task_opts o = { .flags = 0x80 };
+
+    cr_assert_eq(ferry_task_spawn(NULL, tu_loop, eager_quick, NULL, &o), -EINVAL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ev_n, 0);
+}
+
 /* ---- cancellation ------------------------------------------------------ */
 
 static int body_ran;

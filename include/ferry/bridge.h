@@ -278,7 +278,8 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
  */
 int ferry_future_wait(ferry_future *fut, int64_t timeout, int *status /* OUT */);
 
-/* True once the result is in.  Thread: any. */
+/* Thread: any.  Suspends: no.
+ * Returns: true once the result is in; false before, and for NULL. */
 bool ferry_future_done(ferry_future *fut);
 
 /*
@@ -377,7 +378,8 @@ int ferry_chan_recv_blocking(ferry_chan *ch, void **item /* OUT */, int64_t time
 int ferry_chan_try_send(ferry_chan *ch, void *item);
 int ferry_chan_try_recv(ferry_chan *ch, void **item /* OUT */);
 
-/* Items in the channel now (a snapshot).  Thread: any. */
+/* Thread: any.  Suspends: no.
+ * Returns: the items in the channel now (a snapshot); 0 for NULL. */
 size_t ferry_chan_len(ferry_chan *ch);
 
 #ifdef __cplusplus

@@ -38,19 +38,40 @@ typedef int (*ferry_task_fn)(void *arg);
 /* Smallest accepted stack size. */
 #define FERRY_STACK_MIN     ((size_t)16 * 1024)
 
+/*
+ * ferry_task_opts.flags:
+ *   FERRY_SPAWN_EAGER  when spawned from a task of the same loop, the new
+ *                      task starts at once and runs until it first suspends
+ *                      or ends; the spawner is then ready again, as after
+ *                      ferry_yield(), and continues in a later turn
+ *                      (boost.fiber's launch::dispatch; like asyncio's eager
+ *                      tasks, but the spawner gives up its turn).  A task
+ *                      that ends without suspending gives its stack back
+ *                      before the spawner continues, so a burst of spawns
+ *                      of mostly short tasks (cache hits) reuses a few hot
+ *                      stacks instead of holding one each.  Spawned from a
+ *                      callback, the flag is ignored.  The spawn is not a
+ *                      cancellation point: it never fails for the spawner
+ *                      having been cancelled.
+ */
+#define FERRY_SPAWN_EAGER 0x1u
+
 typedef struct ferry_task_opts {
     const char *name;      /* for diagnostics; copied (up to 31 bytes); NULL: "task" */
     size_t stack_size;     /* 0: the loop's default */
+    unsigned flags;        /* FERRY_SPAWN_*; 0: none */
 } ferry_task_opts;
 
 /*
  * Start fn(arg) as a new task on `loop` (NULL: the current loop).  It first
- * runs in a later turn.  If `out` is not NULL it receives a handle that the
+ * runs in a later turn (at once with FERRY_SPAWN_EAGER, above).  If `out` is not NULL it receives a handle that the
  * caller owns and must give back with ferry_task_join() or
  * ferry_task_detach(); the task's stack is kept until both the task has
  * ended and the handle is given back.  With `out` NULL the task is detached.
- * Thread: loop (in a task or a callback).  Suspends: no.
- * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL.
+ * Thread: loop (in a task or a callback).  Suspends: no (with
+ * FERRY_SPAWN_EAGER from a task: yes, until a later turn).
+ * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL
+ * (also for an unknown flag).
  */
 int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
                      ferry_task_fn fn, void *arg, const ferry_task_opts *opts);
