@@ -21,9 +21,11 @@
  *     the whole list when it runs it and wakes each task directly.
  *   - Waking: a new batch of jobs goes to a spinning worker if there is
  *     one, else one sleeping worker is signalled.  A worker that takes a
- *     job that waited longer than QDELAY_NS while others sleep wakes one
- *     more: slow jobs spread over the threads, short ones do not wake
- *     threads that would only contend for the lock and the CPUs.
+ *     job while others sleep wakes one more if the jobs are slow enough
+ *     for another thread to help (see more_workers_locked()): slow jobs
+ *     spread over the threads at once, short ones stay on one, which runs
+ *     them faster than several threads contending for the lock and the
+ *     CPUs would.
  *   - Spinning: an idle worker polls for work for a while (see
  *     idle_locked() and spin_for_work()), and a loop that handed a job to a
  *     spinning worker and has nothing else to do polls for the completion
@@ -156,6 +158,13 @@ struct ferry_pool {
     int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
     int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */
     int64_t             flush_ns;  /* mu: when a loop last queued jobs */
+    uint64_t            svc;       /* mu: moving average of a job's run time, ticks() */
+    pthread_cond_t      check;     /* the checker sleeps here (CLOCK_MONOTONIC) */
+    bool                checker;   /* mu: a worker is the checker (not in nidle) */
+    bool                check_kick;/* mu: the checker was woken for work */
+    bool                appoint;   /* mu: a sleeper was woken to be the next checker */
+    int64_t             check_ns;  /* mu: its timeout now (adaptive) */
+    uint64_t            stalled;   /* mu: stuck jobs the checker took */
     atomic_size_t       qhint;     /* nqueued, published for the spinner */
     atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
     atomic_int          spin_cpu;  /* CPU the spinner last ran on (a hint) */
@@ -190,13 +199,38 @@ static struct ferry_pool *_Atomic default_pool;
 #define LSPIN_MIN_NS  FERRY_USEC(2)
 #define LSPIN_TAKE_NS FERRY_USEC(2)
 
-/* ---- a cheap clock for the queueing delay ------------------------------ */
+/* ---- a cheap clock for the service time and the queueing delay ------- */
 
-/* A job that waited longer than this in the queue while workers sleep
- * makes the worker that takes it wake another. */
-#define QDELAY_NS FERRY_USEC(50)
+/*
+ * When another worker is worth waking: the jobs take SVC_MIN_NS or more
+ * each (below that, the lock and the cache-line trips of a job cost about
+ * as much as the job: a second thread would only contend), and the work
+ * queued, or the wait of the job just taken, is above QDELAY_NS (about
+ * what waking a thread costs).
+ */
+#define QDELAY_NS  FERRY_USEC(50)
+#define SVC_MIN_NS FERRY_USEC(1)
+
+/*
+ * The checker.  A worker wakes another only when it takes a job (see
+ * more_workers_locked()), so jobs could sit in the queue behind workers
+ * that are all busy with long jobs while others sleep: a batch of slow
+ * jobs after a run of short ones (whose average said "one thread is
+ * enough"), or jobs that wait for each other.  So one idle worker, the
+ * checker, sleeps with a timeout on a condition of its own: when it finds
+ * the job at the head of the queue waiting longer than CHECK_MIN_NS, it
+ * takes it and wakes a sleeper to be the checker in its place.  Its
+ * timeout starts at CHECK_MIN_NS and doubles up to CHECK_MAX_NS while it
+ * finds nothing stuck (an idle pool wakes it a few times a second at
+ * most).  New work goes to the other sleepers first; to the checker only
+ * when none is left, and it then hands the duty on the same way.
+ */
+#define CHECK_MIN_NS FERRY_MSEC(1)
+#define CHECK_MAX_NS FERRY_MSEC(128)
 
 static uint64_t qdelay_ticks;          /* QDELAY_NS in ticks(); set once */
+static uint64_t svc_min_ticks;         /* SVC_MIN_NS in ticks(); set once */
+static uint64_t check_ticks;           /* CHECK_MIN_NS in ticks(); set once */
 static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
 
 /* A monotonic counter: the TSC on x86-64 (about 10 ns to read, a third of
@@ -221,9 +255,15 @@ static void ticks_calibrate(void)
         t1 = ferry_now();
     while (t1 - t0 < FERRY_USEC(20));
     c1 = ticks();
-    qdelay_ticks = (uint64_t)((double)(c1 - c0) / (double)(t1 - t0) * (double)QDELAY_NS);
+    double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
+
+    qdelay_ticks = (uint64_t)(per_ns * (double)QDELAY_NS);
+    svc_min_ticks = (uint64_t)(per_ns * (double)SVC_MIN_NS);
+    check_ticks = (uint64_t)(per_ns * (double)CHECK_MIN_NS);
 #else
     qdelay_ticks = QDELAY_NS;
+    svc_min_ticks = SVC_MIN_NS;
+    check_ticks = CHECK_MIN_NS;
 #endif
 }
 
@@ -239,6 +279,7 @@ static void pool_unref(struct ferry_pool *p)
     if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
         return;
     pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->check);
     pthread_cond_destroy(&p->room);
     pthread_mutex_destroy(&p->mu);
     ferry__free(p->threads);
@@ -271,6 +312,9 @@ static bool wake_worker_locked(struct ferry_pool *p)
     if (p->nidle > p->nwaking) {
         p->nwaking++;
         pthread_cond_signal(&p->work);
+    } else if (p->checker && !p->check_kick) {
+        p->check_kick = true;          /* no other sleeper: the checker takes it */
+        pthread_cond_signal(&p->check);
     }
     return false;
 }
@@ -465,8 +509,44 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
     }
 }
 
+
+/*
+ * Be the checker (see CHECK_MIN_NS) until woken for work, the pool stops,
+ * or the job at the head of the queue is stuck; then hand the duty to a
+ * sleeper.  Requires mu; returns with mu held, the caller looks at the
+ * queue.
+ */
+static void check_locked(struct ferry_pool *p)
+{
+    p->checker = true;
+    for (;;) {
+        struct ferry__link *l = ferry__list_first(&p->queue);
+
+        if (p->stopping || p->check_kick)
+            break;
+        if (l && ticks() - ferry__container_of(l, struct job, link)->enq > check_ticks) {
+            p->stalled++;              /* stuck: the caller takes it */
+            p->check_ns = CHECK_MIN_NS;
+            break;
+        }
+        if (ferry__cond_wait_until(&p->check, &p->mu, ferry_now() + p->check_ns) == ETIMEDOUT &&
+            p->check_ns < CHECK_MAX_NS)
+            p->check_ns *= 2;
+    }
+    if (p->check_kick)
+        p->check_ns = CHECK_MIN_NS;
+    p->checker = false;
+    p->check_kick = false;
+    if (!p->stopping && !p->appoint && p->nidle > p->nwaking) {
+        p->appoint = true;
+        p->nwaking++;
+        pthread_cond_signal(&p->work);
+    }
+}
+
 /* The queue is empty: spin (once per idle period) or sleep until a job
- * comes.  Requires mu; returns with mu held, maybe with a job queued. */
+ * comes, as the checker if there is none.  Requires mu; returns with mu
+ * held, maybe with a job queued. */
 static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
 {
     int64_t t0;
@@ -487,12 +567,23 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
             p->spin_ns = budget / 2 >= SPIN_MIN_NS ? budget / 2 : 0;
         return;
     }
+    if (!p->checker && !p->appoint && !p->stopping) {
+        check_locked(p);
+        return;
+    }
     t0 = ferry_now();
     p->nidle++;
     pthread_cond_wait(&p->work, &p->mu);
     p->nidle--;
     if (p->nwaking)
         p->nwaking--;
+    if (p->appoint) {
+        p->appoint = false;
+        if (!p->checker && !p->stopping) {
+            check_locked(p);
+            return;
+        }
+    }
     if (p->spin_ns < SPIN_MAX_NS && ferry_now() - t0 < SPIN_MAX_NS)
         p->spin_ns = SPIN_MAX_NS;
 }
@@ -560,6 +651,19 @@ static void after_book(struct ferry_pool *p, struct job *j, int status, int what
 }
 
 /*
+ * A worker that took `j` while others sleep: should it wake one more?  Only
+ * for jobs that take SVC_MIN_NS or more (the average of the last few), and
+ * when the queued jobs add up to QDELAY_NS or `j` waited that long.
+ * Requires mu.
+ */
+static bool more_workers_locked(struct ferry_pool *p, const struct job *j)
+{
+    if (!p->nqueued || p->spinner || p->nidle <= p->nwaking || p->svc < svc_min_ticks)
+        return false;
+    return p->svc * p->nqueued > qdelay_ticks || ticks() - j->enq > qdelay_ticks;
+}
+
+/*
  * A worker.  One lock acquisition per job: the one that takes the next job
  * also books the end of the previous one, whose completion is delivered
  * right after it (with no lock held), before the next job runs.
@@ -572,11 +676,15 @@ static void *worker_main(void *arg)
     struct job *j, *done = NULL;   /* finished, not yet booked */
     bool spun = false, waited_for = false;
     int status = 0, what = RET_NONE;
+    uint64_t t0, took = 0;         /* done's run time */
 
     tls_pool = p;
+    pthread_setname_np(pthread_self(), "ferry-pool");   /* for top, perf, gdb */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (done) {
+            /* A moving average over the last 8 jobs or so. */
+            p->svc = p->svc - (p->svc >> 3) + (took >> 3);
             what = book_locked(p, done, status, &ib);
             /* The first completion on an idle sink: a loop is waiting for
              * it, as in a round trip (see spin_for_work). */
@@ -603,9 +711,7 @@ static void *worker_main(void *arg)
         atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
         if (!ferry__list_empty(&p->overq) || p->room_threads || !ferry__list_empty(&p->roomq))
             room_kick_locked(p);
-        /* Jobs pile up while others sleep: one more worker. */
-        if (p->nqueued && !p->spinner && p->nidle > p->nwaking &&
-            ticks() - j->enq > qdelay_ticks) {
+        if (more_workers_locked(p, j)) {
             p->nwaking++;
             pthread_cond_signal(&p->work);
         }
@@ -615,7 +721,9 @@ static void *worker_main(void *arg)
             done = NULL;
         }
 
+        t0 = ticks();
         status = j->fn(j->arg);
+        took = ticks() - t0;
         done = j;
 
         pthread_mutex_lock(&p->mu);
@@ -639,6 +747,7 @@ static void stop_threads(struct ferry_pool *p, unsigned n)
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
     pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->check);
     pthread_cond_broadcast(&p->room);
     pthread_mutex_unlock(&p->mu);
     for (unsigned i = 0; i < n; i++)
@@ -669,6 +778,8 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     p->capacity = o.capacity ? o.capacity : 4096;
     p->spin_ns = SPIN_MAX_NS;
     p->lspin_ns = LSPIN_MAX_NS;
+    p->svc = qdelay_ticks;             /* slow until measured: spread out */
+    p->check_ns = CHECK_MIN_NS;
     p->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
     atomic_init(&p->refs, 1);
     atomic_init(&p->callback_errors, 0);
@@ -684,8 +795,10 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
         goto err_mutex;
     if (pthread_cond_init(&p->work, NULL))
         goto err_room;
-    if (pthread_attr_init(&attr))
+    if (ferry__cond_init(&p->check))
         goto err_work;
+    if (pthread_attr_init(&attr))
+        goto err_check;
     if (o.stack_size && pthread_attr_setstacksize(&attr, o.stack_size)) {
         rc = -EINVAL;
         goto err_attr;
@@ -703,6 +816,8 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
 
 err_attr:
     pthread_attr_destroy(&attr);
+err_check:
+    pthread_cond_destroy(&p->check);
 err_work:
     pthread_cond_destroy(&p->work);
 err_room:
@@ -759,6 +874,7 @@ void ferry_pool_free(ferry_pool *p)
         ferry__xwake_fire(&rw->xw, -ESHUTDOWN);
     }
     pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->check);
     pthread_cond_broadcast(&p->room);
     pthread_mutex_unlock(&p->mu);
     while ((l = ferry__list_pop_front(&dropped)) != NULL) {
@@ -800,6 +916,7 @@ int ferry_pool_stats_get(ferry_pool *p, ferry_pool_stats *out)
     out->abandoned = p->nabandoned;
     out->completed = p->completed;
     out->cancelled = p->cancelled;
+    out->stalled = p->stalled;
     pthread_mutex_unlock(&p->mu);
     out->callback_errors = atomic_load(&p->callback_errors);
     return 0;
@@ -890,6 +1007,11 @@ static bool job_not_taken(void *arg, int64_t waited)
     return waited >= LSPIN_TAKE_NS && atomic_load_explicit(&p->qhint, memory_order_relaxed);
 }
 
+/* A turn that offloads this many jobs hands them over at once, not at its
+ * end: a worker that ran out of jobs meanwhile would go to sleep, and
+ * waking it costs more than the lock taken here. */
+#define SUBQ_BATCH 64
+
 /*
  * Hand the jobs that tasks of this loop offloaded during the last turn to
  * their pools: one lock and one wake decision per run of jobs for the same
@@ -897,18 +1019,20 @@ static bool job_not_taken(void *arg, int64_t waited)
  * completes at once with the reason; one that finds the queue full waits
  * for room in `overq`.  Then, if a spinning worker took the jobs and the
  * loop has nothing else to do, wait for the completion here (see
- * LSPIN_MAX_NS).  Runs as a callback of the loop, after the turn.
+ * LSPIN_MAX_NS) if `may_wait`.  subq_flush() runs it as a callback of the
+ * loop after the turn; defer_job() in the middle of a turn that offloads
+ * SUBQ_BATCH jobs (may_wait false: a task is running).
  */
-static void subq_flush(void *arg)
+static void subq_handover(struct ferry_inbox *ib, bool may_wait)
 {
-    struct ferry_inbox *ib = arg;
     struct ferry__subq *q = ferry__inbox_subq(ib);
     struct ferry__link local, failed = {0}, *l;
     struct ferry_pool *spin_pool = NULL, *one = q->pool;
     int64_t budget = 0;
     size_t n = q->n;
 
-    q->scheduled = false;
+    if (!n)
+        return;
     q->gen++;                     /* nothing on the list is pending any more */
     ferry__list_move(&local, &q->jobs);
     q->pool = NULL;
@@ -977,7 +1101,7 @@ static void subq_flush(void *arg)
         struct job *j = ferry__container_of(l, struct job, link);
         ferry__xwake_fire(&j->xw, j->status);   /* on the loop: wakes the task now */
     }
-    if (spin_pool && ferry__inbox_loop_idle(ib, budget)) {
+    if (spin_pool && may_wait && ferry__inbox_loop_idle(ib, budget)) {
         int r = ferry__inbox_spin(ib, budget, job_not_taken, spin_pool);
 
         pthread_mutex_lock(&spin_pool->mu);
@@ -987,6 +1111,14 @@ static void subq_flush(void *arg)
             spin_pool->lspin_ns = budget / 2 >= LSPIN_MIN_NS ? budget / 2 : 0;
         pthread_mutex_unlock(&spin_pool->mu);
     }
+}
+
+static void subq_flush(void *arg)
+{
+    struct ferry_inbox *ib = arg;
+
+    ferry__inbox_subq(ib)->scheduled = false;
+    subq_handover(ib, true);
 }
 
 /* True while a task's job is on its loop's list.  Thread: loop. */
@@ -1021,6 +1153,8 @@ static int defer_job(struct ferry_pool *p, struct job *j)
     j->over = false;
     j->enq = q->t;
     ferry__list_push_back(&q->jobs, &j->link);
+    if (q->n >= SUBQ_BATCH)
+        subq_handover(j->xw.ib, false);   /* keep the workers fed during a long turn */
     return 0;
 }
 

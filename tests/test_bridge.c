@@ -336,6 +336,81 @@ Test(pool, to_thread_returns_the_status_from_a_pool_thread,
     cr_assert_not_null(ferry_pool_default());
 }
 
+/* Jobs that wait for each other: each returns 0 once all GANG have
+ * started, -ETIMEDOUT if they did not within 20 s (they would all have to
+ * run at once). */
+enum { GANG = 4 };
+static pthread_mutex_t gang_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gang_cv = PTHREAD_COND_INITIALIZER;
+static int gang_in;
+
+static int gang_job(void *arg)
+{
+    struct timespec ts;
+    int rc = 0;
+
+    (void)arg;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 20;
+    pthread_mutex_lock(&gang_mu);
+    if (++gang_in == GANG)
+        pthread_cond_broadcast(&gang_cv);
+    while (gang_in < GANG && rc == 0)
+        rc = pthread_cond_timedwait(&gang_cv, &gang_mu, &ts);
+    pthread_mutex_unlock(&gang_mu);
+    return gang_in >= GANG ? 0 : -ETIMEDOUT;
+}
+
+static int noop_job(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+static int gang_member(void *arg)
+{
+    return ferry_to_thread(arg, gang_job, NULL);
+}
+
+static int short_then_gang_main(void *arg)
+{
+    ferry_pool *p = arg;
+    ferry_task *t[GANG];
+    int rc, st, bad = 0;
+
+    /* A long run of short jobs: the pool learns that one thread is enough. */
+    for (int i = 0; i < 2000; i++)
+        if ((rc = ferry_to_thread(p, noop_job, NULL)))
+            return 1000 + rc;
+    /* Then jobs that block until all of them run, offloaded in one turn. */
+    for (int i = 0; i < GANG; i++)
+        if ((rc = ferry_task_spawn(&t[i], NULL, gang_member, p, NULL)))
+            return 2000 + rc;
+    for (int i = 0; i < GANG; i++) {
+        if ((rc = ferry_task_join(t[i], &st)))
+            return 3000 + rc;
+        bad |= st != 0;
+    }
+    return bad;
+}
+
+Test(pool, slow_jobs_after_short_ones_still_spread_over_the_threads,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 60.)
+{
+    ferry_pool *p;
+    ferry_pool_stats st;
+
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = GANG }), 0);
+    cr_assert_eq(tu_run(short_then_gang_main, p), 0);
+    cr_assert_eq(gang_in, GANG);
+    cr_assert_eq(ferry_pool_stats_get(p, &st), 0);
+    cr_assert_eq(st.completed, 2000 + GANG);
+    /* Usually the short jobs kept the pool on one thread and the checker
+     * found the blocked ones waiting (st.stalled > 0); a short job slowed
+     * by preemption may have spread them first.  Either way all ran. */
+    ferry_pool_free(p);
+}
+
 Test(pool, to_thread_outside_a_task_is_eperm)
 {
     cr_assert_eq(ferry_to_thread(NULL, job_ret42, NULL), -EPERM);

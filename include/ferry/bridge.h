@@ -238,6 +238,8 @@ typedef struct ferry_pool_stats {
     uint64_t completed;       /* jobs whose fn returned */
     uint64_t cancelled;       /* jobs removed from the queue, never run */
     uint64_t callback_errors; /* completion callbacks that returned non-zero */
+    uint64_t stalled;         /* queued jobs found waiting behind busy threads
+                               * while others slept, and started by one of those */
 } ferry_pool_stats;
 
 /* Thread: any.  Returns: 0; -EINVAL; -ENOMEM (default pool not started). */
