@@ -6,7 +6,7 @@
     .text
     .globl  ferry__ctx_switch
     .type   ferry__ctx_switch, %function
-    .p2align 4
+    .p2align 6      /* one cache line, whatever the link order */
 /* void ferry__ctx_switch(ferry__ctx *from (x0), ferry__ctx *to (x1)) */
 ferry__ctx_switch:
     sub     sp, sp, #176

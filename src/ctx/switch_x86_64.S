@@ -11,7 +11,7 @@
     .text
     .globl  ferry__ctx_switch
     .type   ferry__ctx_switch, @function
-    .p2align 4
+    .p2align 6      /* one cache line, whatever the link order */
 /* void ferry__ctx_switch(ferry__ctx *from (rdi), ferry__ctx *to (rsi)) */
 ferry__ctx_switch:
     .cfi_startproc
