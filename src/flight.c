@@ -18,6 +18,7 @@
 
 #include "ferry/flight.h"
 #include "htab.h"
+#include "loop_int.h"
 #include "sync_int.h"
 
 /* w->n of a waiter woken to become the leader. */
@@ -25,7 +26,7 @@
 
 /* One call in flight. */
 struct flight_call {
-    struct ferry__hnode node;     /* in ferry_flight.calls */
+    struct ferry__hent node;     /* in ferry_flight.calls */
     struct ferry__waitq waiters;  /* joiners; w->data = their out buffer */
     struct ferry_task  *leader;   /* runs fn now (or is woken to) */
     size_t              out_size; /* every caller's result size */
@@ -34,7 +35,7 @@ struct flight_call {
 
 /* One key's lock. */
 struct keylock_entry {
-    struct ferry__hnode node;     /* in ferry_keylock.keys */
+    struct ferry__hent node;     /* in ferry_keylock.keys */
     ferry_lock          lock;     /* the key's lock */
     size_t              refs;     /* tasks holding it or in acquire */
     unsigned char       key[];    /* copy of the key */
@@ -45,7 +46,7 @@ struct keylock_entry {
 static void *entry_new(size_t size, const void *key, size_t len, uint64_t hash)
 {
     unsigned char *e;
-    struct ferry__hnode *n;
+    struct ferry__hent *n;
 
     if (len > SIZE_MAX - size)
         return NULL;
@@ -54,7 +55,7 @@ static void *entry_new(size_t size, const void *key, size_t len, uint64_t hash)
         return NULL;
     if (len)
         memcpy(e + size, key, len);
-    n = (struct ferry__hnode *)(void *)e;
+    n = (struct ferry__hent *)(void *)e;
     n->hash = hash;
     n->key = e + size;
     n->len = len;
@@ -131,13 +132,13 @@ int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
 
     if (f == NULL || fn == NULL || (key == NULL && key_len) || (out == NULL && out_size))
         return -EINVAL;
-    rc = ferry__enter_task(&self);
+    rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind(&f->loop);
+    rc = ferry__bind_task(&f->loop, self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     hash = ferry__hash(key, key_len);
@@ -177,7 +178,7 @@ int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
     st = fn(arg, out, out_size);
     /* A leader stopped by its own cancellation or deadline does not fail
      * the waiters: one of them takes over (the seeds' nuance, Go #33519). */
-    if ((st == -ECANCELED || st == -ETIMEDOUT) && ferry__check(self) != 0 &&
+    if ((st == -ECANCELED || st == -ETIMEDOUT) && ferry__check_inline(self) != 0 &&
         flight_hand_over(c))
         return st;
     flight_finish(f, c, st, out);
@@ -196,7 +197,7 @@ int ferry_keylock_init(ferry_keylock *kl)
 
 int ferry_keylock_destroy(ferry_keylock *kl)
 {
-    struct ferry__hnode *n;
+    struct ferry__hent *n;
     size_t pos = 0;
     int rc;
 
@@ -268,10 +269,10 @@ static int keylock_enter(ferry_keylock *kl, const void *key, size_t len,
 
     if (kl == NULL || (key == NULL && len))
         return -EINVAL;
-    rc = ferry__enter_task(self);
+    rc = ferry__enter_task_inline(self);
     if (rc)
         return rc;
-    return ferry__bind(&kl->loop);
+    return ferry__bind_task(&kl->loop, *self);
 }
 
 int ferry_keylock_acquire(ferry_keylock *kl, const void *key, size_t key_len)
@@ -283,7 +284,7 @@ int ferry_keylock_acquire(ferry_keylock *kl, const void *key, size_t key_len)
     rc = keylock_enter(kl, key, key_len, &self);
     if (rc)
         return rc;
-    rc = ferry__check(self);
+    rc = ferry__check_inline(self);
     if (rc)
         return rc;
     rc = keylock_ref(kl, key, key_len, &e);

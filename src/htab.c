@@ -27,12 +27,12 @@ uint64_t ferry__hash(const void *key, size_t len)
     return h;
 }
 
-static bool node_is(const struct ferry__hnode *n, uint64_t hash, const void *key, size_t len)
+static bool node_is(const struct ferry__hent *n, uint64_t hash, const void *key, size_t len)
 {
     return n->hash == hash && n->len == len && (len == 0 || memcmp(n->key, key, len) == 0);
 }
 
-struct ferry__hnode *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
+struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
                                       const void *key, size_t len)
 {
     size_t mask, i;
@@ -46,7 +46,7 @@ struct ferry__hnode *ferry__htab_find(const struct ferry__htab *t, uint64_t hash
     return NULL;
 }
 
-static void place(struct ferry__hnode **slots, size_t cap, struct ferry__hnode *n)
+static void place(struct ferry__hent **slots, size_t cap, struct ferry__hent *n)
 {
     size_t mask = cap - 1, i;
 
@@ -58,7 +58,7 @@ static void place(struct ferry__hnode **slots, size_t cap, struct ferry__hnode *
 /* Move every node into a new array of `cap` slots.  -ENOMEM: unchanged. */
 static int resize(struct ferry__htab *t, size_t cap)
 {
-    struct ferry__hnode **ns = ferry__calloc(cap, sizeof *ns);
+    struct ferry__hent **ns = ferry__calloc(cap, sizeof *ns);
     size_t i;
 
     if (ns == NULL)
@@ -72,7 +72,7 @@ static int resize(struct ferry__htab *t, size_t cap)
     return 0;
 }
 
-int ferry__htab_insert(struct ferry__htab *t, struct ferry__hnode *n)
+int ferry__htab_insert(struct ferry__htab *t, struct ferry__hent *n)
 {
     if ((t->count + 1) * 4 > t->cap * 3) {
         size_t cap = t->cap ? t->cap * 2 : HTAB_MIN_SLOTS;
@@ -84,7 +84,7 @@ int ferry__htab_insert(struct ferry__htab *t, struct ferry__hnode *n)
     return 0;
 }
 
-void ferry__htab_remove(struct ferry__htab *t, struct ferry__hnode *n)
+void ferry__htab_remove(struct ferry__htab *t, struct ferry__hent *n)
 {
     size_t mask = t->cap - 1, i, j, k;
 
@@ -106,10 +106,10 @@ void ferry__htab_remove(struct ferry__htab *t, struct ferry__hnode *n)
         (void)resize(t, t->cap / 2);   /* on -ENOMEM keep the larger array */
 }
 
-struct ferry__hnode *ferry__htab_next(const struct ferry__htab *t, size_t *pos)
+struct ferry__hent *ferry__htab_next(const struct ferry__htab *t, size_t *pos)
 {
     while (*pos < t->cap) {
-        struct ferry__hnode *n = t->slots[(*pos)++];
+        struct ferry__hent *n = t->slots[(*pos)++];
         if (n)
             return n;
     }

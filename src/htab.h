@@ -20,7 +20,7 @@
 #define HTAB_MIN_SLOTS 16
 
 /* A node embedded in an entry. */
-struct ferry__hnode {
+struct ferry__hent {
     uint64_t             hash;   /* ferry__hash(key, len) */
     const unsigned char *key;    /* the entry's copy of the key */
     size_t               len;    /* key length in bytes */
@@ -32,19 +32,19 @@ struct ferry__hnode {
 uint64_t ferry__hash(const void *key, size_t len);
 
 /* The node with this key, or NULL. */
-struct ferry__hnode *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
+struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
                                       const void *key, size_t len);
 
 /* Add `n` (its key must not be in the table).  Returns 0; -ENOMEM (the
  * table is unchanged). */
-int ferry__htab_insert(struct ferry__htab *t, struct ferry__hnode *n);
+int ferry__htab_insert(struct ferry__htab *t, struct ferry__hent *n);
 
 /* Remove `n`, which is in the table.  May shrink the table; never fails. */
-void ferry__htab_remove(struct ferry__htab *t, struct ferry__hnode *n);
+void ferry__htab_remove(struct ferry__htab *t, struct ferry__hent *n);
 
 /* Iterate: returns the next node at slot index >= *pos and advances *pos,
  * or NULL at the end.  The table must not change during the iteration. */
-struct ferry__hnode *ferry__htab_next(const struct ferry__htab *t, size_t *pos);
+struct ferry__hent *ferry__htab_next(const struct ferry__htab *t, size_t *pos);
 
 /* Free the slot array (the nodes are the caller's); the table is empty. */
 void ferry__htab_release(struct ferry__htab *t);

@@ -565,7 +565,7 @@ T(keylock_try_acquire_without_memory_is_enomem_and_makes_no_key)
 /* ---- the hash table ------------------------------------------------------- */
 
 struct ent {
-    struct ferry__hnode node;
+    struct ferry__hent node;
 };
 
 static void ent_set(struct ent *e, uint64_t hash, const char *key, size_t len)

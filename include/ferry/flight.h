@@ -29,9 +29,9 @@ extern "C" {
 
 /* private: a hash table of byte-string keys (src/htab.h); all-zero is an
  * empty table that has allocated nothing. */
-struct ferry__hnode;
+struct ferry__hent;
 struct ferry__htab {
-    struct ferry__hnode **slots; /* `cap` slots, NULL = free */
+    struct ferry__hent **slots; /* `cap` slots, NULL = free */
     size_t               cap;    /* 0 or a power of two */
     size_t               count;  /* nodes stored */
 };
