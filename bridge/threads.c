@@ -18,6 +18,10 @@ static void threads_setup(void)
     /* libevent's own locks: needed for event_active() and for any libevent
      * call made on a base from another thread. */
     evthread_use_pthreads();
+    /* A task that forks must not go on as a task in the child. */
+    if (pthread_atfork(NULL, NULL, ferry__fork_child) != 0)
+        ferry__log(FERRY_LOG_ERROR, "pthread_atfork failed: a task that forks keeps "
+                   "running as a task in the child");
 }
 
 void ferry__threads_init(void)

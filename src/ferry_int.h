@@ -159,9 +159,15 @@ struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
  * idle inbox event).  Set once at creation.  Thread: any. */
 bool ferry__loop_owns_base(const ferry_loop *loop);
 
-/* One-time process setup for threads (libevent's pthread locking), done
- * by bridge/ before the first loop makes its event_base.  Thread: any. */
+/* One-time process setup for threads (libevent's pthread locking, the
+ * fork handler below), done by bridge/ before the first loop makes its
+ * event_base.  Thread: any. */
 void ferry__threads_init(void);
+
+/* The child side of fork(), registered with pthread_atfork(): no task runs
+ * in the child, so a task's code that goes on there gets -EPERM from every
+ * suspension point (docs/fork.md).  Thread: the forking one. */
+void ferry__fork_child(void);
 
 /* Give a new loop its cross-thread inbox (eventfd, event, hooks above);
  * called by ferry_loop_new() on the loop thread once the event_base

@@ -23,8 +23,14 @@
 
 __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
 __thread char ferry__tls_token __attribute__((tls_model("initial-exec")));
+__thread ferry_task *ferry__tls_task __attribute__((tls_model("initial-exec")));
 #define tls_loop  ferry__tls_loop
 #define tls_token ferry__tls_token
+
+void ferry__fork_child(void)
+{
+    ferry__tls_task = NULL;
+}
 
 static ferry_log_fn log_fn;     /* set before loops run (documented) */
 static void *log_ctx;
@@ -409,6 +415,7 @@ static void drive(ferry_loop *loop, int mode)
 
 int ferry_loop_run(ferry_loop *loop, int mode)
 {
+    ferry_task *prev_task;
     ferry_loop *prev;
     int rc = ferry__loop_check(loop);
 
@@ -419,7 +426,9 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     if (loop->in_run || loop->in_turn)
         return -EPERM;
     prev = tls_loop;
+    prev_task = ferry__tls_task;     /* a task of another loop running this one */
     tls_loop = loop;
+    ferry__tls_task = NULL;
     loop->in_run = true;
     loop->stop = false;
     loop->one_turn = mode == FERRY_RUN_ONCE;
@@ -428,6 +437,7 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     loop->in_run = false;
     loop->stop = false;
     tls_loop = prev ? prev : loop;
+    ferry__tls_task = prev_task;
     /* Someone else's dispatch may drive us from now on. */
     if (!ferry__list_empty(&loop->runq))
         kick(loop);
@@ -440,6 +450,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 {
     ferry_loop *loop = arg;
     ferry_loop *prev = tls_loop;
+    ferry_task *prev_task = ferry__tls_task;
     unsigned steps = 0;
 
     (void)fd; (void)what;
@@ -447,6 +458,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     if (loop->in_run || loop->in_turn)
         return;
     tls_loop = loop;
+    ferry__tls_task = NULL;
     loop->since_poll = 0;
     expire_timers(loop);
     while (steps < loop->io_interval && !ferry__list_empty(&loop->runq)) {
@@ -456,6 +468,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     }
     ferry__stack_poll(loop, ferry__list_empty(&loop->runq));
     tls_loop = prev ? prev : loop;
+    ferry__tls_task = prev_task;
     if (!ferry__list_empty(&loop->runq))
         kick(loop);
     arm_tick(loop);
@@ -652,12 +665,15 @@ void ferry_loop_free(ferry_loop *loop)
 {
     struct ferry__link *l, *tmp;
     struct ferry__hnode *n;
+    ferry_task *prev_task;
     ferry_loop *prev;
 
     if (!loop || ferry__loop_check(loop) || loop->in_run || loop->in_turn)
         return;
     prev = tls_loop;
+    prev_task = ferry__tls_task;
     tls_loop = loop;
+    ferry__tls_task = NULL;
     loop->closing = true;
     loop->in_run = true;
     /* Cancel every live task and run until all have ended. */
@@ -691,6 +707,7 @@ void ferry_loop_free(ferry_loop *loop)
     if (loop->own_base)
         event_base_free(loop->base);
     tls_loop = (prev == loop) ? NULL : prev;
+    ferry__tls_task = prev_task;
     fork_mark_teardown(loop);
     ferry__free(loop);
 }

@@ -222,6 +222,12 @@ void ferry__overflow_teardown(ferry_loop *loop);
  * the address of ferry__tls_token identifies the thread. */
 extern __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
 extern __thread char ferry__tls_token __attribute__((tls_model("initial-exec")));
+/* The task running on this thread, or NULL (scheduler, callbacks, other
+ * threads).  Set by every switch into a task (switch.h), cleared when the
+ * scheduler is back and around nested loop runs, and cleared in a forked
+ * child (ferry__fork_child(), registered with pthread_atfork by bridge/):
+ * the primitives' entry check is one thread-local load. */
+extern __thread ferry_task *ferry__tls_task __attribute__((tls_model("initial-exec")));
 
 static inline ferry_loop *ferry__loop_tls(void)
 {
@@ -238,12 +244,11 @@ static inline bool ferry__loop_forked(const ferry_loop *loop)
  * copy of `loop` (a post into it could never run).  Thread: any. */
 bool ferry__loop_is_fork_copy(const ferry_loop *loop);
 
-/* The running task of this thread's loop, or NULL. */
+/* The running task of this thread's loop, or NULL (also in a forked
+ * child: see ferry__tls_task). */
 static inline ferry_task *ferry__self(void)
 {
-    ferry_loop *loop = ferry__tls_loop;
-    return loop && loop->owner == &ferry__tls_token && !ferry__loop_forked(loop) ?
-           loop->current : NULL;
+    return ferry__tls_task;
 }
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);

@@ -39,7 +39,9 @@ static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
     __sanitizer_start_switch_fiber(&loop->sched_fake, t->lo,
                                    (size_t)((char *)t->hi - (char *)t->lo));
 #endif
+    ferry__tls_task = t;
     ferry__ctx_switch(&loop->sched_ctx, &t->ctx);
+    ferry__tls_task = NULL;             /* the scheduler is back */
 #ifdef FERRY_ASAN_ON
     __sanitizer_finish_switch_fiber(loop->sched_fake, NULL, NULL);
 #endif
@@ -98,6 +100,7 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
                 loop->since_poll++;
                 next->state = FERRY_TASK_RUNNING;
                 loop->current = next;
+                ferry__tls_task = next;
                 if (next != self)
                     ferry__ctx_switch(&self->ctx, &next->ctx);
                 return;

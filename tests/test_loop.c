@@ -284,6 +284,67 @@ static void stop_cb(void *arg)
     ferry_loop_stop(tu_loop);
 }
 
+/* ---- a task running a second loop ---------------------------------------- */
+
+static int inner_yields;
+static int inner_cb_yield = 1;
+
+static int inner_task(void *arg)
+{
+    ferry_lock *lk = arg;
+    int rc = ferry_lock_acquire(lk);
+
+    if (rc == 0)
+        rc = ferry_yield();
+    if (rc == 0)
+        inner_yields++;
+    ferry_lock_release(lk);
+    return rc;
+}
+
+static void inner_cb(void *arg)
+{
+    (void)arg;
+    /* A callback of the inner loop is not a task, though it runs on the
+     * outer task's stack. */
+    inner_cb_yield = ferry_yield();
+}
+
+static int outer_task(void *arg)
+{
+    ferry_loop *inner = arg;
+    ferry_lock lk = FERRY_LOCK_INIT;
+    ferry_task *t;
+    int rc, st = -1;
+
+    /* The callback first: it runs before any task of the inner loop. */
+    if ((rc = ferry_call_soon(inner, inner_cb, NULL)) ||
+        (rc = ferry_task_spawn(&t, inner, inner_task, &lk, NULL)) ||
+        (rc = ferry_loop_run(inner, FERRY_RUN_DEFAULT)) ||
+        (rc = ferry_task_try_join(t, &st)))
+        return 2000 + rc;
+    if (st != 0)
+        return 3000 + st;
+    /* Back in the outer task: still a task of the outer loop. */
+    if ((rc = ferry_yield()))
+        return 4000 + rc;
+    return ferry_task_current() ? 0 : -5000;
+}
+
+T(a_task_can_run_another_loop_and_is_itself_again_after)
+{
+    ferry_loop *inner;
+    int rc;
+
+    /* Made before the outer loop runs (a task cannot make a loop). */
+    cr_assert_eq(ferry_loop_new(&inner, NULL), 0);
+    rc = tu_run(outer_task, inner);
+    ferry_loop_free(inner);
+    cr_assert_eq(rc, 0, "rc %d", rc);
+    cr_assert_eq(inner_yields, 1);
+    cr_assert_eq(inner_cb_yield, -EPERM);
+}
+
 T(ref_keeps_default_run_alive_until_stopped)
 {
     cr_assert_eq(ferry_loop_ref(tu_loop), 0);
