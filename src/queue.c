@@ -350,37 +350,35 @@ int ferry_queue_destroy(ferry_queue *q)
     return 0;
 }
 
-int ferry_queue_put(ferry_queue *q, const void *item)
+/*
+ * The checks put and get start with: -EINVAL for a bad queue, -EPERM
+ * outside a task or from a task of another loop.  A queue bound to the
+ * caller's loop was checked when it was bound, so the common case is one
+ * comparison.  `q` is not NULL.
+ */
+static inline int q_enter(ferry_queue *q, struct ferry_task **self)
 {
-    struct ferry_task *self;
+    int rc;
+
+    *self = ferry__self();
+    if (__builtin_expect(*self != NULL && q->loop == (*self)->loop, 1))
+        return 0;
+    rc = q_valid(q);
+    if (rc)
+        return rc;
+    if (*self == NULL)
+        return -EPERM;
+    return ferry__bind_task(&q->loop, *self);
+}
+
+/* ferry_queue_put() when the queue is full: wait for a slot.  Out of line,
+ * so that the common path saves no registers. */
+static __attribute__((noinline)) int q_put_wait(ferry_queue *q, struct ferry_task *self,
+                                                const void *item)
+{
     struct ferry__waiter w;
     int rc;
 
-    rc = q_valid(q);
-    if (rc == 0 && item == NULL)
-        rc = -EINVAL;
-    if (rc)
-        return rc;
-    rc = ferry__enter_task_inline(&self);
-    if (rc)
-        return rc;
-    rc = ferry__bind_task(&q->loop, self);
-    if (rc)
-        return rc;
-    if (q->shutdown)
-        return -ESHUTDOWN;
-    rc = ferry__check_inline(self);
-    if (rc)
-        return rc;
-    if (q_free(q) > 0) {
-        /* Free slots mean no putter waits (serve_putters() ran). */
-        rc = q_room(q);
-        if (rc)
-            return rc;
-        q_push(q, item);
-        q_added(q);
-        return 0;
-    }
     ferry__waiter_init(&w, self, "queue put", q);
     rc = ferry__wait(&q->putters, &w, FERRY_NEVER);
     if (w.state != FERRY__W_GRANTED)
@@ -403,6 +401,33 @@ int ferry_queue_put(ferry_queue *q, const void *item)
     q_push(q, item);
     q_added(q);
     return 0;
+}
+
+int ferry_queue_put(ferry_queue *q, const void *item)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (q == NULL || item == NULL)
+        return -EINVAL;
+    rc = q_enter(q, &self);
+    if (rc)
+        return rc;
+    if (q->shutdown)
+        return -ESHUTDOWN;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    if (q_free(q) > 0) {
+        /* Free slots mean no putter waits (serve_putters() ran). */
+        rc = q_room(q);
+        if (rc)
+            return rc;
+        q_push(q, item);
+        q_added(q);
+        return 0;
+    }
+    return q_put_wait(q, self, item);
 }
 
 int ferry_queue_try_put(ferry_queue *q, const void *item)
@@ -429,32 +454,13 @@ int ferry_queue_try_put(ferry_queue *q, const void *item)
     return 0;
 }
 
-int ferry_queue_get(ferry_queue *q, void *out)
+/* ferry_queue_get() when nothing is available: wait for an element. */
+static __attribute__((noinline)) int q_get_wait(ferry_queue *q, struct ferry_task *self,
+                                                void *out)
 {
-    struct ferry_task *self;
     struct ferry__waiter w;
     int rc;
 
-    rc = q_valid(q);
-    if (rc == 0 && out == NULL)
-        rc = -EINVAL;
-    if (rc)
-        return rc;
-    rc = ferry__enter_task_inline(&self);
-    if (rc)
-        return rc;
-    rc = ferry__bind_task(&q->loop, self);
-    if (rc)
-        return rc;
-    rc = ferry__check_inline(self);
-    if (rc)
-        return rc;
-    if (q_avail(q) > 0) {
-        /* Available elements mean no getter waits (serve_getters() ran). */
-        q_pop(q, out);
-        q_removed(q);
-        return 0;
-    }
     if (q->shutdown)
         return -ESHUTDOWN;
     ferry__waiter_init(&w, self, "queue get", q);
@@ -477,6 +483,28 @@ int ferry_queue_get(ferry_queue *q, void *out)
     q_pop(q, out);
     q_removed(q);
     return 0;
+}
+
+int ferry_queue_get(ferry_queue *q, void *out)
+{
+    struct ferry_task *self;
+    int rc;
+
+    if (q == NULL || out == NULL)
+        return -EINVAL;
+    rc = q_enter(q, &self);
+    if (rc)
+        return rc;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    if (q_avail(q) > 0) {
+        /* Available elements mean no getter waits (serve_getters() ran). */
+        q_pop(q, out);
+        q_removed(q);
+        return 0;
+    }
+    return q_get_wait(q, self, out);
 }
 
 int ferry_queue_try_get(ferry_queue *q, void *out)
