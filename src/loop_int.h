@@ -77,13 +77,17 @@ struct ferry__stack {
 
 /* ---- Task ----------------------------------------------------------- */
 
+/* Field order: what every switch and wait reads (the run queue link, the
+ * saved stack pointer, the loop, the state bytes, the current wait, the
+ * scope) is in the first two cache lines, and a lock's exit hooks in the
+ * third: a switch to a task last run a turn ago misses the cache two or
+ * three times for its structure, not four or five.  (The timer is read
+ * only by a wait that armed it.) */
 struct ferry_task {
     struct ferry__stack    stk;       /* must stay first: survives reuse */
     struct ferry__runnable run;       /* in the run queue while READY */
     ferry__ctx             ctx;       /* saved registers while not running */
     ferry_loop            *loop;      /* the loop it runs on */
-    ferry_task_fn          fn;        /* body */
-    void                  *arg;       /* body's argument */
     int                    status;    /* fn's return value once DONE */
     uint8_t                state;     /* enum ferry_task_state */
     bool                   started;   /* fn has been entered */
@@ -91,10 +95,12 @@ struct ferry_task {
     bool                   handle;    /* the spawner still holds a handle */
     struct ferry__waiter  *waiter;    /* current wait, or NULL */
     ferry_scope           *scope;     /* innermost scope, or NULL */
+    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook: a lock's two per round */
+    ferry_task_fn          fn;        /* body */
+    void                  *arg;       /* body's argument */
     struct ferry__hnode    timer;     /* wakes a sleep or a deadline */
     struct ferry__waitq    joiners;   /* tasks in ferry_task_join() */
     struct ferry__link     all;       /* in loop->tasks while not DONE */
-    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook */
     ferry_group           *group;     /* owning group, or NULL */
     struct ferry__link     group_link;/* in group->children */
     void                  *lo;        /* usable stack: [lo, hi) */

@@ -112,7 +112,9 @@ int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
         ferry__loop_timers_changed(loop);
     }
     ferry__task_suspend(t);
-    if (t->timer.linked)
+    /* Only this function arms the task's timer: with no deadline the
+     * timer's cache line is not touched at all. */
+    if (wake != FERRY_NEVER && t->timer.linked)
         ferry__heap_remove(&loop->timers, &t->timer);
     t->waiter = NULL;
     if (ferry__link_linked(&w->link))
