@@ -130,7 +130,7 @@ void ferry__log(int level, const char *fmt, ...)
 
 struct ferry_timer {
     struct ferry__hnode    node;  /* in loop->timers until it fires */
-    struct ferry__runnable run;   /* in the run queue once fired */
+    struct ferry__cbnode   run;   /* in the run queue once fired */
     ferry_loop            *loop;
 };
 
@@ -151,7 +151,7 @@ static void expire_timers(ferry_loop *loop)
 static void timer_fire(struct ferry__hnode *n)
 {
     ferry_timer *tm = ferry__container_of(n, ferry_timer, node);
-    ferry__list_push_back(&tm->loop->runq, &tm->run.link);
+    ferry__list_push_back(&tm->loop->runq, &tm->run.run.link);
 }
 
 /*
@@ -212,21 +212,20 @@ void ferry__loop_timers_changed(ferry_loop *loop)
 
 int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
 {
-    struct ferry__runnable *r;
+    struct ferry__cbnode *c;
     int rc = ferry__loop_check(loop);
 
     if (rc)
         return rc;
     if (!cb)
         return -EINVAL;
-    r = ferry__malloc(sizeof *r);
-    if (!r)
+    c = ferry__malloc(sizeof *c);
+    if (!c)
         return -ENOMEM;
-    r->kind = FERRY__RUN_CB;
-    r->cb = cb;
-    r->arg = arg;
-    r->heap_node = false;
-    ferry__list_push_back(&loop->runq, &r->link);
+    c->run.kind = FERRY__RUN_CB;
+    c->cb = cb;
+    c->arg = arg;
+    ferry__list_push_back(&loop->runq, &c->run.link);
     kick(loop);
     return 0;
 }
@@ -247,10 +246,9 @@ int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
     memset(tm, 0, sizeof *tm);
     tm->loop = loop;
     tm->node.fire = timer_fire;
-    tm->run.kind = FERRY__RUN_CB;
+    tm->run.run.kind = FERRY__RUN_TIMER;
     tm->run.cb = cb;
     tm->run.arg = arg;
-    tm->run.heap_node = true;
     if (delay < 0)
         delay = 0;
     ferry__heap_insert(&loop->timers, &tm->node,
@@ -272,8 +270,8 @@ int ferry_timer_cancel(ferry_timer *tm)
         return rc;
     if (tm->node.linked)
         ferry__heap_remove(&tm->loop->timers, &tm->node);
-    if (ferry__link_linked(&tm->run.link))
-        ferry__list_remove(&tm->run.link);
+    if (ferry__link_linked(&tm->run.run.link))
+        ferry__list_remove(&tm->run.run.link);
     ferry__free(tm);
     return 0;
 }
@@ -306,12 +304,13 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, str
                 ferry__task_release(t);
         }
     } else {
-        ferry_cb cb = r->cb;
-        void *arg = r->arg;
-        if (r->heap_node)
-            ferry__free(ferry__container_of(r, ferry_timer, run));
+        struct ferry__cbnode *c = ferry__container_of(r, struct ferry__cbnode, run);
+        ferry_cb cb = c->cb;
+        void *arg = c->arg;
+        if (r->kind == FERRY__RUN_TIMER)
+            ferry__free(ferry__container_of(c, ferry_timer, run));
         else
-            ferry__free(r);
+            ferry__free(c);
         cb(arg);
     }
     loop->stats.steps++;

@@ -40,15 +40,22 @@ static inline struct ferry__hnode *ferry__heap_min(const struct ferry__heap *h)
 
 /* ---- Run queue entries ------------------------------------------------ */
 
-enum { FERRY__RUN_TASK = 1, FERRY__RUN_CB = 2 };
+/* FERRY__RUN_CB: a call_soon node; FERRY__RUN_TIMER: a fired ferry_timer. */
+enum { FERRY__RUN_TASK = 1, FERRY__RUN_CB = 2, FERRY__RUN_TIMER = 3 };
 
-/* What the run queue holds: a task, or a callback (call_soon, timers). */
+/* What the run queue holds: a task, or a callback (struct ferry__cbnode).
+ * Only the link and the kind, so that a task carries nothing it does not
+ * use in the first cache lines of its structure. */
 struct ferry__runnable {
     struct ferry__link link;      /* in loop->runq while ready */
-    int                kind;      /* FERRY__RUN_TASK or FERRY__RUN_CB */
-    ferry_cb           cb;        /* FERRY__RUN_CB: the callback */
-    void              *arg;       /* FERRY__RUN_CB: its argument */
-    bool               heap_node; /* FERRY__RUN_CB: a ferry_timer, not a call_soon node */
+    int                kind;      /* FERRY__RUN_* */
+};
+
+/* A callback in the run queue. */
+struct ferry__cbnode {
+    struct ferry__runnable run;   /* kind FERRY__RUN_CB or FERRY__RUN_TIMER */
+    ferry_cb               cb;
+    void                  *arg;
 };
 
 /* ---- Stacks ------------------------------------------------------------ */
@@ -79,10 +86,10 @@ struct ferry__stack {
 
 /* Field order: what every switch and wait reads (the run queue link, the
  * saved stack pointer, the loop, the state bytes, the current wait, the
- * scope) is in the first two cache lines, and a lock's exit hooks in the
- * third: a switch to a task last run a turn ago misses the cache two or
- * three times for its structure, not four or five.  (The timer is read
- * only by a wait that armed it.) */
+ * scope, a lock's exit hooks) is in the first two cache lines (the stack
+ * header and the run queue entry fill the first): a switch to a task last
+ * run a turn ago misses the cache twice for its structure, not four or
+ * five times.  (The timer is read only by a wait that armed it.) */
 struct ferry_task {
     struct ferry__stack    stk;       /* must stay first: survives reuse */
     struct ferry__runnable run;       /* in the run queue while READY */
@@ -95,7 +102,7 @@ struct ferry_task {
     bool                   handle;    /* the spawner still holds a handle */
     struct ferry__waiter  *waiter;    /* current wait, or NULL */
     ferry_scope           *scope;     /* innermost scope, or NULL */
-    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook: a lock's two per round */
+    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook (a lock adds and removes one) */
     ferry_task_fn          fn;        /* body */
     void                  *arg;       /* body's argument */
     struct ferry__hnode    timer;     /* wakes a sleep or a deadline */
