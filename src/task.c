@@ -151,10 +151,8 @@ _Static_assert(sizeof(ferry_task) ==
  * yet (nobody else has run since it was made), so it is marked started
  * here: the handover only takes started tasks.
  */
-static void spawn_eager(ferry_loop *loop, ferry_task *t)
+static void spawn_eager(ferry_loop *loop, ferry_task *t, ferry_task *self)
 {
-    ferry_task *self = loop->current;
-
     t->started = true;
     t->state = FERRY_TASK_READY;
     ferry__list_push_front(loop->turn, &t->run.link);
@@ -245,9 +243,15 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
         ferry__list_push_back(&group->children, &t->group_link);
         group->live++;
     }
-    if (opts && (opts->flags & FERRY_SPAWN_EAGER) && loop->current && loop->turn) {
-        spawn_eager(loop, t);
-        return 0;
+    if (opts && (opts->flags & FERRY_SPAWN_EAGER)) {
+        /* Only a task of this loop, running now, can step aside (not a
+         * callback, even one of another loop that a task runs nested). */
+        ferry_task *self = ferry__self();
+
+        if (self && self->loop == loop && loop->current == self && loop->turn) {
+            spawn_eager(loop, t, self);
+            return 0;
+        }
     }
     ferry__task_ready(t);
     return 0;

@@ -302,12 +302,28 @@ static int inner_task(void *arg)
     return rc;
 }
 
+static int outer_marker;
+static int outer_marker_at_spawn = -1, inner_cb_spawn = -1;
+
+static int mark_outer(void *arg)
+{
+    (void)arg;
+    outer_marker = 1;
+    return 0;
+}
+
 static void inner_cb(void *arg)
 {
+    ferry_task_opts eager = { .flags = FERRY_SPAWN_EAGER };
+
     (void)arg;
     /* A callback of the inner loop is not a task, though it runs on the
      * outer task's stack. */
     inner_cb_yield = ferry_yield();
+    /* Nor can it make the outer task step aside for an eager spawn: the
+     * new task of the outer loop runs later, the usual way. */
+    inner_cb_spawn = ferry_task_spawn(NULL, tu_loop, mark_outer, NULL, &eager);
+    outer_marker_at_spawn = outer_marker;
 }
 
 static int outer_task(void *arg)
@@ -343,6 +359,9 @@ T(a_task_can_run_another_loop_and_is_itself_again_after)
     cr_assert_eq(rc, 0, "rc %d", rc);
     cr_assert_eq(inner_yields, 1);
     cr_assert_eq(inner_cb_yield, -EPERM);
+    cr_assert_eq(inner_cb_spawn, 0);
+    cr_assert_eq(outer_marker_at_spawn, 0);
+    cr_assert_eq(outer_marker, 1);
 }
 
 T(ref_keeps_default_run_alive_until_stopped)
