@@ -45,9 +45,9 @@ typedef int (*ferry_task_fn)(void *arg);
  *                      or ends; the spawner is then ready again, as after
  *                      ferry_yield(), and continues in a later turn
  *                      (boost.fiber's launch::dispatch; like asyncio's eager
- *                      tasks, but the spawner gives up its turn).  A task
- *                      that ends without suspending gives its stack back
- *                      before the spawner continues, so a burst of spawns
+ *                      tasks, but the spawner gives up its turn).  A
+ *                      detached task that ends without suspending gives its
+ *                      stack back before the spawner continues, so a burst of spawns
  *                      of mostly short tasks (cache hits) reuses a few hot
  *                      stacks instead of holding one each.  Spawned from a
  *                      callback, the flag is ignored.  The spawn is not a
