@@ -113,6 +113,17 @@ int  ferry__xwake_wait(struct ferry__xwake *x);
  * delivered, so the node may go away. */
 void ferry__xwake_settle(struct ferry__xwake *x);
 
+/* One pause in a spin-wait (the spinning worker, the loop waiting for a
+ * completion). */
+static inline void ferry__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* ---- the loop waiting briefly for a completion ------------------------ */
 
 /* True if the loop has nothing to run before it would poll: no ready task

@@ -488,6 +488,10 @@ static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
     return t1;
 }
 
+static bool yield_to_waker(struct ferry_inbox *ib);
+static void gather(struct ferry_inbox *ib);
+#define GATHER_MIN 64
+
 /*
  * Run up to `budget` items.  Completions first (they wake tasks), then
  * posts in order.  `timed`: the caller is not a step of the loop, so each
@@ -495,19 +499,6 @@ static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
  * items are left over: `woken` stays set and the caller schedules another
  * step.
  */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static bool yield_to_waker(struct ferry_inbox *ib);
-static void gather(struct ferry_inbox *ib);
-#define GATHER_MIN 64
-
 static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yield)
 {
     size_t n = 0;
@@ -598,7 +589,7 @@ static void gather(struct ferry_inbox *ib)
         return;
     t0 = ferry_now();
     for (unsigned i = 1; (i & 15) || ferry_now() - t0 < FERRY_USEC(1); i++)
-        cpu_relax();
+        ferry__cpu_relax();
 }
 
 /*
@@ -661,7 +652,7 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
                 break;
             }
         }
-        cpu_relax();
+        ferry__cpu_relax();
     }
     pthread_mutex_lock(&ib->mu);
     ib->spinning = false;

@@ -448,15 +448,6 @@ static void sink_run(struct ferry__cnode *n)
     pool_unref(p);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /*
  * Spinning.  An idle worker may poll the queue for a while before it
  * sleeps, so that a task resubmitting right after its completion costs no
@@ -505,7 +496,7 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
                 continue;
             }
         }
-        cpu_relax();
+        ferry__cpu_relax();
     }
 }
 

@@ -30,13 +30,6 @@ static long scaled(long n)
     return r < 1 ? 1 : r;
 }
 
-static pthread_t start_thread(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
-    return t;
-}
-
 /* xorshift, per caller */
 static unsigned rnd(unsigned *s)
 {
@@ -92,7 +85,7 @@ Test(stress_bridge, four_threads_post_250k_each_nothing_lost_or_reordered,
 
     post_n = scaled(250000);
     for (uintptr_t i = 0; i < NPOST; i++)
-        t[i] = start_thread(post_thread, (void *)i);
+        t[i] = tu_start_thread(post_thread, (void *)i);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
     for (int i = 0; i < NPOST; i++) {
         pthread_join(t[i], &bad);
@@ -152,7 +145,7 @@ Test(stress_bridge, single_item_rounds_never_strand_a_post,
 {
     long rounds = scaled(200000);
     void *stranded;
-    pthread_t t = start_thread(pp_thread, (void *)(intptr_t)rounds);
+    pthread_t t = tu_start_thread(pp_thread, (void *)(intptr_t)rounds);
 
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
     pthread_join(t, &stranded);
@@ -405,7 +398,7 @@ Test(stress_bridge, loop_closed_while_threads_are_still_posting, .timeout = 120.
             atomic_store(&close_ran[i], 0);
             c[i] = (struct close_arg){ .i = i };
             cr_assert_eq(ferry_inbox_get(&c[i].ib, loop), 0);
-            t[i] = start_thread(close_thread, &c[i]);
+            t[i] = tu_start_thread(close_thread, &c[i]);
         }
         while (atomic_load(&close_started) < NCLOSE)
             sched_yield();
@@ -454,7 +447,7 @@ Test(stress_bridge, run_task_sync_from_eight_threads,
     pthread_t t[8];
     rl_per = scaled(5000);
     for (int i = 0; i < 8; i++)
-        t[i] = start_thread(rl_thread, NULL);
+        t[i] = tu_start_thread(rl_thread, NULL);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
     for (int i = 0; i < 8; i++)
         pthread_join(t[i], NULL);

@@ -20,31 +20,6 @@
 
 /* ---- helpers -------------------------------------------------------- */
 
-static pthread_t start_thread(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
-    return t;
-}
-
-/* Wait (thread side) until *flag is non-zero, yielding the CPU. */
-static void spin_until(atomic_int *flag)
-{
-    while (!atomic_load(flag))
-        usleep(100);
-}
-
-/* Wait (task side) until *flag is non-zero. */
-static int task_wait_flag(atomic_int *flag)
-{
-    while (!atomic_load(flag)) {
-        int rc = ferry_sleep(FERRY_USEC(200));
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
 /* Log lines captured through ferry_set_log(). */
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char log_buf[4096];
@@ -102,7 +77,7 @@ static void *order_poster(void *arg)
 Test(inbox, posts_from_a_thread_run_on_the_loop_in_order,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
-    pthread_t t = start_thread(order_poster, NULL);
+    pthread_t t = tu_start_thread(order_poster, NULL);
     ferry_loop_run(tu_loop, FERRY_RUN_FOREVER);
     pthread_join(t, NULL);
     cr_assert_eq(order_count, ORDER_N);
@@ -128,7 +103,7 @@ Test(inbox, burst_while_loop_sleeps_costs_one_eventfd_write,
 {
     ferry_inbox_stats st;
     void *bad;
-    pthread_t t = start_thread(burst_poster, (void *)(intptr_t)100000);
+    pthread_t t = tu_start_thread(burst_poster, (void *)(intptr_t)100000);
 
     pthread_join(t, &bad);
     cr_assert_null(bad);
@@ -152,7 +127,7 @@ static void flood_timer_cb(void *arg) { (void)arg; timer_fired_at = flood_ran; }
 Test(inbox, flood_of_posts_does_not_starve_timers,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
-    pthread_t t = start_thread(burst_poster, (void *)(intptr_t)0);
+    pthread_t t = tu_start_thread(burst_poster, (void *)(intptr_t)0);
     pthread_join(t, NULL);
     for (int i = 0; i < 50000; i++)
         cr_assert_eq(ferry_loop_call_soon_threadsafe(tu_loop, flood_cb, NULL), 0);
@@ -227,7 +202,7 @@ Test(inbox, accepted_posts_run_when_the_loop_is_freed_later_ones_refused, .timeo
 static void *stopper(void *arg)
 {
     atomic_int *running = arg;
-    spin_until(running);
+    tu_spin_until(running);
     for (int i = 0; i < 3; i++)                /* several count as one */
         if (ferry_loop_stop_threadsafe(tu_loop) != 0)
             return (void *)1;
@@ -244,7 +219,7 @@ Test(inbox, stop_from_another_thread,
     pthread_t t;
 
     cr_assert_eq(ferry_call_soon(tu_loop, mark_running, &running), 0);
-    t = start_thread(stopper, &running);
+    t = tu_start_thread(stopper, &running);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);   /* returns */
     pthread_join(t, &bad);
     cr_assert_null(bad);
@@ -285,7 +260,7 @@ Test(inbox, failed_eventfd_write_is_reported_and_the_post_still_runs,
         cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     }
     log_capture_start();
-    t = start_thread(efd_poster, NULL);
+    t = tu_start_thread(efd_poster, NULL);
     pthread_join(t, &bad);
     cr_assert_null(bad);
     cr_assert_eq(ferry__fault_hits(), 1);
@@ -423,7 +398,7 @@ static atomic_int gate_entered;
 static int gated_job(void *arg)
 {
     atomic_fetch_add(&gate_entered, 1);
-    spin_until(&gate);
+    tu_spin_until(&gate);
     return arg ? *(int *)arg : 7;
 }
 
@@ -488,7 +463,7 @@ static int bp_main(void *arg)
     ferry_task *t[3];
 
     ferry_task_spawn(&t[0], NULL, bp_worker2, &a[0], NULL);
-    task_wait_flag(&gate_entered);                  /* job 0 runs */
+    tu_task_wait_flag(&gate_entered);                  /* job 0 runs */
     ferry_task_spawn(&t[1], NULL, bp_worker2, &a[1], NULL);
     ferry_yield();                                  /* job 1 queued: full */
     ferry_task_spawn(&t[2], NULL, bp_worker2, &a[2], NULL);
@@ -542,7 +517,7 @@ static int cq_main(void *arg)
     struct cq *c = arg;
     ferry_task *r, *q;
     ferry_task_spawn(&r, NULL, cq_running, c, NULL);
-    task_wait_flag(&gate_entered);
+    tu_task_wait_flag(&gate_entered);
     ferry_task_spawn(&q, NULL, cq_queued, c, NULL);
     ferry_yield();
     ferry_yield();
@@ -577,7 +552,7 @@ static int abandon_job(void *arg)
 {
     (void)arg;
     atomic_fetch_add(&gate_entered, 1);
-    spin_until(&gate);
+    tu_spin_until(&gate);
     atomic_store(&a_ended, 1);
     return 99;
 }
@@ -615,7 +590,7 @@ static int ab_main(void *arg)
     struct ab *s = arg;
     ferry_task *a, *b;
     ferry_task_spawn(&a, NULL, ab_a, s, NULL);
-    task_wait_flag(&gate_entered);
+    tu_task_wait_flag(&gate_entered);
     ferry_task_cancel(a);
     ferry_task_join(a, NULL);                 /* returns without the job */
     ferry_task_spawn(&b, NULL, ab_b, s, NULL);
@@ -678,7 +653,7 @@ static int pf_main(void *arg)
         a[i] = (struct pf_arg){ s, i };
         ferry_task_spawn(&t[i], NULL, pf_worker, &a[i], NULL);
         if (i == 0)
-            task_wait_flag(&gate_entered);
+            tu_task_wait_flag(&gate_entered);
     }
     pthread_create(&freer, NULL, pf_freer, s);
     /* The three queued waiters are completed with -ECANCELED while the
@@ -746,7 +721,7 @@ Test(pool, submit_from_a_thread_completes_on_the_loop_and_a_failing_callback_sto
 
     cr_assert_eq(ferry_pool_new(&s.p, &(ferry_pool_opts){ .threads = 3 }), 0);
     log_capture_start();
-    t = start_thread(sub_thread, &s);
+    t = tu_start_thread(sub_thread, &s);
     pthread_join(t, NULL);
     cr_assert_eq(s.rc_bad, 0);
     /* Nothing else keeps the loop running: the reservations do. */
@@ -775,7 +750,7 @@ static int inflight_done_cb(void *arg, int status)
 static void *gate_opener(void *arg)
 {
     (void)arg;
-    spin_until(&gate_entered);
+    tu_spin_until(&gate_entered);
     usleep(20000);
     atomic_store(&gate, 1);
     return NULL;
@@ -791,7 +766,7 @@ Test(pool, loop_freed_with_a_job_in_flight_waits_for_its_completion, .timeout = 
     cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1 }), 0);
     cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
     cr_assert_eq(ferry_pool_submit(p, gated_job, &seven, loop, inflight_done_cb, NULL), 0);
-    t = start_thread(gate_opener, NULL);
+    t = tu_start_thread(gate_opener, NULL);
     ferry_loop_free(loop);
     cr_assert_eq(atomic_load(&inflight_done), 7);
     pthread_join(t, NULL);
@@ -936,7 +911,7 @@ Test(fromthread, run_in_loop_from_eight_threads_at_once,
     pthread_t t[8];
 
     for (int i = 0; i < 8; i++)
-        t[i] = start_thread(rs_thread, &r);
+        t[i] = tu_start_thread(rs_thread, &r);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
     for (int i = 0; i < 8; i++)
         pthread_join(t[i], NULL);
@@ -1024,7 +999,7 @@ Test(fromthread, loop_closing_under_a_waiting_thread_gives_eshutdown, .timeout =
     pthread_t t;
 
     cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
-    t = start_thread(closed_thread, loop);
+    t = tu_start_thread(closed_thread, loop);
     do {
         usleep(200);
         ferry_loop_inbox_stats(loop, &st);
@@ -1050,7 +1025,7 @@ static void *future_thread(void *arg)
     /* Cancel a task that is running (sleeping), not one the loop has not
      * started yet: that one would never run and sleeper_rc would stay 1
      * (seen under valgrind, where 10 ms can pass before the loop turns). */
-    spin_until(&sleeper_started);
+    tu_spin_until(&sleeper_started);
     bad |= ferry_future_cancel(f) != 0;
     bad |= ferry_future_wait(f, FERRY_NEVER, &st) != 0;
     bad |= st != -ECANCELED;
@@ -1064,7 +1039,7 @@ Test(fromthread, future_wait_timed_wait_cancel,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     void *bad;
-    pthread_t t = start_thread(future_thread, NULL);
+    pthread_t t = tu_start_thread(future_thread, NULL);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
     pthread_join(t, &bad);
     cr_assert_null(bad);
@@ -1131,7 +1106,7 @@ Test(chan, thread_sends_task_receives_in_order_through_a_small_buffer,
     pthread_t t;
 
     cr_assert_eq(ferry_chan_new(&c.ch, 4), 0);
-    t = start_thread(cx_thread_sender, &c);
+    t = tu_start_thread(cx_thread_sender, &c);
     cr_assert_eq(tu_run(cx_task_recv, &c), 0);
     pthread_join(t, &bad);
     cr_assert_null(bad);

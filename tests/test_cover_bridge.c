@@ -22,29 +22,6 @@
 #include "fault.h"
 #include "ferry/bridge.h"
 
-static pthread_t start_thread(void *(*fn)(void *), void *arg)
-{
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
-    return t;
-}
-
-static void spin_until(atomic_int *flag)
-{
-    while (!atomic_load(flag))
-        usleep(100);
-}
-
-static int task_wait_flag(atomic_int *flag)
-{
-    while (!atomic_load(flag)) {
-        int rc = ferry_sleep(FERRY_USEC(200));
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
 static void noop_cb(void *arg) { (void)arg; }
 static int job42(void *arg) { (void)arg; return 42; }
 static int fn7(void *arg) { (void)arg; return 7; }
@@ -55,7 +32,7 @@ static int gate_job(void *arg)
 {
     (void)arg;
     atomic_fetch_add(&gate_entered, 1);
-    spin_until(&gate);
+    tu_spin_until(&gate);
     return 5;
 }
 
@@ -293,9 +270,9 @@ Test(cover_pool, thread_waiting_for_room_gets_eshutdown_when_the_pool_is_freed, 
 
     cr_assert_eq(ferry_pool_new(&room_pool, &(ferry_pool_opts){ .threads = 1, .capacity = 1 }), 0);
     cr_assert_eq(ferry_pool_submit(room_pool, gate_job, NULL, NULL, NULL, NULL), 0);
-    spin_until(&gate_entered);
+    tu_spin_until(&gate_entered);
     cr_assert_eq(ferry_pool_submit(room_pool, job42, NULL, NULL, on_done, NULL), 0);  /* fills */
-    t = start_thread(room_thread, NULL);
+    t = tu_start_thread(room_thread, NULL);
     /* It cannot get in until the pool stops: nothing leaves the queue. */
     usleep(1000);
     cr_assert_eq(atomic_load(&room_rc), 1);
@@ -303,7 +280,7 @@ Test(cover_pool, thread_waiting_for_room_gets_eshutdown_when_the_pool_is_freed, 
     cr_assert_eq(st.queued, 1);
     cr_assert_eq(st.running, 1);
     fr.p = room_pool;
-    tf = start_thread(free_thread, &fr);
+    tf = tu_start_thread(free_thread, &fr);
     pthread_join(t, NULL);                      /* woken by the free */
     cr_assert_eq(atomic_load(&room_rc), -ESHUTDOWN);
     cr_assert_eq(atomic_load(&fr.done), 0);     /* still waits for the gate job */
@@ -332,7 +309,7 @@ static int eagain_main(void *arg)
     rc = ferry_pool_submit(p, gate_job, NULL, tu_loop, on_done, NULL);
     if (rc)
         return rc;
-    if ((rc = task_wait_flag(&gate_entered)) != 0)
+    if ((rc = tu_task_wait_flag(&gate_entered)) != 0)
         return rc;
     if ((rc = ferry_pool_submit(p, job42, NULL, tu_loop, on_done, NULL)) != 0)
         return rc;                            /* the queue is full now */
@@ -387,7 +364,7 @@ static int deadline_main(void *arg)
 
     if ((rc = ferry_pool_submit(p, gate_job, NULL, tu_loop, NULL, NULL)) != 0)
         return rc;
-    if ((rc = task_wait_flag(&gate_entered)) != 0)
+    if ((rc = tu_task_wait_flag(&gate_entered)) != 0)
         return rc;
     ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(2), 0);
     deadline_rc = ferry_to_thread(p, must_not_run, NULL);
@@ -441,8 +418,8 @@ Test(cover_pool, to_thread_into_a_pool_being_freed,
 
     cr_assert_eq(ferry_pool_new(&fr.p, &(ferry_pool_opts){ .threads = 1 }), 0);
     cr_assert_eq(ferry_pool_submit(fr.p, gate_job, NULL, NULL, NULL, NULL), 0);
-    spin_until(&gate_entered);
-    tf = start_thread(free_thread, &fr);
+    tu_spin_until(&gate_entered);
+    tf = tu_start_thread(free_thread, &fr);
     cr_assert_eq(tu_run(stopping_main, &fr), 0);
     pthread_join(tf, NULL);
     cr_assert_geq(nstop, 2);
@@ -503,7 +480,7 @@ static void *fw_thread(void *arg)
 static int wait_elsewhere(ferry_future *f, int64_t timeout, int *st)
 {
     struct fw w = { .f = f, .timeout = timeout, .rc = 1 };
-    pthread_t t = start_thread(fw_thread, &w);
+    pthread_t t = tu_start_thread(fw_thread, &w);
     pthread_join(t, NULL);
     *st = w.st;
     return w.rc;
@@ -531,7 +508,7 @@ Test(cover_fromthread, bad_arguments, .init = tu_loop_setup, .fini = tu_loop_tea
     cr_assert_eq(ferry_loop_run_sync(NULL, fn7, NULL, 0, &st), -EINVAL);
     cr_assert_eq(ferry_loop_run_task_sync(tu_loop, fn7, NULL, 0, &st), -EDEADLK);
     struct badargs b;
-    pthread_join(start_thread(badargs_thread, &b), NULL);
+    pthread_join(tu_start_thread(badargs_thread, &b), NULL);
     cr_assert_eq(b.rc[0], -EINVAL);
     cr_assert_eq(b.rc[1], -EINVAL);
     cr_assert_eq(ferry_future_wait(NULL, 0, &st), -EINVAL);
@@ -563,7 +540,7 @@ Test(cover_fromthread, cancel_before_the_loop_ran_it_skips_fn,
 {
     struct fut_run r = {0};
     int st = 0;
-    pthread_t t = start_thread(fut_prep_thread, &r);
+    pthread_t t = tu_start_thread(fut_prep_thread, &r);
 
     pthread_join(t, NULL);                     /* everything posted, loop idle */
     cr_assert_eq(r.prep, 0);
@@ -602,7 +579,7 @@ Test(cover_fromthread, future_wait_on_the_loop_thread_is_edeadlk,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     int st;
-    pthread_t t = start_thread(spawn_for_loop_thread, NULL);
+    pthread_t t = tu_start_thread(spawn_for_loop_thread, NULL);
 
     pthread_join(t, NULL);
     cr_assert_not_null(loop_fut);
@@ -641,7 +618,7 @@ Test(cover_fromthread, allocation_failure_at_submission_is_enomem,
 {
     intptr_t n = 0;
     void *res;
-    pthread_t t = start_thread(spawn_fault_thread, &n);
+    pthread_t t = tu_start_thread(spawn_fault_thread, &n);
 
     pthread_join(t, &res);
     cr_assert_null(res);
@@ -663,7 +640,7 @@ Test(cover_fromthread, task_that_cannot_be_spawned_completes_the_future_with_the
 {
     ferry_future *f = NULL;
     int st = 0;
-    pthread_t t = start_thread(spawn_one_thread, &f);
+    pthread_t t = tu_start_thread(spawn_one_thread, &f);
 
     pthread_join(t, NULL);
     cr_assert_not_null(f);
@@ -786,7 +763,7 @@ Test(cover_chan, task_and_thread_paths, .init = tu_loop_setup, .fini = tu_loop_t
     cr_assert_eq(ferry_chan_send(tch, (void *)1), -EPERM);
     cr_assert_eq(ferry_chan_recv(tch, &it), -EPERM);
     cr_assert_eq(ferry_chan_try_send(tch, (void *)11), 0);
-    t = start_thread(blocked_sender, NULL);
+    t = tu_start_thread(blocked_sender, NULL);
     cr_assert_eq(tu_run(chan_main, NULL), 0);
     pthread_join(t, &res);
     cr_assert_eq((intptr_t)res, 0);
@@ -825,7 +802,7 @@ Test(cover_chan, close_wakes_a_blocked_thread_and_a_parked_task,
     ferry_chan *full;
 
     cr_assert_eq(ferry_chan_new(&tch, 1), 0);
-    t = start_thread(blocked_receiver, NULL);
+    t = tu_start_thread(blocked_receiver, NULL);
     usleep(1000);
     cr_assert_eq(ferry_chan_close(tch), 0);
     pthread_join(t, &res);
@@ -878,7 +855,7 @@ Test(fixed_bugs, cancelled_plain_callback_is_skipped,
     ferry_future *f = NULL;
     int st = 0;
 
-    pthread_join(start_thread(post_then_cancel, &f), NULL);   /* loop not running yet */
+    pthread_join(tu_start_thread(post_then_cancel, &f), NULL);   /* loop not running yet */
     cr_assert_not_null(f);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(wait_elsewhere(f, 0, &st), 0);
@@ -886,7 +863,7 @@ Test(fixed_bugs, cancelled_plain_callback_is_skipped,
     cr_assert_eq(st, -ECANCELED, "status %d: the cancelled callback ran", st);
     cr_assert_eq(atomic_load(&fn_calls), 0);
     /* run_sync that timed out before the loop ran its callback. */
-    pthread_join(start_thread(run_sync_timeout, NULL), NULL);
+    pthread_join(tu_start_thread(run_sync_timeout, NULL), NULL);
     cr_assert_eq(atomic_load(&sync_rc), -ETIMEDOUT);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(atomic_load(&fn_calls), 0, "fn ran after run_sync returned -ETIMEDOUT");
@@ -925,7 +902,7 @@ Test(cover_inbox, slow_threadsafe_callback_is_reported,
 
     cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, FERRY_MSEC(5)), 0);
     ferry_set_log(slow_capture, NULL);
-    pthread_join(start_thread(post_blocking, NULL), NULL);
+    pthread_join(tu_start_thread(post_blocking, NULL), NULL);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     ferry_set_log(NULL, NULL);
     cr_assert_geq(slow_log_lines, 1);
@@ -964,7 +941,7 @@ Test(cover_inbox, attached_base_posts_run_in_order, .timeout = 30.)
     base = event_base_new();
     cr_assert_not_null(base);
     cr_assert_eq(ferry_loop_new(&att_loop, &(ferry_loop_opts){ .base = base }), 0);
-    t = start_thread(att_poster, NULL);
+    t = tu_start_thread(att_poster, NULL);
     cr_assert_eq(ferry_loop_run(att_loop, FERRY_RUN_FOREVER), 0);
     pthread_join(t, &res);
     cr_assert_null(res);

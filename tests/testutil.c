@@ -1,6 +1,7 @@
 /* testutil.c - fixtures shared by ferry's test programs. */
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -63,4 +64,28 @@ int tu_leaks(void)
 #else
     return 0;
 #endif
+}
+
+pthread_t tu_start_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+
+    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
+    return t;
+}
+
+void tu_spin_until(atomic_int *flag)
+{
+    while (!atomic_load(flag))
+        usleep(100);
+}
+
+int tu_task_wait_flag(atomic_int *flag)
+{
+    while (!atomic_load(flag)) {
+        int rc = ferry_sleep(FERRY_USEC(200));
+        if (rc)
+            return rc;
+    }
+    return 0;
 }

@@ -7,6 +7,8 @@
 #ifndef FERRY_TESTUTIL_H
 #define FERRY_TESTUTIL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "ferry/ferry.h"
@@ -30,5 +32,15 @@ int64_t tu_ms(int64_t ms);
 
 /* Under LeakSanitizer: 0 if no leak so far.  Elsewhere always 0. */
 int tu_leaks(void);
+
+/* Start a thread running fn(arg); a failure fails the test. */
+pthread_t tu_start_thread(void *(*fn)(void *), void *arg);
+
+/* Thread side: wait until *flag is non-zero, sleeping 100 us at a time. */
+void tu_spin_until(atomic_int *flag);
+
+/* Task side: wait until *flag is non-zero, sleeping 200 us at a time.
+ * Returns 0, or the error of ferry_sleep() (cancelled, deadline). */
+int tu_task_wait_flag(atomic_int *flag);
 
 #endif /* FERRY_TESTUTIL_H */
