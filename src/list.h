@@ -32,9 +32,23 @@ static inline void ferry__list_lazy(struct ferry__link *head)
         head->prev = head->next = head;
 }
 
+/* An empty head, linked now (see ferry__list_empty_linked()). */
+static inline void ferry__list_init_linked(struct ferry__link *head)
+{
+    head->prev = head->next = head;
+}
+
 static inline bool ferry__list_empty(const struct ferry__link *head)
 {
     return head->next == NULL || head->next == head;
+}
+
+/* ferry__list_empty() of a head known to be linked (ferry__list_lazy()
+ * done, or the target of ferry__list_move()): one comparison, for the run
+ * queue, which every switch reads. */
+static inline bool ferry__list_empty_linked(const struct ferry__link *head)
+{
+    return head->next == head;
 }
 
 /* Insert `n` before `at` (at the tail when `at` is the head). */

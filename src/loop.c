@@ -579,6 +579,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (!loop)
         return -ENOMEM;
     loop->owner = &tls_token;
+    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
     fork_mark_setup(loop);
     loop->stack_size = (ssz + 4095) / 4096 * 4096 + 4096;
     loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;

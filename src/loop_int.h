@@ -193,7 +193,7 @@ static inline void ferry__task_ready(ferry_task *t)
     ferry_loop *loop = t->loop;
 
     t->state = FERRY_TASK_READY;
-    ferry__list_push_back(&loop->runq, &t->run.link);
+    ferry__list_insert_before(&loop->runq, &t->run.link);  /* runq is linked from the start */
     if (__builtin_expect(!loop->in_run, 0))
         ferry__task_ready_kick(loop);
 }
@@ -325,7 +325,7 @@ void ferry__loop_timers_changed(ferry_loop *loop);
  * function returned) when `t` ends.  Inline: a lock pays both per round. */
 static inline void ferry__exit_hook_add(ferry_task *t, struct ferry__exit_hook *h)
 {
-    ferry__list_push_back(&t->exit_hooks, &h->link);
+    ferry__list_insert_before(&t->exit_hooks, &h->link);  /* linked at spawn */
 }
 
 static inline void ferry__exit_hook_del(struct ferry__exit_hook *h)

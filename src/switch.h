@@ -80,15 +80,15 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
     struct ferry__link *turn = loop->turn, *l;
 
     if (turn && !loop->slow_ns && !loop->stop && loop->since_poll < loop->io_interval) {
-        if (ferry__list_empty(turn) && !ferry__list_empty(&loop->runq) &&
+        if (ferry__list_empty_linked(turn) && !ferry__list_empty_linked(&loop->runq) &&
             !loop->one_turn) {
             /* The turn is over: begin the next one here, as the scheduler
              * would (it polls only every io_interval steps anyway). */
             ferry__list_move(turn, &loop->runq);
             loop->stats.turns++;
         }
-        l = ferry__list_first(turn);
-        if (l) {
+        l = turn->next;
+        if (l != turn) {
             struct ferry__runnable *r = ferry__container_of(l, struct ferry__runnable, link);
             ferry_task *next = ferry__container_of(r, ferry_task, run);
             if (r->kind == FERRY__RUN_TASK && next->started) {

@@ -207,7 +207,7 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     memset(&t->timer, 0, sizeof t->timer);
     ferry__link_init(&t->joiners.head);
     ferry__link_init(&t->all);
-    ferry__link_init(&t->exit_hooks);
+    ferry__list_init_linked(&t->exit_hooks);    /* for ferry__exit_hook_add() */
     t->group = NULL;
     ferry__link_init(&t->group_link);
     t->asan_fake = NULL;
@@ -377,6 +377,19 @@ bool ferry_task_cancelled(const ferry_task *t)
     return t && t->cancelled;
 }
 
+/* ferry_yield() when another runnable exists: queue the task at the back
+ * and switch away.  Out of line, so that the path without a switch saves
+ * no registers. */
+static __attribute__((noinline)) int yield_switch(ferry_loop *loop, ferry_task *self)
+{
+    self->state = FERRY_TASK_READY;
+    ferry__list_push_back(&loop->runq, &self->run.link);
+    if (__builtin_expect(!loop->in_run, 0))
+        ferry__task_ready_kick(loop);
+    ferry__switch_away(loop, self);
+    return 0;
+}
+
 int ferry_yield(void)
 {
     ferry_task *self = ferry__self();
@@ -386,18 +399,27 @@ int ferry_yield(void)
     if (__builtin_expect(!self, 0))
         return -EPERM;
     if (__builtin_expect(self->cancelled || self->scope, 0)) {
-        /* Out of line: the tuned fast path stays as it is. */
         rc = ferry__check(self);
         if (rc)
             return rc;
     }
     loop = self->loop;
-    self->state = FERRY_TASK_READY;
-    ferry__list_push_back(&loop->runq, &self->run.link);
-    if (__builtin_expect(!loop->in_run, 0))
-        ferry__task_ready_kick(loop);
-    ferry__switch_away(loop, self);
-    return 0;
+    if (loop->turn && ferry__list_empty_linked(loop->turn) &&
+        ferry__list_empty_linked(&loop->runq) &&
+        !loop->slow_ns && !loop->stop && !loop->one_turn &&
+        loop->since_poll < loop->io_interval) {
+        /* Nothing else is ready: the next turn would hold only this task,
+         * so it begins here and the task goes on, as the scheduler or
+         * ferry__switch_away() would do after queueing it, under the same
+         * conditions (no detector timing steps, no stop, no poll due). */
+        if (self->stk.guard == FERRY__GUARD_NONE && *(uint64_t *)self->lo != FERRY__CANARY)
+            ferry__canary_dead(self);
+        loop->stats.turns++;
+        loop->stats.steps++;
+        loop->since_poll++;
+        return 0;
+    }
+    return yield_switch(loop, self);
 }
 
 int ferry_sleep_until(int64_t deadline)

@@ -93,6 +93,52 @@ T(yielding_task_does_not_starve_timers)
     cr_assert_eq(st, 0);
 }
 
+/* A task alone yields without queueing itself (task.c), but each yield is
+ * still a turn and a step, a callback posted before it runs before it
+ * returns, and a stop requested before it ends the run at the yield. */
+static void set_int(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+static int lone_yielder(void *arg)
+{
+    ferry_loop_stats a, b;
+    int flag = 0;
+
+    (void)arg;
+    if (ferry_loop_stats_get(tu_loop, &a))
+        return -1;
+    for (int i = 0; i < 1000; i++)
+        if (ferry_yield())
+            return -2;
+    if (ferry_loop_stats_get(tu_loop, &b))
+        return -3;
+    if (b.turns - a.turns < 1000 || b.steps - a.steps < 1000)
+        return -4;
+    ferry_call_soon(tu_loop, set_int, &flag);
+    if (ferry_yield() || !flag)
+        return -5;
+    flag = 0;
+    ferry_loop_stop(tu_loop);
+    if (ferry_yield())
+        return -6;
+    return 7;               /* reached only in the second run */
+}
+
+T(lone_task_yield_is_a_turn)
+{
+    ferry_task *t;
+    int st = 0;
+
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, lone_yielder, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(t, &st), -EAGAIN, "the run did not stop at the yield");
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(t, &st), 0);
+    cr_assert_eq(st, 7);
+}
+
 /* ---- fd and signal waits ------------------------------------------ */
 
 static int pipefd[2];
