@@ -20,7 +20,8 @@
  *     inbox (one inbox lock, at most one eventfd write), and the loop takes
  *     the whole list when it runs it and wakes each task directly.
  *   - Waking: a new batch of jobs goes to a spinning worker if there is
- *     one, else one sleeping worker is signalled.  A worker that takes a
+ *     one, else one sleeping worker is signalled, unless busy workers will
+ *     reach it soon (see enough_workers_locked()).  A worker that takes a
  *     job while others sleep wakes one more if the jobs are slow enough
  *     for another thread to help (see more_workers_locked()): slow jobs
  *     spread over the threads at once, short ones stay on one, which runs
@@ -300,15 +301,46 @@ static void list_splice_tail(struct ferry__link *to, struct ferry__link *from)
     to->prev = last;
 }
 
-/* Wake a worker for newly queued jobs: claim the spinner if there is one
- * (it takes them), else signal a sleeper not yet signalled.  Requires mu.
- * Returns true if a spinning worker was claimed. */
-static bool wake_worker_locked(struct ferry_pool *p)
+/*
+ * `added` jobs were just queued behind others while a worker runs a job:
+ * leave them to the workers already busy if the jobs are short (the
+ * average run time below SVC_MIN_NS) and add up to less than QDELAY_NS.
+ * A worker working through a queue of short jobs takes them in a moment,
+ * and a second thread would only contend with it for the lock (each wake
+ * also costs the loop a system call, and on a busy machine the woken
+ * thread often preempts the loop itself).  Jobs queued behind nothing do
+ * wake a thread: the running job may be a long one that the average does
+ * not know about yet (a fetch after cache hits).  If the queue is stuck
+ * behind long jobs all the same, the checker takes what waits: it watches
+ * at CHECK_MIN_NS while jobs are in flight, and is woken here once if it
+ * sleeps longer than that.  Requires mu.
+ */
+static bool enough_workers_locked(struct ferry_pool *p, size_t added)
+{
+    if (p->running <= p->nabandoned + p->nblocked ||   /* none that will come back soon */
+        p->nqueued <= added ||                          /* they queue behind nothing */
+        p->svc >= svc_min_ticks || p->svc * p->nqueued > qdelay_ticks)
+        return false;
+    if (p->checker && p->check_ns > CHECK_MIN_NS) {
+        p->check_ns = CHECK_MIN_NS;
+        pthread_cond_signal(&p->check);
+    }
+    return true;
+}
+
+/* Wake a worker for `added` newly queued jobs: claim the spinner if there
+ * is one (it takes them), else signal a sleeper not yet signalled, unless
+ * the workers already busy will come to them soon enough (see
+ * enough_workers_locked()).  Requires mu.  Returns true if a spinning
+ * worker was claimed. */
+static bool wake_worker_locked(struct ferry_pool *p, size_t added)
 {
     if (p->spinner) {
         p->spinner = false;
         return true;
     }
+    if (enough_workers_locked(p, added))
+        return false;
     if (p->nidle > p->nwaking) {
         p->nwaking++;
         pthread_cond_signal(&p->work);
@@ -520,8 +552,10 @@ static void check_locked(struct ferry_pool *p)
             p->check_ns = CHECK_MIN_NS;
             break;
         }
+        /* Longer sleeps only while nothing is in flight (see
+         * enough_workers_locked()). */
         if (ferry__cond_wait_until(&p->check, &p->mu, ferry_now() + p->check_ns) == ETIMEDOUT &&
-            p->check_ns < CHECK_MAX_NS)
+            p->check_ns < CHECK_MAX_NS && !p->running && !p->nqueued)
             p->check_ns *= 2;
     }
     if (p->check_kick)
@@ -745,6 +779,34 @@ static void stop_threads(struct ferry_pool *p, unsigned n)
         pthread_join(p->threads[i], NULL);
 }
 
+/*
+ * The pool's mutex.  Its holders keep it for a few dozen instructions, a
+ * worker once per job and a loop once per batch, so on more than one CPU
+ * it spins briefly before it sleeps (glibc's adaptive type): a plain mutex
+ * sleeps at the first contention, and the unlock then pays a futex wake
+ * (offload_throughput made about a thousand of each per 100,000 jobs).
+ */
+static int pool_mutex_init(pthread_mutex_t *mu, bool spin)
+{
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    pthread_mutexattr_t a;
+    int rc;
+
+    if (spin) {
+        if (pthread_mutexattr_init(&a))
+            return -1;
+        rc = pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+        if (rc == 0)
+            rc = pthread_mutex_init(mu, &a);
+        pthread_mutexattr_destroy(&a);
+        return rc;
+    }
+#else
+    (void)spin;
+#endif
+    return pthread_mutex_init(mu, NULL);
+}
+
 int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
 {
     ferry_pool_opts o = {0};
@@ -780,7 +842,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     p->threads = ferry__calloc(p->nthreads, sizeof *p->threads);
     if (!p->threads)
         goto err_free;
-    if (pthread_mutex_init(&p->mu, NULL))
+    if (pool_mutex_init(&p->mu, p->multicpu))
         goto err_free;
     if (ferry__cond_init(&p->room))
         goto err_mutex;
@@ -919,7 +981,7 @@ static void enqueue_locked(struct ferry_pool *p, struct job *j)
 {
     queue_locked(p, j, ticks());
     publish_locked(p);
-    wake_worker_locked(p);
+    wake_worker_locked(p, 1);
 }
 
 /* Requires mu: why a job could not be queued now, or 0. */
@@ -1040,7 +1102,7 @@ static void subq_handover(struct ferry_inbox *ib, bool may_wait)
             one->nqueued += n;
             publish_locked(one);
             one->flush_ns = ferry_now();
-            if (wake_worker_locked(one) && one->lspin_ns && one->multicpu &&
+            if (wake_worker_locked(one, n) && one->lspin_ns && one->multicpu &&
                 atomic_load_explicit(&one->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = one;
                 budget = one->lspin_ns;
@@ -1056,7 +1118,7 @@ static void subq_handover(struct ferry_inbox *ib, bool may_wait)
     while (l) {
         struct job *j = ferry__container_of(l, struct job, link);
         struct ferry_pool *p = j->pool;
-        bool added = false;
+        size_t added = 0;
 
         pthread_mutex_lock(&p->mu);
         do {
@@ -1068,7 +1130,7 @@ static void subq_handover(struct ferry_inbox *ib, bool may_wait)
                 ferry__list_push_back(&failed, &j->link);
             } else if (p->nqueued < p->capacity && ferry__list_empty(&p->overq)) {
                 queue_locked(p, j, j->enq);
-                added = true;
+                added++;
             } else {
                 j->state = JOB_QUEUED;
                 j->over = true;
@@ -1080,7 +1142,7 @@ static void subq_handover(struct ferry_inbox *ib, bool may_wait)
         if (added) {
             publish_locked(p);
             p->flush_ns = ferry_now();
-            if (wake_worker_locked(p) && p->lspin_ns && p->multicpu &&
+            if (wake_worker_locked(p, added) && p->lspin_ns && p->multicpu &&
                 atomic_load_explicit(&p->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = p;
                 budget = p->lspin_ns;

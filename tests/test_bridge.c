@@ -386,6 +386,62 @@ Test(pool, slow_jobs_after_short_ones_still_spread_over_the_threads,
     ferry_pool_free(p);
 }
 
+/* The same, but each gang job is offloaded alone while the ones before it
+ * block on their workers, after the pool has been idle (the checker then
+ * sleeps long): workers are running jobs and the average says "short", yet
+ * each new job must start (enough_workers_locked() in pool.c wakes a
+ * thread for a job queued behind nothing; the checker is the fallback). */
+static int gang_count(void)
+{
+    int n;
+
+    pthread_mutex_lock(&gang_mu);
+    n = gang_in;
+    pthread_mutex_unlock(&gang_mu);
+    return n;
+}
+
+static int staggered_gang_main(void *arg)
+{
+    ferry_pool *p = arg;
+    ferry_task *t[GANG];
+    int rc, st, bad = 0;
+
+    for (int i = 0; i < 2000; i++)
+        if ((rc = ferry_to_thread(p, noop_job, NULL)))
+            return 1000 + rc;
+    if ((rc = ferry_sleep(tu_ms(20))))
+        return 1500 + rc;
+    for (int i = 0; i < GANG; i++) {
+        if ((rc = ferry_task_spawn(&t[i], NULL, gang_member, p, NULL)))
+            return 2000 + rc;
+        while (gang_count() < i + 1)
+            if ((rc = ferry_sleep(FERRY_MSEC(1))))
+                return 2500 + rc;
+    }
+    for (int i = 0; i < GANG; i++) {
+        if ((rc = ferry_task_join(t[i], &st)))
+            return 3000 + rc;
+        bad |= st != 0;
+    }
+    return bad;
+}
+
+Test(pool, slow_jobs_offloaded_while_one_runs_all_start,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 60.)
+{
+    ferry_pool *p;
+    ferry_pool_stats st;
+
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = GANG }), 0);
+    cr_assert_eq(tu_run(staggered_gang_main, p), 0);
+    cr_assert_eq(gang_count(), GANG);
+    cr_assert_eq(ferry_pool_stats_get(p, &st), 0);
+    cr_assert_eq(st.completed, 2000 + GANG);
+    cr_assert_eq(st.running, 0);
+    ferry_pool_free(p);
+}
+
 Test(pool, to_thread_outside_a_task_is_eperm)
 {
     cr_assert_eq(ferry_to_thread(NULL, job_ret42, NULL), -EPERM);
