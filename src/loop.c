@@ -430,11 +430,13 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     ferry__tls_task = NULL;
     loop->in_run = true;
     loop->stop = false;
+    ferry__loop_hand_update(loop);
     loop->one_turn = mode == FERRY_RUN_ONCE;
     drive(loop, mode);
     loop->one_turn = false;
     loop->in_run = false;
     loop->stop = false;
+    ferry__loop_hand_update(loop);
     tls_loop = prev ? prev : loop;
     ferry__tls_task = prev_task;
     /* Someone else's dispatch may drive us from now on. */
@@ -500,6 +502,7 @@ int ferry_loop_stop(ferry_loop *loop)
     if (rc)
         return rc;
     loop->stop = true;
+    ferry__loop_hand_update(loop);
     return 0;
 }
 
@@ -539,6 +542,7 @@ int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold)
     if (threshold < 0)
         return -EINVAL;
     loop->slow_ns = threshold;
+    ferry__loop_hand_update(loop);
     return 0;
 }
 
@@ -596,6 +600,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
 #ifndef NDEBUG
     loop->slow_ns = FERRY_MSEC(100);
 #endif
+    ferry__loop_hand_update(loop);
     if (o.base) {
         loop->base = o.base;
     } else {
@@ -681,6 +686,7 @@ void ferry_loop_free(ferry_loop *loop)
         ferry__list_foreach_safe(l, tmp, &loop->tasks)
             ferry_task_cancel(ferry__container_of(l, ferry_task, all));
         loop->stop = false;
+        ferry__loop_hand_update(loop);
         if (!run_turn(loop))
             poll_io(loop, loop->live != 0);
         else if (loop->since_poll >= loop->io_interval)

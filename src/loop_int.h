@@ -168,6 +168,11 @@ struct ferry_loop {
     size_t                slabs_empty;/* slabs with no live stack */
     unsigned              io_interval;/* steps between polls */
     unsigned              since_poll; /* steps since the last poll */
+    /* io_interval, or 0 while a task must not hand the CPU straight to
+     * the next one (stop requested, or the blocked-loop detector timing
+     * each step): one comparison with since_poll on every switch.  Kept
+     * by ferry__loop_hand_update(). */
+    unsigned              hand_limit;
     uint64_t              next_id;    /* task numbering */
     int64_t               slow_ns;    /* blocked-loop threshold, 0 off */
     ferry_loop_stats      stats;      /* counters */
@@ -183,6 +188,12 @@ struct ferry_loop {
      * (then a child is not detected). */
     const volatile unsigned char *fork_mark;
 };
+
+/* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */
+static inline void ferry__loop_hand_update(ferry_loop *loop)
+{
+    loop->hand_limit = loop->stop || loop->slow_ns ? 0 : loop->io_interval;
+}
 
 /* Wake someone else's dispatch to run our turns (not inside ferry_loop_run). */
 void ferry__task_ready_kick(ferry_loop *loop);

@@ -79,7 +79,7 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
 #if !defined(FERRY_ASAN_ON) && !defined(FERRY_TSAN_ON)
     struct ferry__link *turn = loop->turn, *l;
 
-    if (turn && !loop->slow_ns && !loop->stop && loop->since_poll < loop->io_interval) {
+    if (turn && loop->since_poll < loop->hand_limit) {
         if (ferry__list_empty_linked(turn) && !ferry__list_empty_linked(&loop->runq) &&
             !loop->one_turn) {
             /* The turn is over: begin the next one here, as the scheduler

@@ -106,15 +106,16 @@ lock_acquire(ferry_lock *lock, struct ferry_task *self)
         return -EOWNERDEAD;
     if (lock->owner == self)
         return -EDEADLK;
-    rc = ferry__check_inline(self);
-    if (rc)
-        return rc;
     if (lock->owner == NULL) {
         /* Free means nobody waits: lock_pass() never leaves a waiter
-         * behind a free lock. */
+         * behind a free lock.  Still a cancellation point. */
+        rc = ferry__check_inline(self);
+        if (rc)
+            return rc;
         lock_take(lock, self);
         return 0;
     }
+    /* ferry__wait() checks for cancellation first. */
     ferry__waiter_init(&w, self, "lock", lock);
     rc = ferry__wait(&lock->waiters, &w, FERRY_NEVER);
     if (rc != 0 && w.state == FERRY__W_GRANTED && w.result == 0) {

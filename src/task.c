@@ -406,8 +406,7 @@ int ferry_yield(void)
     loop = self->loop;
     if (loop->turn && ferry__list_empty_linked(loop->turn) &&
         ferry__list_empty_linked(&loop->runq) &&
-        !loop->slow_ns && !loop->stop && !loop->one_turn &&
-        loop->since_poll < loop->io_interval) {
+        loop->since_poll < loop->hand_limit && !loop->one_turn) {
         /* Nothing else is ready: the next turn would hold only this task,
          * so it begins here and the task goes on, as the scheduler or
          * ferry__switch_away() would do after queueing it, under the same
