@@ -127,8 +127,6 @@ static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq
 /* Grant every waiter present now; returns how many. */
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 
-/* ferry__exit_hook_add() / ferry__exit_hook_del(): inline, in loop_int.h. */
-
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
 

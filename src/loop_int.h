@@ -84,25 +84,26 @@ struct ferry__stack {
 
 /* ---- Task ----------------------------------------------------------- */
 
-/* Field order: what every switch and wait reads (the run queue link, the
- * saved stack pointer, the loop, the state bytes, the current wait, the
- * scope, a lock's exit hooks) is in the first two cache lines (the stack
- * header and the run queue entry fill the first): a switch to a task last
- * run a turn ago misses the cache twice for its structure, not four or
- * five times.  (The timer is read only by a wait that armed it.) */
+/* Field order: what every switch, yield, wait and lock handoff reads (the
+ * run queue entry, the saved stack pointer, the loop, the state bytes, the
+ * count of locks held, the current wait, the scope) fills the first cache
+ * line (with the assembly switch on LP64), so that switching to a task
+ * last run a turn ago misses the cache once for its structure.  The stack
+ * header (read when a stack is taken or given back) comes later, and the
+ * timer is read only by a wait that armed it. */
 struct ferry_task {
-    struct ferry__stack    stk;       /* must stay first: survives reuse */
     struct ferry__runnable run;       /* in the run queue while READY */
     ferry__ctx             ctx;       /* saved registers while not running */
     ferry_loop            *loop;      /* the loop it runs on */
-    int                    status;    /* fn's return value once DONE */
     uint8_t                state;     /* enum ferry_task_state */
     bool                   started;   /* fn has been entered */
     bool                   cancelled; /* ferry_task_cancel() was called */
     bool                   handle;    /* the spawner still holds a handle */
+    unsigned               locks;     /* ferry_locks it holds (see ferry__task_locks_died()) */
     struct ferry__waiter  *waiter;    /* current wait, or NULL */
     ferry_scope           *scope;     /* innermost scope, or NULL */
-    struct ferry__link     exit_hooks;/* of struct ferry__exit_hook (a lock adds and removes one) */
+    int                    status;    /* fn's return value once DONE */
+    struct ferry__stack    stk;       /* survives reuse (see ferry__stack_task()) */
     ferry_task_fn          fn;        /* body */
     void                  *arg;       /* body's argument */
     struct ferry__hnode    timer;     /* wakes a sleep or a deadline */
@@ -122,12 +123,18 @@ struct ferry_task {
  * cache lines. */
 #define FERRY__TASK_ROOM ((sizeof(ferry_task) + 63) & ~(size_t)63)
 
-/* Start of a stack (its guard page): the header sits FERRY__TASK_ROOM
- * below the end.  Computed, not stored: 8 bytes more in the task
- * structure measurably slowed spawn. */
+/* The task structure a stack's header lives in: FERRY__TASK_ROOM bytes
+ * at the top of the stack.  Its address is the top of the usable stack. */
+static inline ferry_task *ferry__stack_task(const struct ferry__stack *s)
+{
+    return (ferry_task *)(void *)((char *)s - offsetof(ferry_task, stk));
+}
+
+/* Start of a stack (its guard page).  Computed, not stored: 8 bytes more
+ * in the task structure measurably slowed spawn. */
 static inline char *ferry__stack_base(const struct ferry__stack *s)
 {
-    return (char *)s + FERRY__TASK_ROOM - s->size;
+    return (char *)ferry__stack_task(s) + FERRY__TASK_ROOM - s->size;
 }
 
 /* ---- Loop ------------------------------------------------------------- */
@@ -148,6 +155,7 @@ struct ferry_loop {
     bool                  stop;       /* ferry_loop_stop() was called */
     bool                  closing;    /* ferry_loop_free() in progress */
     struct ferry__link    runq;       /* of struct ferry__runnable */
+    struct ferry__link    held_locks; /* ferry_locks owned by a task (lock->held) */
     struct ferry__heap    timers;     /* task timers and ferry_timer */
     struct ferry__link    tasks;      /* live tasks */
     size_t                live;       /* live tasks */
@@ -180,6 +188,7 @@ struct ferry_loop {
     void                 *altstack;   /* memory for this thread's sigaltstack */
     bool                  altstack_on;/* we installed it */
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
+    bool                  canaries;   /* a stack without a guard page was handed out */
     bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
     size_t                mprotect_live; /* live mprotect-guarded stacks */
     /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
@@ -332,18 +341,8 @@ static inline int ferry__check_inline(ferry_task *t)
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */
 void ferry__loop_timers_changed(ferry_loop *loop);
 
-/* Register / unregister a hook run (on the loop thread, after the task's
- * function returned) when `t` ends.  Inline: a lock pays both per round. */
-static inline void ferry__exit_hook_add(ferry_task *t, struct ferry__exit_hook *h)
-{
-    ferry__list_insert_before(&t->exit_hooks, &h->link);  /* linked at spawn */
-}
-
-static inline void ferry__exit_hook_del(struct ferry__exit_hook *h)
-{
-    if (ferry__link_linked(&h->link))
-        ferry__list_remove(&h->link);
-}
+/* `t` ended holding t->locks ferry_locks: break each of them (sync.c). */
+void ferry__task_locks_died(ferry_task *t);
 
 /* A child of a group ended (group.c). */
 void ferry__group_child_done(ferry_task *t);

@@ -170,21 +170,25 @@ static void *stack_map(size_t size)
  * task structure. */
 static struct ferry__stack *stack_at(void *base, size_t size)
 {
-    return (struct ferry__stack *)(void *)((char *)base + size - FERRY__TASK_ROOM);
+    ferry_task *t = (ferry_task *)(void *)((char *)base + size - FERRY__TASK_ROOM);
+
+    return &t->stk;
 }
 
 /* Fill in the header of a stack about to be handed out. */
-static struct ferry__stack *stack_init(void *base, size_t size, struct ferry__slab *sl,
-                                       unsigned slot, uint8_t guard)
+static struct ferry__stack *stack_init(ferry_loop *loop, void *base, size_t size,
+                                       struct ferry__slab *sl, unsigned slot, uint8_t guard)
 {
     struct ferry__stack *s = stack_at(base, size);
 
+    if (guard == FERRY__GUARD_NONE)
+        loop->canaries = true;      /* switches check the canary from now on */
     s->size = size;
     s->slab = sl;
     s->slot = (uint8_t)slot;
     s->guard = guard;
     ferry__link_init(&s->free_link);
-    s->vg_id = ferry__vg_stack_register((char *)base + page_size, (char *)s);
+    s->vg_id = ferry__vg_stack_register((char *)base + page_size, (char *)ferry__stack_task(s));
     return s;
 }
 
@@ -278,7 +282,7 @@ static __attribute__((noinline)) int slab_carve(ferry_loop *loop, struct ferry__
     base = slot_base(loop, sl, i);
     /* A cold slot was poisoned while it was cached. */
     ferry__san_unpoison(base, size);
-    *out = stack_init(base, size, sl, i, sl->guard[i]);
+    *out = stack_init(loop, base, size, sl, i, sl->guard[i]);
     return 0;
 }
 
@@ -290,7 +294,7 @@ static __attribute__((noinline)) int stack_single(ferry_loop *loop, size_t map,
 
     if (!base)
         return -ENOMEM;
-    *out = stack_init(base, map, NULL, 0, guard_install(loop, base));
+    *out = stack_init(loop, base, map, NULL, 0, guard_install(loop, base));
     return 0;
 }
 
@@ -345,10 +349,11 @@ void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
     sl->cached |= (uint64_t)1 << s->slot;
     if (++loop->stack_nfree > loop->stack_cache && !loop->stack_over_since)
         loop->stack_over_since = ferry_now();
-    /* Poison all but the header: a waiter left behind in a returned
-     * stack is then reported by ASan instead of read silently. */
+    /* Poison all but the task structure (the header is in it): a waiter
+     * left behind in a returned stack is then reported by ASan instead of
+     * read silently. */
     ferry__san_poison(ferry__stack_base(s) + page_size,
-                      (size_t)((char *)s - ferry__stack_base(s)) - page_size);
+                      (size_t)((char *)ferry__stack_task(s) - ferry__stack_base(s)) - page_size);
 }
 
 /* Unmap slabs with no live stack while more stacks than the cache are

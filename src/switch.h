@@ -49,10 +49,19 @@ static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 
 void ferry__canary_dead(ferry_task *t) __attribute__((noreturn, cold));
 
+/* A task leaving the CPU: if its stack has no guard page, its canary must
+ * be intact.  Only loops that ever handed out such a stack look at the
+ * task's stack header (which is not in the cache line a switch reads). */
+static inline void ferry__canary_check(const ferry_loop *loop, ferry_task *t)
+{
+    if (__builtin_expect(loop->canaries, 0) && t->stk.guard == FERRY__GUARD_NONE &&
+        *(uint64_t *)t->lo != FERRY__CANARY)
+        ferry__canary_dead(t);
+}
+
 static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool exiting)
 {
-    if (t->stk.guard == FERRY__GUARD_NONE && *(uint64_t *)t->lo != FERRY__CANARY)
-        ferry__canary_dead(t);
+    ferry__canary_check(loop, t);
 #ifdef FERRY_TSAN_ON
     __tsan_switch_to_fiber(loop->sched_fiber, 0);
 #endif
@@ -92,9 +101,7 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
             struct ferry__runnable *r = ferry__container_of(l, struct ferry__runnable, link);
             ferry_task *next = ferry__container_of(r, ferry_task, run);
             if (r->kind == FERRY__RUN_TASK && next->started) {
-                if (self->stk.guard == FERRY__GUARD_NONE &&
-                    *(uint64_t *)self->lo != FERRY__CANARY)
-                    ferry__canary_dead(self);
+                ferry__canary_check(loop, self);
                 ferry__list_remove(l);
                 loop->stats.steps++;
                 loop->since_poll++;

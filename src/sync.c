@@ -28,24 +28,21 @@ int ferry__bound_here(ferry_loop *bound)
 /* ---- Lock ----------------------------------------------------------- */
 
 /*
- * Exit hook of the holder: it ended while holding the lock.  Break the lock
- * and wake every waiter with -EOWNERDEAD; later acquirers get it too.
+ * Who holds what.  A held lock is on its loop's list of held locks, and
+ * each task counts the locks it holds; when a task ends with a count above
+ * zero, ferry__task_locks_died() finds its locks on that list and breaks
+ * them.  A lock handed from one task to the next stays on the list, so a
+ * contended handoff costs two counter updates, no list operation, and
+ * touches nothing of the new holder beyond the cache line the grant writes
+ * anyway.
  */
-static void lock_owner_died(struct ferry__exit_hook *hook)
-{
-    ferry_lock *lock = ferry__container_of(hook, ferry_lock, hook);
 
-    lock->broken = true;
-    lock->owner = NULL;
-    ferry__waitq_grant_all(&lock->waiters, -EOWNERDEAD);
-}
-
-/* Make `t` the holder and watch for its end. */
+/* Make `t` the holder of the free lock. */
 static void lock_take(ferry_lock *lock, struct ferry_task *t)
 {
     lock->owner = t;
-    lock->hook.fn = lock_owner_died;
-    ferry__exit_hook_add(t, &lock->hook);
+    t->locks++;
+    ferry__list_push_back(&t->loop->held_locks, &lock->held);
 }
 
 /* The holder lets go: the first waiting task holds the lock next (FIFO
@@ -54,12 +51,43 @@ static void lock_pass(ferry_lock *lock)
 {
     struct ferry__waiter *w;
 
-    ferry__exit_hook_del(&lock->hook);
-    lock->owner = NULL;
+    lock->owner->locks--;
     w = ferry__first_waiting(&lock->waiters);
     if (w) {
-        lock_take(lock, w->task);
+        lock->owner = w->task;
+        w->task->locks++;
         ferry__grant(w, 0);
+    } else {
+        lock->owner = NULL;
+        ferry__list_remove(&lock->held);
+    }
+}
+
+/*
+ * Its holder ended: break the lock and wake every waiter with -EOWNERDEAD;
+ * later acquirers get it too.
+ */
+static void lock_owner_died(ferry_lock *lock)
+{
+    lock->owner->locks--;
+    lock->owner = NULL;
+    lock->broken = true;
+    ferry__list_remove(&lock->held);
+    ferry__waitq_grant_all(&lock->waiters, -EOWNERDEAD);
+}
+
+void ferry__task_locks_died(ferry_task *t)
+{
+    struct ferry__link *l, *tmp;
+
+    ferry__list_foreach_safe(l, tmp, &t->loop->held_locks) {
+        ferry_lock *lock = ferry__container_of(l, ferry_lock, held);
+
+        if (lock->owner == t) {
+            lock_owner_died(lock);
+            if (t->locks == 0)
+                return;
+        }
     }
 }
 

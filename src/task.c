@@ -61,15 +61,11 @@ ferry_loop *ferry__task_loop(const ferry_task *t)
 static void task_finish(ferry_task *t, int status)
 {
     ferry_loop *loop = t->loop;
-    struct ferry__link *l;
 
     t->status = status;
     t->state = FERRY_TASK_DONE;
-    /* Exit hooks: locks it still holds break, and so on. */
-    while ((l = ferry__list_pop_front(&t->exit_hooks))) {
-        struct ferry__exit_hook *h = ferry__container_of(l, struct ferry__exit_hook, link);
-        h->fn(h);
-    }
+    if (__builtin_expect(t->locks != 0, 0))
+        ferry__task_locks_died(t);      /* locks it still holds break */
     ferry__waitq_grant_all(&t->joiners, 0);
     ferry__list_remove(&t->all);
     loop->live--;
@@ -126,17 +122,20 @@ void ferry__task_release(ferry_task *t)
     ferry__stack_put(loop, &t->stk);
 }
 
-/* Every field of struct ferry_task, none of them padded (checked where the
- * layout is known to have no padding: LP64 with the assembly switch):
+/* Every field of struct ferry_task, and its one padding (checked where the
+ * layout is known: LP64 with the assembly switch):
  * adding a field breaks this, and ferry_task_spawn() must then initialise
  * the new one. */
 #if defined(FERRY_CTX_ASM) && defined(__LP64__)
+_Static_assert(offsetof(ferry_task, status) == 64,
+               "what a switch reads fills the first cache line of struct ferry_task");
 _Static_assert(sizeof(ferry_task) ==
                sizeof(struct ferry__stack) + sizeof(struct ferry__runnable) +
                sizeof(ferry__ctx) + 3 * sizeof(void *) /* loop fn arg */ +
-               sizeof(int) + 4 /* status state started cancelled handle */ +
+               2 * sizeof(int) + 4 /* locks status state started cancelled handle */ +
+               4 /* the padding after status */ +
                2 * sizeof(void *) /* waiter scope */ + sizeof(struct ferry__hnode) +
-               sizeof(struct ferry__waitq) + 2 * sizeof(struct ferry__link) +
+               sizeof(struct ferry__waitq) + sizeof(struct ferry__link) /* all */ +
                sizeof(void *) /* group */ + sizeof(struct ferry__link) +
                4 * sizeof(void *) /* lo hi asan_fake tsan_fiber */ +
                sizeof(uint64_t) + 32 /* id name */,
@@ -192,8 +191,8 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     rc = ferry__stack_get(loop, size, &s);
     if (rc)
         return rc;
-    t = (ferry_task *)(void *)s;
-    /* Everything after the stack header starts fresh, field by field: one
+    t = ferry__stack_task(s);
+    /* Everything but the stack header starts fresh, field by field: one
      * memset() of the whole struct compiles to `rep stos`, whose start-up
      * cost was 15% of a spawn.  The assertion below fails when a field is
      * added, so that it is initialised here too. */
@@ -207,7 +206,7 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     memset(&t->timer, 0, sizeof t->timer);
     ferry__link_init(&t->joiners.head);
     ferry__link_init(&t->all);
-    ferry__list_init_linked(&t->exit_hooks);    /* for ferry__exit_hook_add() */
+    t->locks = 0;
     t->group = NULL;
     ferry__link_init(&t->group_link);
     t->asan_fake = NULL;
@@ -411,8 +410,7 @@ int ferry_yield(void)
          * so it begins here and the task goes on, as the scheduler or
          * ferry__switch_away() would do after queueing it, under the same
          * conditions (no detector timing steps, no stop, no poll due). */
-        if (self->stk.guard == FERRY__GUARD_NONE && *(uint64_t *)self->lo != FERRY__CANARY)
-            ferry__canary_dead(self);
+        ferry__canary_check(loop, self);
         loop->stats.turns++;
         loop->stats.steps++;
         loop->since_poll++;

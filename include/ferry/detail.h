@@ -18,10 +18,4 @@ struct ferry__waitq {
     struct ferry__link head;   /* of struct ferry__waiter, FIFO */
 };
 
-/* A hook run when a task ends (a lock the task holds breaks). */
-struct ferry__exit_hook {
-    struct ferry__link link;   /* in the task's list of exit hooks */
-    void (*fn)(struct ferry__exit_hook *hook);
-};
-
 #endif /* FERRY_DETAIL_H */

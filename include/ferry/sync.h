@@ -46,7 +46,7 @@ struct ferry_lock {
     struct ferry__waitq     waiters; /* tasks in ferry_lock_acquire() */
     struct ferry_task      *owner;   /* holder, NULL when free */
     ferry_loop             *loop;    /* bound at first use */
-    struct ferry__exit_hook hook;    /* on the owner: breaks the lock if it ends */
+    struct ferry__link      held;    /* in its loop's list of held locks while owned */
     bool                    broken;  /* the owner ended while holding it */
 };
 
