@@ -421,6 +421,76 @@ T(lock, owner_ending_while_holding_breaks_it)
     cr_assert_eq(r[9], 0);
 }
 
+/* A task that ends holding two locks, one taken free and one handed over
+ * by a release, breaks exactly those two: a lock another task holds on
+ * the same loop stays whole. */
+static ferry_lock g_l1, g_l2, g_l3;
+static int g_go;
+
+static int hold_l1_then_hand_l3(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    if ((rc = ferry_lock_acquire(&g_l1)) || (rc = ferry_lock_acquire(&g_l3)))
+        return rc;
+    while (!g_go)
+        ferry_yield();
+    if ((rc = ferry_lock_release(&g_l3)))      /* to the waiting task */
+        return rc;
+    while (g_go != 2)
+        ferry_yield();
+    return ferry_lock_release(&g_l1);
+}
+
+static int take_l2_and_l3_then_end(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    if ((rc = ferry_lock_acquire(&g_l2)))
+        return rc;
+    return ferry_lock_acquire(&g_l3);           /* ends holding both */
+}
+
+static int two_broken_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *a, *b;
+
+    a = spawn(hold_l1_then_hand_l3, NULL);
+    ferry_yield();
+    b = spawn(take_l2_and_l3_then_end, NULL);
+    ferry_yield();
+    g_go = 1;
+    r[0] = join(b);
+    r[1] = ferry_lock_try_acquire(&g_l2);
+    r[2] = ferry_lock_try_acquire(&g_l3);
+    r[3] = ferry_lock_try_acquire(&g_l1);       /* a holds it */
+    g_go = 2;
+    r[4] = join(a);
+    r[5] = ferry_lock_acquire(&g_l1);
+    r[6] = ferry_lock_release(&g_l1);
+    return 0;
+}
+
+T(lock, owner_ending_with_two_locks_breaks_those_only)
+{
+    int r[7];
+
+    ferry_lock_init(&g_l1);
+    ferry_lock_init(&g_l2);
+    ferry_lock_init(&g_l3);
+    cr_assert_eq(tu_run(two_broken_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], -EOWNERDEAD);
+    cr_assert_eq(r[2], -EOWNERDEAD, "a lock handed over by a release breaks too");
+    cr_assert_eq(r[3], -EAGAIN);
+    cr_assert_eq(r[4], 0);
+    cr_assert_eq(r[5], 0);
+    cr_assert_eq(r[6], 0);
+}
+
 static int destroy_with_waiter_main(void *arg)
 {
     int *r = arg;
