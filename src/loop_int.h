@@ -221,8 +221,6 @@ static inline void ferry__task_ready(ferry_task *t)
  * task joins the group before it can run. */
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
                       const ferry_task_opts *opts, ferry_group *group);
-/* Switch from the running task to the scheduler. */
-void ferry__task_suspend(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */
 void ferry__task_resume(ferry_task *t);
 /* True if cancellation of the task is blocked by a shield. */

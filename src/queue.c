@@ -23,6 +23,7 @@
 #include "ferry/queue.h"
 #include "loop_int.h"   /* the inline entry checks */
 #include "sync_int.h"
+#include "wait_int.h"
 
 /* Storage of an emptied queue above this many slots is given back. */
 #define QUEUE_KEEP_SLOTS 1024
@@ -380,7 +381,7 @@ static __attribute__((noinline)) int q_put_wait(ferry_queue *q, struct ferry_tas
     int rc;
 
     ferry__waiter_init(&w, self, "queue put", q);
-    rc = ferry__wait(&q->putters, &w, FERRY_NEVER);
+    rc = ferry__wait_inline(&q->putters, &w, FERRY_NEVER);
     if (w.state != FERRY__W_GRANTED)
         return rc;
     q->pending--;
@@ -464,7 +465,7 @@ static __attribute__((noinline)) int q_get_wait(ferry_queue *q, struct ferry_tas
     if (q->shutdown)
         return -ESHUTDOWN;
     ferry__waiter_init(&w, self, "queue get", q);
-    rc = ferry__wait(&q->getters, &w, FERRY_NEVER);
+    rc = ferry__wait_inline(&q->getters, &w, FERRY_NEVER);
     if (w.state != FERRY__W_GRANTED)
         return rc;
     q->pending--;

@@ -15,6 +15,7 @@
 
 #include "loop_int.h"   /* the inline entry checks */
 #include "sync_int.h"
+#include "wait_int.h"
 
 int ferry__bound_here(ferry_loop *bound)
 {
@@ -145,7 +146,7 @@ lock_acquire(ferry_lock *lock, struct ferry_task *self)
     }
     /* ferry__wait() checks for cancellation first. */
     ferry__waiter_init(&w, self, "lock", lock);
-    rc = ferry__wait(&lock->waiters, &w, FERRY_NEVER);
+    rc = ferry__wait_inline(&lock->waiters, &w, FERRY_NEVER);
     if (rc != 0 && w.state == FERRY__W_GRANTED && w.result == 0) {
         /* Handed the lock, then cancelled before running: we hold it, and
          * must give it to the next waiter (bpo-27585). */

@@ -105,11 +105,6 @@ void ferry__task_resume(ferry_task *t)
         ferry__task_release(t);
 }
 
-void ferry__task_suspend(ferry_task *t)
-{
-    ferry__switch_away(t->loop, t);
-}
-
 void ferry__task_release(ferry_task *t)
 {
     ferry_loop *loop = t->loop;

@@ -9,7 +9,7 @@
  */
 #include "loop_only.h"
 
-#include "loop_int.h"
+#include "wait_int.h"
 
 /* The out-of-line entry checks, for bridge/; src/ uses the inline forms
  * in loop_int.h. */
@@ -76,7 +76,7 @@ int ferry__check(ferry_task *t)
     return ferry__check_inline(t);
 }
 
-static void wait_timer_fire(struct ferry__hnode *n)
+void ferry__wait_timer_fire(struct ferry__hnode *n)
 {
     ferry_task *t = ferry__container_of(n, ferry_task, timer);
     struct ferry__waiter *w = t->waiter;
@@ -91,50 +91,7 @@ static void wait_timer_fire(struct ferry__hnode *n)
 
 int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
 {
-    ferry_task *t = w->task;
-    ferry_loop *loop = t->loop;
-    int64_t wake;
-    int rc = ferry__check_inline(t);
-
-    if (rc)
-        return rc;
-    wake = t->scope ? ferry__task_deadline(t) : FERRY_NEVER;
-    if (until < wake)
-        wake = until;
-    if (q)
-        ferry__list_push_back(&q->head, &w->link);
-    w->state = FERRY__W_WAITING;
-    t->waiter = w;
-    t->state = FERRY_TASK_WAITING;
-    if (wake != FERRY_NEVER) {
-        t->timer.fire = wait_timer_fire;
-        ferry__heap_insert(&loop->timers, &t->timer, wake);
-        ferry__loop_timers_changed(loop);
-    }
-    ferry__task_suspend(t);
-    /* Only this function arms the task's timer: with no deadline the
-     * timer's cache line is not touched at all. */
-    if (wake != FERRY_NEVER && t->timer.linked)
-        ferry__heap_remove(&loop->timers, &t->timer);
-    t->waiter = NULL;
-    if (ferry__link_linked(&w->link))
-        ferry__list_remove(&w->link);
-    switch (w->state) {
-    case FERRY__W_GRANTED:
-        if (t->cancelled && !ferry__task_shielded(t))
-            return -ECANCELED;        /* state stays GRANTED: pass it on */
-        return w->result;
-    case FERRY__W_CANCELLED:
-        return -ECANCELED;
-    default:
-        w->state = FERRY__W_TIMEDOUT;
-        if (until != FERRY_NEVER && ferry_now() >= until) {
-            rc = ferry__check_inline(t);
-            return rc ? rc : 1;
-        }
-        rc = ferry__check_inline(t);
-        return rc ? rc : -ETIMEDOUT;
-    }
+    return ferry__wait_inline(q, w, until);
 }
 
 bool ferry__grant(struct ferry__waiter *w, int result)
