@@ -254,7 +254,7 @@ static void sem_serve(ferry_sem *sem)
 
     while ((w = ferry__first_waiting(&sem->waiters)) != NULL && w->n <= sem->value) {
         sem->value -= w->n;
-        sem->pending++;
+        sem->pending += w->n;
         ferry__grant(w, 0);
     }
 }
@@ -314,7 +314,7 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
     w.n = n;
     rc = ferry__wait(&sem->waiters, &w, FERRY_NEVER);
     if (w.state == FERRY__W_GRANTED) {
-        sem->pending--;
+        sem->pending -= n;
         if (rc != 0) {
             /* Granted, then cancelled before running: give the permits
              * back to whoever waits next (python/asyncio#270). */
@@ -369,7 +369,9 @@ int ferry_sem_release_n(ferry_sem *sem, uint64_t n)
         return -EINVAL;
     if (sem->value > UINT64_MAX - n)
         return -EOVERFLOW;
-    if (sem->bounded && sem->value + n > sem->max)
+    /* Bounded: the permits granted to waiters that have not run yet count
+     * too, since a granted waiter that is cancelled gives them back. */
+    if (sem->bounded && (n > sem->max || sem->value + sem->pending > sem->max - n))
         return -EOVERFLOW;
     sem->value += n;
     sem_serve(sem);

@@ -810,6 +810,43 @@ T(sem, permits_granted_to_cancelled_waiter_reach_the_third)
     cr_assert_eq(r[1], 0);
 }
 
+/* A bounded semaphore counts the permits granted to a waiter that has not
+ * run yet: a release that would make them, with the available ones, more
+ * than the bound is refused, so that the waiter's cancellation cannot give
+ * them back above it (found by the model tester with seed 4). */
+static int bounded_pending_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *b;
+
+    r[0] = ferry_sem_acquire_n(&g_sem, 2);      /* 1 left of 3 */
+    g_want[1] = 2;
+    b = spawn(sem_n_worker, (void *)(intptr_t)1);
+    ferry_yield();                               /* b waits for 2 */
+    r[1] = ferry_sem_release(&g_sem);            /* a release by a non-holder: 2 free, granted to b */
+    r[2] = (int)ferry_sem_value(&g_sem);
+    r[3] = ferry_sem_release_n(&g_sem, 2);       /* 0 free + 2 granted + 2 > 3 */
+    ferry_task_cancel(b);                        /* before b runs: it gives the 2 back */
+    r[4] = join(b);
+    r[5] = (int)ferry_sem_value(&g_sem);
+    return 0;
+}
+
+T(sem, bounded_counts_permits_granted_but_not_taken)
+{
+    int r[6];
+    ferry_sem s = FERRY_SEM_BOUNDED_INIT(3);
+
+    g_sem = s;
+    cr_assert_eq(tu_run(bounded_pending_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(r[2], 0, "the 2 free permits went to the waiter");
+    cr_assert_eq(r[3], -EOVERFLOW);
+    cr_assert_eq(r[4], -ECANCELED);
+    cr_assert_eq(r[5], 2, "never above the bound of 3");
+}
+
 static int sem_deadline_worker(void *arg)
 {
     ferry_scope s;

@@ -122,8 +122,8 @@ struct ferry_sem {
     ferry_loop         *loop;    /* bound at first use */
     uint64_t            value;   /* permits available now */
     uint64_t            max;     /* bound when `bounded` (the initial value) */
-    bool                bounded; /* release above `max` returns -EOVERFLOW */
-    size_t              pending; /* granted waiters that have not resumed yet */
+    bool                bounded; /* release above `max` (value + pending) returns -EOVERFLOW */
+    uint64_t            pending; /* permits granted to waiters that have not resumed yet */
 };
 
 /* A semaphore holding `v` permits; all-zero is one holding 0. */
@@ -172,7 +172,8 @@ int ferry_sem_try_acquire(ferry_sem *sem);
  * Give back `n` permits and wake the waiters at the head that now fit.
  * Any task or callback of the loop may release (permits have no owner).
  * Thread: loop (task or callback).  Suspends: no.
- * Returns: 0; -EOVERFLOW (bounded, and the value would exceed the bound, or
+ * Returns: 0; -EOVERFLOW (bounded, and the permits available plus those
+ * granted to waiters that have not resumed yet would exceed the bound, or
  * the count would wrap: nothing released); -EPERM; -EINVAL (NULL, n == 0).
  */
 int ferry_sem_release_n(ferry_sem *sem, uint64_t n);

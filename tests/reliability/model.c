@@ -165,7 +165,7 @@ struct mact {
     int      saved;       /* cond: rc of the notification wait */
     int      lockid;      /* lock/keylock command: which lock */
     int      nheld;
-    int      held[NLOCKS];/* exit-hook order */
+    int      held[NLOCKS];/* the locks it holds */
     uint64_t sem_held;
     int      done_n, last_rc, last_val;
 };
@@ -184,9 +184,14 @@ struct model {
     int  rq[64];
     int  rqh, rqn;
     struct mlock lk[NLOCKS];
+    /* The loop's list of held locks (sync.c): a lock joins it when taken
+     * free, keeps its place when handed over, leaves it when it is free
+     * again or breaks.  A task that ends breaks its locks in this order. */
+    int lheld[NLOCKS];
+    int nlheld;
     /* semaphore */
     uint64_t sem_value;
-    size_t   sem_pending;
+    uint64_t sem_pending; /* permits granted to waiters not yet run */
     /* event */
     bool ev_set;
     /* condition */
@@ -350,10 +355,25 @@ static void m_expire(struct model *m, int id)
 }
 
 /* Locks: take, pass, owner died. */
+static void m_lheld_del(struct model *m, int lk)
+{
+    int i, j;
+
+    for (i = 0; i < m->nlheld; i++)
+        if (m->lheld[i] == lk) {
+            for (j = i; j + 1 < m->nlheld; j++)
+                m->lheld[j] = m->lheld[j + 1];
+            m->nlheld--;
+            return;
+        }
+}
+
+/* A free lock taken by `id`. */
 static void m_lock_take(struct model *m, int lk, int id)
 {
     m->lk[lk].owner = id;
     m->a[id].held[m->a[id].nheld++] = lk;
+    m->lheld[m->nlheld++] = lk;
 }
 
 static void m_held_del(struct mact *a, int lk)
@@ -380,11 +400,14 @@ static void m_lock_pass(struct model *m, int lk)
 
     if (m->lk[lk].owner >= 0)
         m_held_del(&m->a[m->lk[lk].owner], lk);
-    m->lk[lk].owner = -1;
     w = wq_first(m, lock_wq(lk));
     if (w >= 0) {
-        m_lock_take(m, lk, w);
+        m->lk[lk].owner = w;          /* handed over: keeps its place */
+        m->a[w].held[m->a[w].nheld++] = lk;
         m_grant(m, w, 0);
+    } else {
+        m->lk[lk].owner = -1;
+        m_lheld_del(m, lk);
     }
 }
 
@@ -394,6 +417,7 @@ static void m_lock_died(struct model *m, int lk)
 
     m->lk[lk].broken = true;
     m->lk[lk].owner = -1;
+    m_lheld_del(m, lk);
     while ((w = wq_first(m, q)) >= 0)
         m_grant(m, w, -EOWNERDEAD);
 }
@@ -405,7 +429,7 @@ static void m_sem_serve(struct model *m)
 
     while ((w = wq_first(m, WQ_SEM)) >= 0 && m->a[w].wn <= m->sem_value) {
         m->sem_value -= m->a[w].wn;
-        m->sem_pending++;
+        m->sem_pending += m->a[w].wn;
         m_grant(m, w, 0);
     }
 }
@@ -547,15 +571,21 @@ static void m_kl_unref(struct model *m, int k)
         m->kl_exists[k] = false;
 }
 
-/* A task ends: exit hooks in order, then DONE. */
+/* A task ends: the locks it holds break, in the loop's order, then DONE. */
 static void m_finish(struct model *m, int id)
 {
     struct mact *a = &m->a[id];
+    int i = 0;
 
-    while (a->nheld > 0) {
-        int lk = a->held[0];
-        m_held_del(a, lk);
-        m_lock_died(m, lk);
+    while (a->nheld > 0 && i < m->nlheld) {
+        int lk = m->lheld[i];
+
+        if (m->lk[lk].owner == id) {
+            m_held_del(a, lk);
+            m_lock_died(m, lk);       /* takes it off lheld */
+        } else {
+            i++;
+        }
     }
     a->st = M_DONE;
 }
@@ -684,7 +714,7 @@ static void m_exec(struct model *m, int id, bool resumed)
         }
         rc = m_wait_result(m, id);
         if (a->wstate == WS_GRANTED) {
-            m->sem_pending--;
+            m->sem_pending -= n;
             if (rc != 0) {
                 m->sem_value += n;
                 m_sem_serve(m);
@@ -697,7 +727,7 @@ static void m_exec(struct model *m, int id, bool resumed)
         break;
     case C_SEM_REL:
         n = (uint64_t)(c->arg % 3 + 1);
-        if (m->cfg.sem_bounded && m->sem_value + n > m->cfg.sem_v0) {
+        if (m->cfg.sem_bounded && m->sem_value + m->sem_pending + n > m->cfg.sem_v0) {
             rc = -EOVERFLOW;
             break;
         }
@@ -1023,7 +1053,8 @@ static void m_cleanup(struct model *m, int id)
             m_lock_pass(m, LK_KL0 + k);
             m_kl_unref(m, k);
         }
-    if (a->sem_held && !(m->cfg.sem_bounded && m->sem_value + a->sem_held > m->cfg.sem_v0)) {
+    if (a->sem_held && !(m->cfg.sem_bounded &&
+                         m->sem_value + m->sem_pending + a->sem_held > m->cfg.sem_v0)) {
         m->sem_value += a->sem_held;
         a->sem_held = 0;
         m_sem_serve(m);
@@ -1496,7 +1527,7 @@ static void compare(struct seq *s)
     if (s->lock.broken != m->lk[LK_L].broken)
         failf(s, "lock broken: %d, model %d", s->lock.broken, m->lk[LK_L].broken);
     if (s->sem.value != m->sem_value || s->sem.pending != m->sem_pending)
-        failf(s, "semaphore: value %" PRIu64 " pending %zu, model %" PRIu64 " %zu",
+        failf(s, "semaphore: value %" PRIu64 " pending %" PRIu64 ", model %" PRIu64 " %" PRIu64,
               s->sem.value, s->sem.pending, m->sem_value, m->sem_pending);
     if (s->ev.set != m->ev_set)
         failf(s, "event: set %d, model %d", s->ev.set, m->ev_set);
@@ -1629,7 +1660,7 @@ static void quiescent(struct seq *s)
     if (s->q.unfinished == 0 && waitq_has_waiting(&s->q.joiners))
         failf(s, "quiescent: every item is done but joiners wait");
     if (s->q.pending || s->sem.pending || s->cond.pending)
-        failf(s, "quiescent: woken waiters not accounted for (queue %zu, sem %zu, cond %zu)",
+        failf(s, "quiescent: woken waiters not accounted for (queue %zu, sem %" PRIu64 ", cond %zu)",
               s->q.pending, s->sem.pending, s->cond.pending);
     for (k = 0; k < NKEYS; k++) {
         /* A call with waiters has a leader parked inside fn. */
