@@ -313,7 +313,10 @@ static void list_splice_tail(struct ferry__link *to, struct ferry__link *from)
  * not know about yet (a fetch after cache hits).  If the queue is stuck
  * behind long jobs all the same, the checker takes what waits: it watches
  * at CHECK_MIN_NS while jobs are in flight, and is woken here once if it
- * sleeps longer than that.  Requires mu.
+ * sleeps longer than that.  Requires mu.  (Jobs cannot be left here with
+ * nobody to take them: a worker is running a job that is neither
+ * abandoned nor blocked in a loop, and comes back to the queue when it
+ * returns.)
  */
 static bool enough_workers_locked(struct ferry_pool *p, size_t added)
 {
@@ -321,9 +324,12 @@ static bool enough_workers_locked(struct ferry_pool *p, size_t added)
         p->nqueued <= added ||                          /* they queue behind nothing */
         p->svc >= svc_min_ticks || p->svc * p->nqueued > qdelay_ticks)
         return false;
-    if (p->checker && p->check_ns > CHECK_MIN_NS) {
+    if (p->check_ns > CHECK_MIN_NS) {
+        /* Also when the duty is being handed on: the next checker starts
+         * with the short timeout. */
         p->check_ns = CHECK_MIN_NS;
-        pthread_cond_signal(&p->check);
+        if (p->checker)
+            pthread_cond_signal(&p->check);
     }
     return true;
 }
