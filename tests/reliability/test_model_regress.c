@@ -38,6 +38,17 @@ R(first_sequence_of_run_1)
     replay(model_seq_seed(1, 0));
 }
 
+/* Seed 4 of the random run, sequence 0xd314e16c855a57ea: a release by a
+ * task that held no permit was accepted because only the free permits
+ * were checked against the bound; then a waiter granted the freed permits
+ * was cancelled before it ran, gave them back, and the bounded semaphore
+ * held 4 of 3.  Now the granted-but-not-run permits count against the
+ * bound too (ferry_sem_release_n). */
+R(bounded_semaphore_counts_granted_permits)
+{
+    replay(0xd314e16c855a57eaULL);
+}
+
 /* ---- Bugs found by the reliability program, now fixed --------------- */
 
 static int once_steps;
