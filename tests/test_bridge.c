@@ -347,26 +347,45 @@ static int gang_member(void *arg)
     return ferry_to_thread(arg, gang_job, NULL);
 }
 
-static int short_then_gang_main(void *arg)
+/* A long run of short jobs: the pool learns that one thread is enough.
+ * Returns 0, or 1000 + the first error. */
+static int offload_short_jobs(ferry_pool *p)
 {
-    ferry_pool *p = arg;
-    ferry_task *t[GANG];
-    int rc, st, bad = 0;
+    int rc;
 
-    /* A long run of short jobs: the pool learns that one thread is enough. */
     for (int i = 0; i < 2000; i++)
         if ((rc = ferry_to_thread(p, noop_job, NULL)))
             return 1000 + rc;
-    /* Then jobs that block until all of them run, offloaded in one turn. */
-    for (int i = 0; i < GANG; i++)
-        if ((rc = ferry_task_spawn(&t[i], NULL, gang_member, p, NULL)))
-            return 2000 + rc;
+    return 0;
+}
+
+/* Join the gang's tasks: 0 if every job returned 0, 1 if one did not,
+ * 3000 + the first join error. */
+static int join_gang(ferry_task **t)
+{
+    int rc, st, bad = 0;
+
     for (int i = 0; i < GANG; i++) {
         if ((rc = ferry_task_join(t[i], &st)))
             return 3000 + rc;
         bad |= st != 0;
     }
     return bad;
+}
+
+static int short_then_gang_main(void *arg)
+{
+    ferry_pool *p = arg;
+    ferry_task *t[GANG];
+    int rc;
+
+    if ((rc = offload_short_jobs(p)))
+        return rc;
+    /* Then jobs that block until all of them run, offloaded in one turn. */
+    for (int i = 0; i < GANG; i++)
+        if ((rc = ferry_task_spawn(&t[i], NULL, gang_member, p, NULL)))
+            return 2000 + rc;
+    return join_gang(t);
 }
 
 Test(pool, slow_jobs_after_short_ones_still_spread_over_the_threads,
@@ -405,11 +424,10 @@ static int staggered_gang_main(void *arg)
 {
     ferry_pool *p = arg;
     ferry_task *t[GANG];
-    int rc, st, bad = 0;
+    int rc;
 
-    for (int i = 0; i < 2000; i++)
-        if ((rc = ferry_to_thread(p, noop_job, NULL)))
-            return 1000 + rc;
+    if ((rc = offload_short_jobs(p)))
+        return rc;
     if ((rc = ferry_sleep(tu_ms(20))))
         return 1500 + rc;
     for (int i = 0; i < GANG; i++) {
@@ -419,12 +437,7 @@ static int staggered_gang_main(void *arg)
             if ((rc = ferry_sleep(FERRY_MSEC(1))))
                 return 2500 + rc;
     }
-    for (int i = 0; i < GANG; i++) {
-        if ((rc = ferry_task_join(t[i], &st)))
-            return 3000 + rc;
-        bad |= st != 0;
-    }
-    return bad;
+    return join_gang(t);
 }
 
 Test(pool, slow_jobs_offloaded_while_one_runs_all_start,

@@ -355,17 +355,24 @@ static void m_expire(struct model *m, int id)
 }
 
 /* Locks: take, pass, owner died. */
-static void m_lheld_del(struct model *m, int lk)
+
+/* Remove `x` from the ordered array v[0..*n), if it is there. */
+static void ids_del(int *v, int *n, int x)
 {
     int i, j;
 
-    for (i = 0; i < m->nlheld; i++)
-        if (m->lheld[i] == lk) {
-            for (j = i; j + 1 < m->nlheld; j++)
-                m->lheld[j] = m->lheld[j + 1];
-            m->nlheld--;
+    for (i = 0; i < *n; i++)
+        if (v[i] == x) {
+            for (j = i; j + 1 < *n; j++)
+                v[j] = v[j + 1];
+            (*n)--;
             return;
         }
+}
+
+static void m_lheld_del(struct model *m, int lk)
+{
+    ids_del(m->lheld, &m->nlheld, lk);
 }
 
 /* A free lock taken by `id`. */
@@ -378,15 +385,7 @@ static void m_lock_take(struct model *m, int lk, int id)
 
 static void m_held_del(struct mact *a, int lk)
 {
-    int i, j;
-
-    for (i = 0; i < a->nheld; i++)
-        if (a->held[i] == lk) {
-            for (j = i; j + 1 < a->nheld; j++)
-                a->held[j] = a->held[j + 1];
-            a->nheld--;
-            return;
-        }
+    ids_del(a->held, &a->nheld, lk);
 }
 
 static int lock_wq(int lk)
