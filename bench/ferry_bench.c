@@ -11,7 +11,8 @@
  *   ferry-bench --list           the workload names
  *
  * Environment: FERRY_BENCH_STATS=1 prints the loop's and the inbox's
- * counters on stderr after each workload; FERRY_BENCH_STACK_CACHE=N sets
+ * counters on stderr after each workload, and the page faults, context
+ * switches and loop CPU time of its timed part; FERRY_BENCH_STACK_CACHE=N sets
  * ferry_loop_opts.stack_cache (an experiment knob: the contract's numbers
  * use the defaults).
  *
@@ -62,6 +63,25 @@
 
 /* ---- common ------------------------------------------------------------ */
 
+/* Resource use when the timing began (start_clock()), for
+ * FERRY_BENCH_STATS: the whole process's, and the calling thread's (the
+ * loop's: every workload runs in the main task of its loop). */
+static struct rusage ru_start, ru_start_loop;
+
+/* Begin timing a workload: returns ferry_now(). */
+static int64_t start_clock(void)
+{
+    getrusage(RUSAGE_SELF, &ru_start);
+    getrusage(RUSAGE_THREAD, &ru_start_loop);
+    return ferry_now();
+}
+
+/* Microseconds from a to b. */
+static long tv_us(struct timeval a, struct timeval b)
+{
+    return (long)(b.tv_sec - a.tv_sec) * 1000000L + (long)(b.tv_usec - a.tv_usec);
+}
+
 static double secs_since(int64_t t0)
 {
     return (double)(ferry_now() - t0) * 1e-9;
@@ -91,15 +111,26 @@ static long cur_rss_kb(void)
 }
 
 /* With FERRY_BENCH_STATS set, print the loop's and its inbox's counters
- * on stderr after a workload (how many polls, eventfd wakeups, drains). */
+ * on stderr after a workload (how many polls, eventfd wakeups, drains);
+ * and since start_clock(), the page faults and context switches of the
+ * whole process, and the CPU time of the loop thread (the kernel counts
+ * it in ticks: a coarse split between user and system). */
 static void print_stats(const char *workload)
 {
     ferry_loop *loop = ferry_loop_current();
     ferry_inbox_stats ib;
     ferry_loop_stats ls;
+    struct rusage ru, rl;
 
     if (!getenv("FERRY_BENCH_STATS") || !loop)
         return;
+    getrusage(RUSAGE_SELF, &ru);
+    getrusage(RUSAGE_THREAD, &rl);
+    fprintf(stderr, "stats %s: process minor_faults=%ld voluntary_switches=%ld "
+            "involuntary_switches=%ld; loop thread cpu_us user=%ld sys=%ld\n", workload,
+            ru.ru_minflt - ru_start.ru_minflt, ru.ru_nvcsw - ru_start.ru_nvcsw,
+            ru.ru_nivcsw - ru_start.ru_nivcsw, tv_us(ru_start_loop.ru_utime, rl.ru_utime),
+            tv_us(ru_start_loop.ru_stime, rl.ru_stime));
     if (ferry_loop_stats_get(loop, &ls) == 0)
         fprintf(stderr, "stats %s: turns=%" PRIu64 " steps=%" PRIu64 " polls=%" PRIu64 "\n",
                 workload, ls.turns, ls.steps, ls.polls);
@@ -220,7 +251,7 @@ static int w_switch(void *arg)
     bool ok;
 
     (void)arg;
-    t0 = ferry_now();
+    t0 = start_clock();
     t[0] = spawn(switch_task, &c[0]);
     t[1] = spawn(switch_task, &c[1]);
     ok = join(t[0]) == 0;
@@ -242,7 +273,7 @@ static int w_spawn(void *arg)
     int64_t sum = 0, t0;
 
     (void)arg;
-    t0 = ferry_now();
+    t0 = start_clock();
     for (long b = 0; b < N / BATCH; b++) {
         for (long i = 0; i < BATCH; i++)
             h[i] = spawn(spawn_job, (void *)(intptr_t)(b * BATCH + i));
@@ -286,7 +317,7 @@ static int idle_run(const char *name, long n)
     int rc;
 
     rss0 = cur_rss_kb();
-    t0 = ferry_now();
+    t0 = start_clock();
     for (long i = 0; i < n; i++)
         spawn_detached(idle_task, &s);
     while (s.started < n)
@@ -348,7 +379,7 @@ static int w_lock_contention(void *arg)
 
     (void)arg;
     ferry_lock_init(&s.lock);
-    t0 = ferry_now();
+    t0 = start_clock();
     for (int i = 0; i < TASKS; i++)
         t[i] = spawn(lock_task, &s);
     for (int i = 0; i < TASKS; i++)
@@ -410,7 +441,7 @@ static int w_queue_pipeline(void *arg)
     (void)arg;
     if ((rc = ferry_queue_init(&p.q, sizeof(int64_t), 100, FERRY_QUEUE_FIFO, NULL, NULL)))
         die("ferry_queue_init", rc);
-    t0 = ferry_now();
+    t0 = start_clock();
     for (int c = 0; c < NC; c++)
         cons[c] = spawn(consumer_task, &p);
     for (int i = 0; i < NP; i++) {
@@ -501,7 +532,7 @@ static int w_stampede(void *arg)
     st.n = 10000;
     st.lazy = getenv("FERRY_BENCH_LAZY") != NULL;
     st.pool = pool_start();
-    t0 = ferry_now();
+    t0 = start_clock();
     for (long i = 0; i < st.n; i++) {
         /* Eager: a client runs as soon as it is spawned, so once its key is
          * cached it ends at once and the next client reuses its stack.
@@ -547,7 +578,7 @@ static void incr_cb(void *arg)
 static void *poster_main(void *arg)
 {
     (void)arg;
-    ps.t0 = ferry_now();
+    ps.t0 = start_clock();
     for (long i = 0; i < ps.n; i++)
         if (ferry_loop_call_soon_threadsafe(ps.loop, incr_cb, NULL))
             ps.failed++;
@@ -594,7 +625,7 @@ static int w_offload_rtt(void *arg)
     int rc;
 
     (void)arg;
-    t0 = ferry_now();
+    t0 = start_clock();
     for (long i = 0; i < n; i++) {
         if ((rc = ferry_to_thread(pool, noop_job, NULL)))
             die("ferry_to_thread", rc);
@@ -632,7 +663,7 @@ static int w_offload_throughput(void *arg)
 
     (void)arg;
     o.pool = pool_start();
-    t0 = ferry_now();
+    t0 = start_clock();
     for (int i = 0; i < TASKS; i++)
         t[i] = spawn(offload_task, &o);
     for (int i = 0; i < TASKS; i++)

@@ -93,18 +93,25 @@ struct job {
     bool                heap;      /* allocated by ferry (abandon variant, submit) */
     bool                abandoned; /* mu: the task left; the worker cleans up */
     bool                over;      /* mu: QUEUED in overq, waiting for room */
-    /* The waiting side. */
+    /* The waiting side.  A task's job fits three cache lines: the fields
+     * of the other kind share its wake's room, and the task's loop
+     * touches no fourth line per job. */
     uint64_t            gen;       /* loop thread: the flush of its loop's subq it waits
                                     * for (subq.gen + 1 while pending), 0 if never deferred */
-    ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
     struct ferry_pool  *pool;      /* its pool (KIND_SUBMIT: holds a reference) */
-    struct ferry__xwake xw;        /* KIND_TASK: wakes the waiting task */
-    struct ferry__cnode cn;        /* KIND_SUBMIT with a loop: runs `done` there */
-    ferry_job_done      done;      /* KIND_SUBMIT: completion callback, or NULL */
-    void               *done_arg;  /* its argument */
+    union {
+        struct ferry__xwake xw;    /* KIND_TASK: wakes the waiting task */
+        struct {
+            struct ferry__cnode cn;    /* with a loop: runs `done` there */
+            ferry_job_done      done;  /* completion callback, or NULL */
+            void               *done_arg; /* its argument */
+        } sub;                     /* KIND_SUBMIT */
+    };
+    ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
 };
 
 _Static_assert(offsetof(struct job, gen) <= 64, "a worker's fields of struct job fit one cache line");
+_Static_assert(sizeof(struct job) <= 192, "a task's job fits three cache lines");
 
 /* A task waiting for room in the queue (the fallback path, see offload). */
 struct room_waiter {
@@ -404,9 +411,9 @@ static void room_kick_locked(struct ferry_pool *p)
 /* Runs on the loop: the completion of a submitted job. */
 static void submit_done_on_loop(struct ferry__cnode *n)
 {
-    struct job *j = ferry__container_of(n, struct job, cn);
+    struct job *j = ferry__container_of(n, struct job, sub.cn);
     struct ferry_pool *p = j->pool;
-    int rc = j->done ? j->done(j->done_arg, j->status) : 0;
+    int rc = j->sub.done ? j->sub.done(j->sub.done_arg, j->status) : 0;
 
     if (rc) {
         atomic_fetch_add(&p->callback_errors, 1);
@@ -427,13 +434,13 @@ static void finish(struct job *j, int status)
         return;
     }
     if (j->ib) {
-        j->cn.fn = submit_done_on_loop;
-        ferry__inbox_complete_reserved(j->ib, &j->cn);
+        j->sub.cn.fn = submit_done_on_loop;
+        ferry__inbox_complete_reserved(j->ib, &j->sub.cn);
         return;
     }
     {
         struct ferry_pool *p = j->pool;
-        int rc = j->done ? j->done(j->done_arg, status) : 0;
+        int rc = j->sub.done ? j->sub.done(j->sub.done_arg, status) : 0;
         if (rc) {
             atomic_fetch_add(&p->callback_errors, 1);
             ferry__log(FERRY_LOG_WARN, "pool: a job's completion callback failed (%d); "
@@ -469,11 +476,16 @@ static void sink_run(struct ferry__cnode *n)
     for (size_t i = 0; i < cnt; i++) {
         struct job *j = v[i];
 
-        /* The jobs ahead: the line a worker wrote (status), the wake. */
+        /* The jobs ahead: the line a worker wrote (status) and the two
+         * lines of the wake; nearer, the task each wake makes ready (its
+         * pointer is in a line fetched four jobs ago). */
         if (i + 8 < cnt) {
             __builtin_prefetch(v[i + 8], 0);
-            __builtin_prefetch(&v[i + 8]->xw, 1);
+            __builtin_prefetch(&v[i + 8]->xw.w, 1);
+            __builtin_prefetch(&v[i + 8]->xw.delivered, 1);
         }
+        if (i + 4 < cnt)
+            __builtin_prefetch(v[i + 4]->xw.w.task, 1);
         ferry__xwake_deliver(&j->xw, j->status);   /* wakes the task now */
     }
     while ((l = ferry__list_pop_front(&local)) != NULL) {
@@ -1021,8 +1033,8 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
     j->fn = fn;
     j->arg = arg;
     j->ib = ib;
-    j->done = done;
-    j->done_arg = done_arg;
+    j->sub.done = done;
+    j->sub.done_arg = done_arg;
     j->pool = p;
     if (ib && (rc = ferry__inbox_reserve(ib)) != 0) {
         ferry__free(j);
@@ -1254,34 +1266,28 @@ static int wait_room_locked(struct ferry_pool *p)
     }
 }
 
-static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
-                   bool *abandoned)
+/* The job could not go on the loop's list (no flush could be scheduled):
+ * queue it now, waiting for room here if need be.  Out of line, as
+ * offload_interrupted(): the hot path's frame holds only the job. */
+static __attribute__((noinline)) int offload_direct(struct ferry_pool *p, struct job *j)
 {
     int rc;
 
-    *abandoned = false;
-    rc = ferry__xwake_init_self(&j->xw, self, "to_thread", p);
-    if (rc)
-        return rc;
-    j->ib = j->xw.ib;
-    ferry__link_init(&j->link);
-    j->pool = p;
-    if (defer_job(p, j) != 0) {
-        /* No flush: queue it now, waiting for room here if need be. */
-        pthread_mutex_lock(&p->mu);
-        rc = wait_room_locked(p);
-        if (rc) {
-            pthread_mutex_unlock(&p->mu);
-            return rc;
-        }
+    pthread_mutex_lock(&p->mu);
+    rc = wait_room_locked(p);
+    if (!rc)
         enqueue_locked(p, j);
-        pthread_mutex_unlock(&p->mu);
-    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
 
-    rc = ferry__xwake_wait(&j->xw);
-    if (j->xw.delivered)
-        return j->xw.result;          /* fn's status, or why it never ran */
-    /* Interrupted: cancelled or a deadline passed. */
+/* The task was interrupted (cancelled, or a deadline passed) with status
+ * `rc` while its job was somewhere between the loop's list and its
+ * completion: take the job back if it has not started, else abandon it
+ * (heap job) or wait for it. */
+static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, struct job *j,
+                                                         int rc, bool *abandoned)
+{
     if (job_pending(j)) {
         /* Still on this loop's list: never handed over. */
         ferry__list_remove(&j->link);
@@ -1318,6 +1324,26 @@ static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
     return j->xw.result;
 }
 
+static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
+                   bool *abandoned)
+{
+    int rc;
+
+    *abandoned = false;
+    rc = ferry__xwake_init_self(&j->xw, self, "to_thread", p);
+    if (rc)
+        return rc;
+    j->ib = j->xw.ib;
+    ferry__link_init(&j->link);
+    j->pool = p;
+    if (defer_job(p, j) != 0 && (rc = offload_direct(p, j)) != 0)
+        return rc;
+    rc = ferry__xwake_wait(&j->xw);
+    if (j->xw.delivered)
+        return j->xw.result;          /* fn's status, or why it never ran */
+    return offload_interrupted(p, j, rc, abandoned);
+}
+
 /* Fill in a task's job (not its wake, which offload() sets up).  Field by
  * field: zeroing the whole struct cost a fifth of a round trip's time on
  * the loop thread. */
@@ -1336,8 +1362,6 @@ static void job_init_task(struct job *j, ferry_job_fn fn, void *arg, bool heap,
     j->enq = 0;
     j->cleanup = cleanup;
     j->ib = NULL;
-    j->done = NULL;
-    j->done_arg = NULL;
     j->pool = NULL;
 }
 

@@ -341,6 +341,7 @@ static bool run_turn(ferry_loop *loop)
     loop->turn = &local;
     loop->stats.turns++;
     while ((l = ferry__list_pop_front(&local))) {
+        ferry__prefetch_run(loop, local.next, &local);
         run_step(loop, ferry__container_of(l, struct ferry__runnable, link));
         if (loop->stop && !loop->closing) {
             /* Put back what this turn did not reach, in order. */

@@ -75,6 +75,39 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
     ferry__switch_arrived(loop, t);
 }
 
+/* Below this many live tasks their stacks stay in the L1 cache between
+ * two runs, and ferry__prefetch_run() would only cost instructions (a
+ * yield between two tasks measured 3% slower with it). */
+#define FERRY__PREFETCH_MIN_TASKS 64
+
+/*
+ * Ask the cache for the top of the saved stack of the runnable at `l` (in
+ * a list ending at `end`), if it is a task: the switch to it pops its
+ * registers from there and returns through the frames just above, lines
+ * last touched a whole turn ago.  Called one task ahead, so the lines
+ * arrive while the task before it runs (1,000 tasks offloading to a pool:
+ * about 5% faster, bench/README.md).
+ */
+static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferry__link *l,
+                                       const struct ferry__link *end)
+{
+#if !defined(FERRY_CTX_UCONTEXT)
+    if (loop->live >= FERRY__PREFETCH_MIN_TASKS && l != end) {
+        const struct ferry__runnable *r = ferry__container_of(l, struct ferry__runnable, link);
+
+        if (r->kind == FERRY__RUN_TASK) {
+            const char *sp = ferry__container_of(r, ferry_task, run)->ctx.sp;
+
+            __builtin_prefetch(sp, 0);
+            __builtin_prefetch(sp + 64, 0);
+            __builtin_prefetch(sp + 128, 0);
+        }
+    }
+#else
+    (void)loop; (void)l; (void)end;
+#endif
+}
+
 /*
  * Leave the running task `self` (already queued or waiting): hand the CPU
  * straight to the next task of the current turn if there is one, else back
@@ -103,6 +136,7 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
             if (r->kind == FERRY__RUN_TASK && next->started) {
                 ferry__canary_check(loop, self);
                 ferry__list_remove(l);
+                ferry__prefetch_run(loop, turn->next, turn);
                 loop->stats.steps++;
                 loop->since_poll++;
                 next->state = FERRY_TASK_RUNNING;
