@@ -166,11 +166,13 @@ static void *stack_map(size_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* The header of the stack [base, base + size): at the top, inside the
- * task structure. */
-static struct ferry__stack *stack_at(void *base, size_t size)
+/* The header of the stack [base, base + size) in slot `slot` of its slab
+ * (0: a mapping of its own): at the top below the colour, inside the task
+ * structure. */
+static struct ferry__stack *stack_at(void *base, size_t size, unsigned slot)
 {
-    ferry_task *t = (ferry_task *)(void *)((char *)base + size - FERRY__TASK_ROOM);
+    ferry_task *t = (ferry_task *)(void *)((char *)base + size - FERRY__TASK_ROOM -
+                                           ferry__stack_color(size, slot));
 
     return &t->stk;
 }
@@ -179,7 +181,7 @@ static struct ferry__stack *stack_at(void *base, size_t size)
 static struct ferry__stack *stack_init(ferry_loop *loop, void *base, size_t size,
                                        struct ferry__slab *sl, unsigned slot, uint8_t guard)
 {
-    struct ferry__stack *s = stack_at(base, size);
+    struct ferry__stack *s = stack_at(base, size, slot);
 
     if (guard == FERRY__GUARD_NONE)
         loop->canaries = true;      /* switches check the canary from now on */
@@ -215,7 +217,7 @@ static void slab_unmap(ferry_loop *loop, struct ferry__slab *sl)
         if (sl->guard[i] == FERRY__GUARD_MPROTECT)
             loop->mprotect_live--;
         if (!(sl->cold & bit)) {
-            struct ferry__stack *s = stack_at(slot_base(loop, sl, i), loop->stack_size);
+            struct ferry__stack *s = stack_at(slot_base(loop, sl, i), loop->stack_size, i);
 
             ferry__vg_stack_deregister(s->vg_id);
             if (sl->cached & bit) {

@@ -1441,6 +1441,72 @@ TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
     cr_assert_eq(tu_leaks(), 0);
 }
 
+/* Stack colouring (loop_int.h): the task structures of one slab's slots
+ * sit at different offsets within a page, one cache line apart, so that
+ * their hot lines do not all share the same cache sets.  The base computed
+ * back from a coloured header is still the slot's (page-aligned) base, and
+ * a stack with a mapping of its own is not coloured. */
+enum { COLOR_N = FERRY__STACK_COLORS - 1 };   /* slots 1..31: the main task holds slot 0 */
+static uintptr_t color_off[COLOR_N];
+static bool color_base_aligned[COLOR_N];
+static size_t color_room[COLOR_N];
+static uintptr_t color_single_off;
+
+static int note_color(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+    intptr_t i = (intptr_t)arg;
+    char *base = ferry__stack_base(&self->stk);
+
+    if (i < 0) {
+        color_single_off = ((uintptr_t)self + FERRY__TASK_ROOM) % 4096;
+    } else {
+        color_off[i] = (uintptr_t)self % 4096;
+        color_base_aligned[i] = (uintptr_t)base % 4096 == 0 &&
+                                (char *)self->lo == base + 4096;
+        color_room[i] = (size_t)((char *)self->hi - (char *)self->lo);
+    }
+    return 0;
+}
+
+static int color_main(void *arg)
+{
+    ferry_task *t[COLOR_N], *single;
+    int rc = 0;
+
+    (void)arg;
+    for (int i = 0; i < COLOR_N; i++)
+        if (ferry_task_spawn(&t[i], NULL, note_color, (void *)(intptr_t)i, NULL))
+            return -1;
+    if (ferry_task_spawn(&single, NULL, note_color, (void *)(intptr_t)-1,
+                         &(ferry_task_opts){ .stack_size = 2 * FERRY_STACK_DEFAULT }))
+        return -1;
+    for (int i = 0; i < COLOR_N; i++)
+        if (ferry_task_join(t[i], NULL))
+            rc = -1;
+    if (ferry_task_join(single, NULL))
+        rc = -1;
+    return rc;
+}
+
+TL(stacks_of_a_slab_are_coloured_one_cache_line_apart)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(run_on(l, color_main, NULL), 0);
+    for (int i = 0; i < COLOR_N; i++) {
+        cr_assert(color_base_aligned[i], "slot %d: the base computed from the header is off", i + 1);
+        cr_assert_eq(color_off[i] % 64, 0);
+        cr_assert_geq(color_room[i], FERRY_STACK_DEFAULT - FERRY__TASK_ROOM - 64 * (COLOR_N + 1) + 64);
+        for (int k = 0; k < i; k++)
+            cr_assert_neq(color_off[i], color_off[k], "slots %d and %d share an offset", k + 1, i + 1);
+    }
+    cr_assert_eq(color_single_off, 0, "a stack of its own is coloured");
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
 /* The canary: a task that overwrote the bottom of its stack is stopped when
  * it switches out.  ferry logs and aborts; the SIGABRT handler checks the
  * line written on stderr and exits with 42 (so the coverage data is
