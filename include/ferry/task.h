@@ -33,7 +33,10 @@ typedef struct ferry_task ferry_task;
 /* A task's body.  Its return value is the task's status. */
 typedef int (*ferry_task_fn)(void *arg);
 
-/* Default stack size: 64 KiB, of which only the touched pages use memory. */
+/* Default stack size: 64 KiB, of which only the touched pages use memory.
+ * A stack also holds its task's structure (a few hundred bytes) at the
+ * top, and a stack of the loop's default size of 64 KiB or more gives up
+ * to 1,984 bytes more to cache colouring (docs/design.md). */
 #define FERRY_STACK_DEFAULT ((size_t)64 * 1024)
 /* Smallest accepted stack size. */
 #define FERRY_STACK_MIN     ((size_t)16 * 1024)
