@@ -201,10 +201,10 @@ struct ferry_loop {
     size_t                slabs_empty;/* slabs with no live stack */
     unsigned              io_interval;/* steps between polls */
     unsigned              since_poll; /* steps since the last poll */
-    /* io_interval, or 0 while a task must not hand the CPU straight to
-     * the next one (stop requested, or the blocked-loop detector timing
-     * each step): one comparison with since_poll on every switch.  Kept
-     * by ferry__loop_hand_update(). */
+    /* 0 while a task must not hand the CPU straight to the next one (stop
+     * requested, or the blocked-loop detector timing each step), else
+     * io_interval: a task may then begin the next turn itself while
+     * since_poll is below it.  Kept by ferry__loop_hand_update(). */
     unsigned              hand_limit;
     uint64_t              next_id;    /* task numbering */
     int64_t               slow_ns;    /* blocked-loop threshold, 0 off */

@@ -121,11 +121,13 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
 #if !defined(FERRY_ASAN_ON) && !defined(FERRY_TSAN_ON)
     struct ferry__link *turn = loop->turn, *l;
 
-    if (turn && loop->since_poll < loop->hand_limit) {
+    if (turn && loop->hand_limit) {
         if (ferry__list_empty_linked(turn) && !ferry__list_empty_linked(&loop->runq) &&
-            !loop->one_turn) {
-            /* The turn is over: begin the next one here, as the scheduler
-             * would (it polls only every io_interval steps anyway). */
+            !loop->one_turn && loop->since_poll < loop->hand_limit) {
+            /* The turn is over and no poll is due: begin the next one
+             * here, as the scheduler would.  Within a turn the hand-over
+             * goes on however many steps it has run: the scheduler polls
+             * only between turns. */
             ferry__list_move(turn, &loop->runq);
             loop->stats.turns++;
         }
@@ -138,6 +140,7 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
                 ferry__list_remove(l);
                 ferry__prefetch_run(loop, turn->next, turn);
                 loop->stats.steps++;
+                loop->stats.handoffs++;
                 loop->since_poll++;
                 next->state = FERRY_TASK_RUNNING;
                 loop->current = next;

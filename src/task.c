@@ -408,6 +408,7 @@ int ferry_yield(void)
         ferry__canary_check(loop, self);
         loop->stats.turns++;
         loop->stats.steps++;
+        loop->stats.handoffs++;
         loop->since_poll++;
         return 0;
     }

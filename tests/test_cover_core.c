@@ -8,6 +8,7 @@
  * Assertions stay on the main stack (TESTING.md): task bodies record.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -1438,6 +1439,69 @@ TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
     cr_assert_eq(trim_slabs[3], 2, "%zu", trim_slabs[3]);
     cr_assert_eq(l->mprotect_live, 0);
     ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* The hand-over (switch.h): a turn of more tasks than io_interval is
+ * handed from task to task all the way through, because the scheduler
+ * polls only between turns.  (It once stopped handing over after
+ * io_interval steps and sent the rest of the turn through the scheduler.)
+ * While the blocked-loop detector times steps, no step skips the
+ * scheduler.  ASan and TSan builds never hand over between stacks. */
+enum { HAND_N = 300, HAND_ROUNDS = 3 };
+
+static int hand_yielder(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < HAND_ROUNDS; i++)
+        if (ferry_yield())
+            return -1;
+    return 0;
+}
+
+static int hand_main(void *arg)
+{
+    ferry_task *t[HAND_N];
+    int rc = 0;
+
+    (void)arg;
+    for (int i = 0; i < HAND_N; i++)
+        if (ferry_task_spawn(&t[i], NULL, hand_yielder, NULL, NULL))
+            return -1;
+    for (int i = 0; i < HAND_N; i++)
+        if (ferry_task_join(t[i], NULL))
+            rc = -1;
+    return rc;
+}
+
+static uint64_t handoffs_of_run(int64_t slow)
+{
+    ferry_loop_stats st;
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(ferry_loop_set_slow_threshold(l, slow), 0);
+    cr_assert_eq(run_on(l, hand_main, NULL), 0);
+    cr_assert_eq(ferry_loop_stats_get(l, &st), 0);
+    cr_assert_geq(st.steps, (uint64_t)HAND_N * (HAND_ROUNDS + 1));
+    ferry_loop_free(l);
+    return st.handoffs;
+}
+
+TL(a_turn_longer_than_io_interval_is_handed_over_all_the_way)
+{
+    uint64_t fast = handoffs_of_run(0), timed = handoffs_of_run(FERRY_SEC(10));
+
+#if defined(COV_ASAN) || defined(COV_TSAN)
+    cr_assert_eq(fast, 0);
+#else
+    /* A task's first step (which starts it) and its last (after which it
+     * ends) go through the scheduler; the HAND_ROUNDS - 1 steps between
+     * are handed over, but for the first step of each turn. */
+    cr_assert_geq(fast, (uint64_t)(HAND_N - 1) * (HAND_ROUNDS - 1),
+                  "%" PRIu64 " of %d steps handed over", fast, HAND_N * (HAND_ROUNDS - 1));
+#endif
+    cr_assert_eq(timed, 0, "%" PRIu64 " steps skipped the detector", timed);
     cr_assert_eq(tu_leaks(), 0);
 }
 

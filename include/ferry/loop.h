@@ -166,6 +166,12 @@ typedef struct ferry_loop_stats {
     uint64_t slow_steps;   /* steps over the slow threshold */
     size_t   live_tasks;   /* tasks not yet finished */
     size_t   stacks_cached;/* free stacks kept for reuse */
+    uint64_t handoffs;     /* of the steps, those begun without the scheduler:
+                            * a task handing the CPU straight to the next
+                            * task of the turn, or a lone task going on after
+                            * a yield.  Never while a stop is pending or the
+                            * blocked-loop detector times steps; under ASan
+                            * and TSan only the lone yields. */
 } ferry_loop_stats;
 
 /* Copy the loop's counters to *out.
