@@ -259,6 +259,23 @@ static void sem_serve(ferry_sem *sem)
     }
 }
 
+/*
+ * Permits come back (a release, or a grant handed back by a waiter that was
+ * cancelled before it ran): they first pay off the permits out above a
+ * lowered total, then become available to the waiters at the head.
+ */
+static inline void sem_put(ferry_sem *sem, uint64_t n)
+{
+    if (__builtin_expect(sem->debt != 0, 0)) {
+        uint64_t paid = n < sem->debt ? n : sem->debt;
+
+        sem->debt -= paid;
+        n -= paid;
+    }
+    sem->value += n;
+    sem_serve(sem);
+}
+
 int ferry_sem_init(ferry_sem *sem, uint64_t value, unsigned flags)
 {
     if (sem == NULL || (flags & ~(unsigned)FERRY_SEM_BOUNDED))
@@ -317,9 +334,9 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
         sem->pending -= n;
         if (rc != 0) {
             /* Granted, then cancelled before running: give the permits
-             * back to whoever waits next (python/asyncio#270). */
-            sem->value += n;
-            sem_serve(sem);
+             * back to whoever waits next (python/asyncio#270).  Releases
+             * keep room for them, so they cannot wrap the count. */
+            sem_put(sem, n);
         }
     } else if (rc != 0) {
         /* Left the queue: if we were the head, the smaller requests
@@ -367,14 +384,58 @@ int ferry_sem_release_n(ferry_sem *sem, uint64_t n)
         return rc;
     if (n == 0)
         return -EINVAL;
-    if (sem->value > UINT64_MAX - n)
+    /* Unbounded: the count may not pass UINT64_MAX, the permits granted
+     * to waiters that have not run yet included, so that a grant handed
+     * back by a cancelled waiter cannot wrap it.  value + pending never
+     * exceeds UINT64_MAX, so the difference does not wrap. */
+    if (!sem->bounded && n > UINT64_MAX - sem->value - sem->pending)
         return -EOVERFLOW;
-    /* Bounded: the permits granted to waiters that have not run yet count
-     * too, since a granted waiter that is cancelled gives them back. */
-    if (sem->bounded && (n > sem->max || sem->value + sem->pending > sem->max - n))
+    /* Bounded: at most the permits out may come back, less those granted
+     * to waiters that have not run yet: only their waiter gives them back,
+     * when it is cancelled.  The permits out are the total plus the debt
+     * less the permits available; the sum cannot overflow, since the total
+     * and the debt together never exceed the largest total set. */
+    if (sem->bounded && n > sem->max + sem->debt - sem->value - sem->pending)
         return -EOVERFLOW;
-    sem->value += n;
-    sem_serve(sem);
+    sem_put(sem, n);
+    return 0;
+}
+
+int ferry_sem_set_total(ferry_sem *sem, uint64_t total)
+{
+    struct ferry__link *l;
+    uint64_t cut, taken;
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__bind_inline(&sem->loop);
+    if (rc)
+        return rc;
+    if (!sem->bounded || total == 0)
+        return -EINVAL;
+    /* Every waiting request fits the total, as ferry_sem_acquire_n()
+     * demands of a new one: a waiter at the head that never could get in
+     * would block everyone behind it. */
+    ferry__list_foreach(l, &sem->waiters.head) {
+        struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+
+        if (w->state == FERRY__W_WAITING && w->n > total)
+            return -EBUSY;
+    }
+    if (total >= sem->max) {
+        uint64_t added = total - sem->max;
+
+        sem->max = total;
+        sem_put(sem, added);
+        return 0;
+    }
+    /* Lowering: take what is available, owe the rest. */
+    cut = sem->max - total;
+    taken = cut < sem->value ? cut : sem->value;
+    sem->max = total;
+    sem->value -= taken;
+    sem->debt += cut - taken;
     return 0;
 }
 

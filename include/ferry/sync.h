@@ -115,15 +115,23 @@ typedef struct ferry_sem ferry_sem;
  * it, and when the head leaves (cancelled, timed out) the ones behind it
  * that fit proceed at once.  An acquire takes all its permits at once or
  * none, so a cancelled acquire holds nothing.
+ *
+ * A bounded semaphore has a total: the permits available plus those out
+ * (taken, or granted to waiters that have not run yet).  It starts as the
+ * initial value, and ferry_sem_set_total() changes it while tasks hold and
+ * wait (Trio's CapacityLimiter.total_tokens).  An unbounded semaphore has
+ * no total, only a count, which never passes UINT64_MAX.
  */
 struct ferry_sem {
     /* private: use the functions below */
     struct ferry__waitq waiters; /* tasks in ferry_sem_acquire_n(); w->n = permits */
     ferry_loop         *loop;    /* bound at first use */
     uint64_t            value;   /* permits available now */
-    uint64_t            max;     /* bound when `bounded` (the initial value) */
+    uint64_t            max;     /* the total when `bounded` */
     bool                bounded; /* release above `max` (value + pending) returns -EOVERFLOW */
     uint64_t            pending; /* permits granted to waiters that have not resumed yet */
+    uint64_t            debt;    /* permits out above a lowered total: permits that
+                                  * come back pay it off before `value` grows */
 };
 
 /* A semaphore holding `v` permits; all-zero is one holding 0. */
@@ -171,13 +179,33 @@ int ferry_sem_try_acquire(ferry_sem *sem);
 /*
  * Give back `n` permits and wake the waiters at the head that now fit.
  * Any task or callback of the loop may release (permits have no owner).
+ * While more permits are out than a lowered total, the permits released
+ * first make up that excess and wake no one.
  * Thread: loop (task or callback).  Suspends: no.
- * Returns: 0; -EOVERFLOW (bounded, and the permits available plus those
- * granted to waiters that have not resumed yet would exceed the bound, or
- * the count would wrap: nothing released); -EPERM; -EINVAL (NULL, n == 0).
+ * Returns: 0; -EOVERFLOW (nothing released: bounded, and the permits
+ * available plus those granted to waiters that have not resumed yet would
+ * exceed the total; or unbounded, and they would pass UINT64_MAX, so that
+ * a granted waiter that is cancelled and hands its permits back can never
+ * wrap the count); -EPERM; -EINVAL (NULL, n == 0).
  */
 int ferry_sem_release_n(ferry_sem *sem, uint64_t n);
 int ferry_sem_release(ferry_sem *sem);
+
+/*
+ * Change the total of a bounded semaphore (its bound) while tasks hold and
+ * wait.  Raising it adds the difference to the permits available and wakes
+ * the waiters at the head that now fit, in FIFO order.  Lowering it takes
+ * the difference from the permits available; when fewer are available,
+ * the rest is taken from the permits out as they come back: releases (and
+ * grants handed back by cancelled waiters) admit no one until fewer
+ * permits are out than the new total, and a waiter for n gets in once n
+ * more fit under it.  Waiters keep their places.
+ * Thread: loop (task or callback).  Suspends: no.
+ * Returns: 0; -EINVAL (NULL; total == 0; the semaphore is unbounded: it
+ * has no total); -EBUSY (a waiting acquire asks for more than `total` and
+ * could never get in: nothing changed); -EPERM.
+ */
+int ferry_sem_set_total(ferry_sem *sem, uint64_t total);
 
 /* Thread: loop.  Suspends: no.  Returns: the permits available now. */
 uint64_t ferry_sem_value(const ferry_sem *sem);
