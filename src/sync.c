@@ -17,13 +17,34 @@
 #include "sync_int.h"
 #include "wait_int.h"
 
-int ferry__bound_here(ferry_loop *bound)
+/*
+ * A primitive may be destroyed on its loop's thread, on any thread if it
+ * was never used, and on any thread once its loop has been freed: nothing
+ * of that loop is left to race with, and the primitive's memory must be
+ * given back.  A pointer to a freed loop must not be read, so whether the
+ * loop still lives is asked of the set of live loops, by address.
+ *
+ * The corner accepted: a loop made later at the freed loop's address looks
+ * like the primitive's loop.  The destroy then follows the new loop's rule
+ * (it succeeds on that loop's thread, -EPERM elsewhere) until that loop is
+ * freed in turn; the primitive holds nothing of either loop by then (its
+ * loop's tasks all ended before the loop was freed), so succeeding on that
+ * thread is harmless.
+ */
+int ferry__bound_here(ferry_loop *bound, ferry_loop **live)
 {
     ferry_loop *l = bound;
 
-    if (l == NULL)
+    if (live)
+        *live = NULL;
+    if (bound == NULL)
         return 0;
-    return ferry__bind_inline(&l);
+    if (ferry__bind_inline(&l) == 0) {
+        if (live)
+            *live = bound;
+        return 0;
+    }
+    return ferry__loops_live(bound) ? -EPERM : 0;
 }
 
 /* ---- Lock ----------------------------------------------------------- */
@@ -64,13 +85,66 @@ static void lock_pass(ferry_lock *lock)
     }
 }
 
+void ferry__lock_forget(ferry_loop *loop, const void *lock)
+{
+    for (unsigned i = 0; i < loop->nbroken; i++) {
+        if (loop->broken[i].lock == lock) {
+            memmove(&loop->broken[i], &loop->broken[i + 1],
+                    (loop->nbroken - i - 1) * sizeof loop->broken[0]);
+            loop->nbroken--;
+            return;
+        }
+    }
+}
+
+/* Keep the lock `t` broke for the dump: the most recent FERRY__BROKEN_KEPT,
+ * so that locks freed without ferry_lock_destroy() cannot grow the loop.
+ * An older entry at the same address (a lock initialised again without
+ * being destroyed) is replaced. */
+static void lock_keep_broken(ferry_loop *loop, const ferry_lock *lock, const ferry_task *t)
+{
+    struct ferry__broken_lock *b;
+
+    ferry__lock_forget(loop, lock);
+    if (loop->nbroken == FERRY__BROKEN_KEPT) {
+        memmove(&loop->broken[0], &loop->broken[1],
+                (FERRY__BROKEN_KEPT - 1) * sizeof loop->broken[0]);
+        loop->nbroken--;
+        loop->broken_dropped++;
+    }
+    b = &loop->broken[loop->nbroken++];
+    b->lock = lock;
+    b->task_id = t->id;
+    memcpy(b->name, t->name, sizeof b->name);
+}
+
+void ferry__lock_dump_broken(ferry_loop *loop, FILE *out)
+{
+    if (loop->nbroken == 0)
+        return;
+    fprintf(out, "ferry: %u broken lock(s)", loop->nbroken);
+    if (loop->broken_dropped)
+        fprintf(out, " (and %llu earlier, not kept)", (unsigned long long)loop->broken_dropped);
+    fprintf(out, "\n");
+    for (unsigned i = 0; i < loop->nbroken; i++)
+        fprintf(out, "  lock %p broken by task #%llu '%s'\n", loop->broken[i].lock,
+                (unsigned long long)loop->broken[i].task_id, loop->broken[i].name);
+}
+
 /*
  * Its holder ended: break the lock and wake every waiter with -EOWNERDEAD;
- * later acquirers get it too.
+ * later acquirers get it too.  The holder is gone by the time anyone sees
+ * that error, so its name is logged now and kept for the dump.
  */
 static void lock_owner_died(ferry_lock *lock)
 {
-    lock->owner->locks--;
+    ferry_task *t = lock->owner;
+
+    ferry__log(FERRY_LOG_ERROR, "task #%llu '%s' ended holding lock %p: the lock is broken, "
+               "its waiters and later acquirers get -EOWNERDEAD",
+               (unsigned long long)t->id, t->name, (void *)lock);
+    lock_keep_broken(t->loop, lock, t);
+    t->locks--;
     lock->owner = NULL;
     lock->broken = true;
     ferry__list_remove(&lock->held);
@@ -107,15 +181,18 @@ int ferry_lock_init(ferry_lock *lock)
 
 int ferry_lock_destroy(ferry_lock *lock)
 {
+    ferry_loop *live;
     int rc;
 
     if (lock == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(lock->loop);
+    rc = ferry__bound_here(lock->loop, &live);
     if (rc)
         return rc;
     if (!ferry__lock_idle(lock))
         return -EBUSY;
+    if (lock->broken && live)
+        ferry__lock_forget(live, lock);
     memset(lock, 0, sizeof(*lock));
     return 0;
 }
@@ -295,7 +372,7 @@ int ferry_sem_destroy(ferry_sem *sem)
 
     if (sem == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(sem->loop);
+    rc = ferry__bound_here(sem->loop, NULL);
     if (rc)
         return rc;
     if (!ferry__waitq_empty(&sem->waiters) || sem->pending)
@@ -465,7 +542,7 @@ int ferry_event_destroy(ferry_event *ev)
 
     if (ev == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(ev->loop);
+    rc = ferry__bound_here(ev->loop, NULL);
     if (rc)
         return rc;
     if (!ferry__waitq_empty(&ev->waiters))
@@ -562,15 +639,16 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock)
 
 int ferry_cond_destroy(ferry_cond *cond)
 {
+    ferry_loop *live, *own_live = NULL;
     int rc;
 
     if (cond == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(cond->loop);
+    rc = ferry__bound_here(cond->loop, &live);
     if (rc)
         return rc;
     if (cond->lock == NULL) {
-        rc = ferry__bound_here(cond->own.loop);
+        rc = ferry__bound_here(cond->own.loop, &own_live);
         if (rc)
             return rc;
         if (!ferry__lock_idle(&cond->own))
@@ -579,8 +657,11 @@ int ferry_cond_destroy(ferry_cond *cond)
     if (!ferry__waitq_empty(&cond->waiters) || cond->pending)
         return -EBUSY;
     cond->loop = NULL;
-    if (cond->lock == NULL)
+    if (cond->lock == NULL) {
+        if (cond->own.broken && own_live)
+            ferry__lock_forget(own_live, &cond->own);
         memset(&cond->own, 0, sizeof(cond->own));
+    }
     return 0;
 }
 

@@ -754,3 +754,56 @@ T(flight, other_thread_or_other_loop_gets_eperm)
     cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
     cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
+
+/* ---- Destroy once the bound loop is freed --------------------------- */
+
+static int bind_both_and_wait(void *arg)
+{
+    int out;
+
+    (void)arg;
+    ferry_keylock_acquire(&g_kl, "held", 4);   /* breaks when the loop is freed */
+    ferry_flight_do(&g_f, "x", 1, quick_fn, NULL, &out, sizeof out);
+    return ferry_sleep(FERRY_NEVER);
+}
+
+static int g_rt[2];
+
+static void *thread_destroy_flight(void *arg)
+{
+    (void)arg;
+    g_rt[0] = ferry_flight_destroy(&g_f);
+    g_rt[1] = ferry_keylock_destroy(&g_kl);
+    return NULL;
+}
+
+T(flight, destroy_after_the_bound_loop_is_freed)
+{
+    pthread_t th;
+    ferry_loop *loop2;
+
+    g_calls = 0;
+    ferry_flight_init(&g_f);
+    ferry_keylock_init(&g_kl);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, bind_both_and_wait, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(g_calls, 1);
+
+    g_rt[0] = g_rt[1] = 1;
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_rt[0], -EPERM, "flight from a thread while the loop lives: %d", g_rt[0]);
+    cr_assert_eq(g_rt[1], -EPERM, "keylock from a thread while the loop lives: %d", g_rt[1]);
+
+    ferry_loop_free(loop2);
+    cr_assert_eq(ferry_keylock_count(&g_kl), 1, "the broken key stays");
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0, "flight, this thread");
+    ferry_flight_init(&g_f);
+    g_rt[0] = g_rt[1] = 1;
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_rt[0], 0);
+    cr_assert_eq(g_rt[1], 0, "keylock from a thread once the loop is freed: %d", g_rt[1]);
+    cr_assert_eq(ferry_keylock_count(&g_kl), 0);
+}

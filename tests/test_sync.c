@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -517,6 +518,135 @@ T(lock, destroy_with_waiters_is_ebusy)
     cr_assert_eq(r[1], 0);
 }
 
+/* ---- Who broke a lock: the log line and the dump --------------------- */
+
+static char g_logged[4][512];
+static int g_loglevel[4], g_nlogged;
+
+static void capture_log(int level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    if (g_nlogged < 4) {
+        g_loglevel[g_nlogged] = level;
+        snprintf(g_logged[g_nlogged], sizeof g_logged[0], "%s", msg);
+    }
+    g_nlogged++;
+}
+
+static ferry_lock g_many[18];
+
+/* Ends holding the locks 0..n-1 of g_many. */
+static int take_and_end(void *arg)
+{
+    int n = (int)(intptr_t)arg;
+
+    for (int i = 0; i < n; i++)
+        if (ferry_lock_acquire(&g_many[i]))
+            return -1;
+    return 0;
+}
+
+static int break_by(const char *name, int n)
+{
+    ferry_task *t;
+    ferry_task_opts o = { .name = name };
+
+    if (ferry_task_spawn(&t, NULL, take_and_end, (void *)(intptr_t)n, &o))
+        return -99;
+    return join(t);
+}
+
+static int broken_name_main(void *arg)
+{
+    int *r = arg;
+
+    r[0] = break_by("careless", 1);
+    r[1] = ferry_lock_acquire(&g_many[0]);        /* -EOWNERDEAD */
+    return 0;
+}
+
+/* The dump of tu_loop as a string (the caller frees it). */
+static char *dump_string(int *ntasks)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    cr_assert_not_null(f);
+    *ntasks = ferry_loop_dump(tu_loop, f);
+    fclose(f);
+    return buf;
+}
+
+T(lock, broken_lock_names_the_task_in_the_log_and_the_dump)
+{
+    char want[128], *dump;
+    int r[2], ntasks;
+
+    for (int i = 0; i < 18; i++)
+        ferry_lock_init(&g_many[i]);
+    g_nlogged = 0;
+    ferry_set_log(capture_log, NULL);
+    cr_assert_eq(tu_run(broken_name_main, r), 0);
+    ferry_set_log(NULL, NULL);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], -EOWNERDEAD);
+    cr_assert_eq(g_nlogged, 1, "one line when the lock broke, %d logged", g_nlogged);
+    cr_assert_eq(g_loglevel[0], FERRY_LOG_ERROR);
+    snprintf(want, sizeof want, "lock %p", (void *)&g_many[0]);
+    cr_assert(strstr(g_logged[0], "'careless'") && strstr(g_logged[0], want),
+              "the log line names the task and the lock: \"%s\"", g_logged[0]);
+
+    dump = dump_string(&ntasks);
+    cr_assert_eq(ntasks, 0);
+    snprintf(want, sizeof want, "lock %p broken by task #", (void *)&g_many[0]);
+    cr_assert(strstr(dump, want) && strstr(dump, "'careless'"),
+              "the dump lists the broken lock and who broke it:\n%s", dump);
+    free(dump);
+
+    /* Destroyed, it is forgotten. */
+    cr_assert_eq(ferry_lock_destroy(&g_many[0]), 0);
+    dump = dump_string(&ntasks);
+    cr_assert_null(strstr(dump, "broken"), "a destroyed lock is still listed:\n%s", dump);
+    free(dump);
+}
+
+static int many_broken_main(void *arg)
+{
+    (void)arg;
+    return break_by("hoarder", 18);
+}
+
+T(lock, dump_keeps_the_last_broken_locks)
+{
+    char want[128], *dump;
+    int ntasks;
+
+    for (int i = 0; i < 18; i++)
+        ferry_lock_init(&g_many[i]);
+    g_nlogged = 0;
+    ferry_set_log(capture_log, NULL);
+    cr_assert_eq(tu_run(many_broken_main, NULL), 0);
+    ferry_set_log(NULL, NULL);
+    cr_assert_eq(g_nlogged, 18, "every broken lock is logged");
+    dump = dump_string(&ntasks);
+    cr_assert(strstr(dump, "16 broken lock(s) (and 2 earlier, not kept)"), "%s", dump);
+    for (int i = 2; i < 18; i++) {
+        snprintf(want, sizeof want, "lock %p broken by task #", (void *)&g_many[i]);
+        cr_assert(strstr(dump, want), "lock %d missing:\n%s", i, dump);
+    }
+    free(dump);
+    /* A destroyed lock in the middle is forgotten, the others stay. */
+    cr_assert_eq(ferry_lock_destroy(&g_many[9]), 0);
+    dump = dump_string(&ntasks);
+    cr_assert(strstr(dump, "15 broken lock(s)"), "%s", dump);
+    snprintf(want, sizeof want, "lock %p ", (void *)&g_many[9]);
+    cr_assert_null(strstr(dump, want), "%s", dump);
+    snprintf(want, sizeof want, "lock %p ", (void *)&g_many[17]);
+    cr_assert(strstr(dump, want), "%s", dump);
+    free(dump);
+}
+
 /* ---- Wrong thread, wrong loop (every primitive) --------------------- */
 
 static ferry_sem g_sem;
@@ -598,6 +728,74 @@ T(sync, other_thread_or_other_loop_gets_eperm)
     for (int i = 0; i < g_nforeign; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
     cr_assert_eq(ferry_sem_value(&g_sem), 1);
+}
+
+/* ---- Destroy once the bound loop is freed (every primitive) ---------- */
+
+/* Bind every primitive to the loop running it, then hold the lock and the
+ * condition's lock and wait on the semaphore (value 0) until the loop is
+ * freed: its cancellation breaks both locks and takes the waiter out. */
+static int bind_then_wait(void *arg)
+{
+    (void)arg;
+    ferry_event_clear(&g_ev);
+    ferry_lock_acquire(&g_lock);
+    ferry_lock_acquire(ferry_cond_lock(&g_cond));
+    ferry_cond_notify_all(&g_cond);
+    return ferry_sem_acquire(&g_sem);
+}
+
+static int foreign_destroys(int *r)
+{
+    int n = 0;
+
+    r[n++] = ferry_lock_destroy(&g_lock);
+    r[n++] = ferry_sem_destroy(&g_sem);
+    r[n++] = ferry_event_destroy(&g_ev);
+    r[n++] = ferry_cond_destroy(&g_cond);
+    return n;
+}
+
+static void *thread_destroys(void *arg)
+{
+    g_nforeign = foreign_destroys(arg);
+    return NULL;
+}
+
+T(sync, destroy_after_the_bound_loop_is_freed)
+{
+    int r[8];
+    pthread_t th;
+    ferry_loop *loop2;
+
+    ferry_lock_init(&g_lock);
+    ferry_sem_init(&g_sem, 0, 0);
+    ferry_event_init(&g_ev);
+    ferry_cond_init(&g_cond, NULL);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, bind_then_wait, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
+
+    /* The loop lives on this thread: another thread may not destroy. */
+    memset(r, 0, sizeof r);
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
+    pthread_join(th, NULL);
+    for (int i = 0; i < g_nforeign; i++)
+        cr_assert_eq(r[i], -EPERM, "destroy %d from a thread while the loop lives: %d", i, r[i]);
+    cr_assert(ferry_lock_locked(&g_lock));
+
+    ferry_loop_free(loop2);
+    /* Gone: this thread (whose own loop is another) and any other may. */
+    cr_assert_eq(ferry_lock_destroy(&g_lock), 0, "lock");
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0, "semaphore");
+    memset(r, 0xff, sizeof r);
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(r[0], 0, "lock, destroyed twice");
+    cr_assert_eq(r[1], 0, "semaphore, destroyed twice");
+    cr_assert_eq(r[2], 0, "event from a thread: %d", r[2]);
+    cr_assert_eq(r[3], 0, "condition from a thread: %d", r[3]);
+    cr_assert_not(ferry_lock_locked(&g_lock));
 }
 
 /* ---- Semaphore ------------------------------------------------------ */

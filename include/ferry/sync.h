@@ -2,8 +2,9 @@
  *
  * Everything here belongs to one loop and runs on that loop's thread.  A
  * primitive binds to the loop that first uses it; using it from another
- * thread, or from a task of another loop, returns -EPERM.  To reach a loop
- * from another thread, see ferry/bridge.h.
+ * thread, or from a task of another loop, returns -EPERM.  Once that loop
+ * is freed, any thread may destroy the primitive (its storage can then be
+ * given back).  To reach a loop from another thread, see ferry/bridge.h.
  *
  * Every call that suspends is a cancellation point, also when it does not
  * need to wait: a cancelled task gets -ECANCELED from an uncontended
@@ -40,6 +41,9 @@ typedef struct ferry_lock ferry_lock;
  * newcomer never overtakes a queued waiter.  Not recursive.  A task that
  * ends while holding the lock breaks it: every waiter and every later
  * acquirer gets -EOWNERDEAD (Trio's broken lock, a robust pthread mutex).
+ * The task is gone by then, so ferry logs its name and the lock's address
+ * when the lock breaks (FERRY_LOG_ERROR, see ferry_set_log()), and
+ * ferry_loop_dump() lists the loop's broken locks until they are destroyed.
  */
 struct ferry_lock {
     /* private: use the functions below */
@@ -63,7 +67,8 @@ int ferry_lock_init(ferry_lock *lock);
 /*
  * Check that nobody holds or waits for the lock and unbind it; a broken
  * lock with no waiters can be destroyed (and then initialised again).
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (held or waited for: nothing changed); -EPERM;
  * -EINVAL (NULL).
  */
@@ -151,7 +156,8 @@ int ferry_sem_init(ferry_sem *sem, uint64_t value, unsigned flags);
 
 /*
  * Check that nobody waits and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (waiters, or woken waiters not yet run); -EPERM;
  * -EINVAL.
  */
@@ -234,7 +240,8 @@ int ferry_event_init(ferry_event *ev);
 
 /*
  * Check that nobody waits and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (waiters); -EPERM; -EINVAL.
  */
 int ferry_event_destroy(ferry_event *ev);
@@ -294,7 +301,8 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock);
 
 /*
  * Check that nobody waits (and that its own lock is free) and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY; -EPERM; -EINVAL.
  */
 int ferry_cond_destroy(ferry_cond *cond);

@@ -258,7 +258,9 @@ int ferry_run(ferry_task_fn fn, void *arg);
 /*
  * Print every live task of `loop` on `out`: name, state, what it waits on
  * and how long its stack has been used (asyncio.all_tasks, Go's goroutine
- * dump).  Thread: loop.  Returns: number of tasks printed; -EPERM.
+ * dump); then the locks that tasks broke by ending while holding them
+ * (the last 16 not destroyed since), each with the task that broke it.
+ * Thread: loop.  Returns: number of tasks printed; -EPERM.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
 
