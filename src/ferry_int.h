@@ -182,8 +182,8 @@ struct ferry__loop_entry {
     const ferry_loop   *loop;   /* the loop it stands for */
 };
 
-/* Enter a loop, made on the calling thread, into the set; take it out
- * before its memory is freed.  Allocate nothing, cannot fail.
+/* Enter a new loop into the set (ferry_loop_new()); take it out before
+ * its memory is freed (ferry_loop_free()).  Allocate nothing, cannot fail.
  * Thread: any. */
 void ferry__loops_add(struct ferry__loop_entry *e, const ferry_loop *loop);
 void ferry__loops_remove(struct ferry__loop_entry *e);

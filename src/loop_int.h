@@ -169,7 +169,7 @@ static inline char *ferry__stack_base(const struct ferry__stack *s)
 struct ferry__broken_lock {
     const void         *lock;     /* its address: printed, never read */
     uint64_t            task_id;  /* the task that broke it */
-    char                name[32]; /* that task's name */
+    char                name[sizeof ((ferry_task *)0)->name]; /* that task's name */
 };
 
 /* Broken locks a loop keeps for its dump: the most recent ones. */

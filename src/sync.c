@@ -639,12 +639,12 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock)
 
 int ferry_cond_destroy(ferry_cond *cond)
 {
-    ferry_loop *live, *own_live = NULL;
+    ferry_loop *own_live = NULL;
     int rc;
 
     if (cond == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(cond->loop, &live);
+    rc = ferry__bound_here(cond->loop, NULL);
     if (rc)
         return rc;
     if (cond->lock == NULL) {

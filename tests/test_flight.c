@@ -571,6 +571,23 @@ static int kl_die_holding(void *arg)
     return ferry_keylock_acquire(&g_kl, "k", 1);
 }
 
+/* 1 if the loop's dump lists a broken lock, 0 if not, -1 on error. */
+static int dump_lists_broken(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int found;
+
+    if (f == NULL)
+        return -1;
+    ferry_loop_dump(ferry_loop_current(), f);
+    fclose(f);
+    found = buf && strstr(buf, "broken by task #") != NULL;
+    free(buf);
+    return found;
+}
+
 static int kl_broken_main(void *arg)
 {
     int *r = arg;
@@ -587,13 +604,15 @@ static int kl_broken_main(void *arg)
     r[4] = ferry_keylock_acquire(&g_kl, "other", 5);
     r[5] = ferry_keylock_destroy(&g_kl);             /* "other" held */
     r[6] = ferry_keylock_release(&g_kl, "other", 5);
+    r[8] = dump_lists_broken();                      /* "k" */
     r[7] = ferry_keylock_destroy(&g_kl);             /* broken "k" is freed */
+    r[9] = dump_lists_broken();                      /* and forgotten */
     return 0;
 }
 
 T(keylock, holder_ending_breaks_the_key)
 {
-    int r[8];
+    int r[10];
 
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(kl_broken_main, r), 0);
@@ -605,6 +624,8 @@ T(keylock, holder_ending_breaks_the_key)
     cr_assert_eq(r[5], -EBUSY);
     cr_assert_eq(r[6], 0);
     cr_assert_eq(r[7], 0);
+    cr_assert_eq(r[8], 1, "the dump lists the broken key's lock");
+    cr_assert_eq(r[9], 0, "the dump still lists a destroyed keylock's lock");
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);
 }
 
