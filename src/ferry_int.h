@@ -172,6 +172,26 @@ void ferry__fork_child(void);
  * exists.  Returns: 0; -ENOMEM.  Implemented in bridge/inbox.c. */
 int ferry__bridge_attach(ferry_loop *loop);
 
+/* ---- Live loops (any thread) ------------------------------------------ */
+
+/* A loop's entry in the process-wide set of live loops (bridge/loops.c):
+ * it lets a primitive's destroy tell a loop that has been freed from a
+ * live one without reading through the pointer. */
+struct ferry__loop_entry {
+    struct ferry__link  link;   /* in the set; guarded by the set's mutex */
+    const ferry_loop   *loop;   /* the loop it stands for */
+};
+
+/* Enter a new loop into the set (ferry_loop_new()); take it out before
+ * its memory is freed (ferry_loop_free()).  Allocate nothing, cannot fail.
+ * Thread: any. */
+void ferry__loops_add(struct ferry__loop_entry *e, const ferry_loop *loop);
+void ferry__loops_remove(struct ferry__loop_entry *e);
+
+/* True if `loop` is in the set of live loops.  Compares the pointer only,
+ * so `loop` may point to freed memory.  Thread: any. */
+bool ferry__loops_live(const ferry_loop *loop);
+
 /* Log a line through the log hook.  Thread: any. */
 void ferry__log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -78,7 +78,7 @@ int ferry_flight_destroy(ferry_flight *f)
 
     if (f == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(f->loop);
+    rc = ferry__bound_here(f->loop, NULL);
     if (rc)
         return rc;
     if (f->calls.count)
@@ -198,12 +198,13 @@ int ferry_keylock_init(ferry_keylock *kl)
 int ferry_keylock_destroy(ferry_keylock *kl)
 {
     struct ferry__hent *n;
+    ferry_loop *live;
     size_t pos = 0;
     int rc;
 
     if (kl == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(kl->loop);
+    rc = ferry__bound_here(kl->loop, &live);
     if (rc)
         return rc;
     /* Only broken keys with nobody but their dead holder are left idle. */
@@ -213,8 +214,11 @@ int ferry_keylock_destroy(ferry_keylock *kl)
             return -EBUSY;
     }
     pos = 0;
-    while ((n = ferry__htab_next(&kl->keys, &pos)) != NULL)
+    while ((n = ferry__htab_next(&kl->keys, &pos)) != NULL) {
+        if (live)
+            ferry__lock_forget(live, &((struct keylock_entry *)(void *)n)->lock);
         ferry__free(n);
+    }
     ferry__htab_release(&kl->keys);
     kl->loop = NULL;
     return 0;

@@ -641,6 +641,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (ferry__bridge_attach(loop))
         goto err_free_altstack;
     ferry__overflow_setup(loop);
+    ferry__loops_add(&loop->live_entry, loop);
     if (!tls_loop)
         tls_loop = loop;
     *out = loop;
@@ -716,5 +717,6 @@ void ferry_loop_free(ferry_loop *loop)
     tls_loop = (prev == loop) ? NULL : prev;
     ferry__tls_task = prev_task;
     fork_mark_teardown(loop);
+    ferry__loops_remove(&loop->live_entry);
     ferry__free(loop);
 }

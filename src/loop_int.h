@@ -164,6 +164,17 @@ static inline char *ferry__stack_base(const struct ferry__stack *s)
 
 /* ---- Loop ------------------------------------------------------------- */
 
+/* A lock broken by a task that ended holding it, kept for
+ * ferry_loop_dump() until the lock is destroyed. */
+struct ferry__broken_lock {
+    const void         *lock;     /* its address: printed, never read */
+    uint64_t            task_id;  /* the task that broke it */
+    char                name[sizeof ((ferry_task *)0)->name]; /* that task's name */
+};
+
+/* Broken locks a loop keeps for its dump: the most recent ones. */
+#define FERRY__BROKEN_KEPT 16
+
 struct ferry_loop {
     const void           *owner;      /* identity of the owning thread */
     struct event_base    *base;       /* libevent base */
@@ -221,6 +232,12 @@ struct ferry_loop {
      * child returns -EPERM (docs/fork.md).  NULL if the kernel refused
      * (then a child is not detected). */
     const volatile unsigned char *fork_mark;
+    struct ferry__loop_entry live_entry; /* in the set of live loops (bridge/loops.c) */
+    /* Locks broken by tasks that ended holding them and not destroyed
+     * since, oldest first (sync.c); older ones are only counted. */
+    struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
+    unsigned              nbroken;    /* entries in `broken` */
+    uint64_t              broken_dropped; /* broken locks pushed out of `broken` */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */
@@ -364,8 +381,13 @@ static inline int ferry__check_inline(ferry_task *t)
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */
 void ferry__loop_timers_changed(ferry_loop *loop);
 
-/* `t` ended holding t->locks ferry_locks: break each of them (sync.c). */
+/* `t` ended holding t->locks ferry_locks: break each of them, log each
+ * and keep it for the dump (sync.c). */
 void ferry__task_locks_died(ferry_task *t);
+/* Forget the broken lock at `lock` (it is destroyed or freed) (sync.c). */
+void ferry__lock_forget(ferry_loop *loop, const void *lock);
+/* Print the broken locks kept by the loop, if any (sync.c). */
+void ferry__lock_dump_broken(ferry_loop *loop, FILE *out);
 
 /* A child of a group ended (group.c). */
 void ferry__group_child_done(ferry_task *t);

@@ -340,7 +340,7 @@ int ferry_queue_destroy(ferry_queue *q)
 
     if (q == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(q->loop);
+    rc = ferry__bound_here(q->loop, NULL);
     if (rc)
         return rc;
     if (!ferry__waitq_empty(&q->getters) || !ferry__waitq_empty(&q->putters) ||

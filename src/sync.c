@@ -17,13 +17,34 @@
 #include "sync_int.h"
 #include "wait_int.h"
 
-int ferry__bound_here(ferry_loop *bound)
+/*
+ * A primitive may be destroyed on its loop's thread, on any thread if it
+ * was never used, and on any thread once its loop has been freed: nothing
+ * of that loop is left to race with, and the primitive's memory must be
+ * given back.  A pointer to a freed loop must not be read, so whether the
+ * loop still lives is asked of the set of live loops, by address.
+ *
+ * The corner accepted: a loop made later at the freed loop's address looks
+ * like the primitive's loop.  The destroy then follows the new loop's rule
+ * (it succeeds on that loop's thread, -EPERM elsewhere) until that loop is
+ * freed in turn; the primitive holds nothing of either loop by then (its
+ * loop's tasks all ended before the loop was freed), so succeeding on that
+ * thread is harmless.
+ */
+int ferry__bound_here(ferry_loop *bound, ferry_loop **live)
 {
     ferry_loop *l = bound;
 
-    if (l == NULL)
+    if (live)
+        *live = NULL;
+    if (bound == NULL)
         return 0;
-    return ferry__bind_inline(&l);
+    if (ferry__bind_inline(&l) == 0) {
+        if (live)
+            *live = bound;
+        return 0;
+    }
+    return ferry__loops_live(bound) ? -EPERM : 0;
 }
 
 /* ---- Lock ----------------------------------------------------------- */
@@ -64,13 +85,66 @@ static void lock_pass(ferry_lock *lock)
     }
 }
 
+void ferry__lock_forget(ferry_loop *loop, const void *lock)
+{
+    for (unsigned i = 0; i < loop->nbroken; i++) {
+        if (loop->broken[i].lock == lock) {
+            memmove(&loop->broken[i], &loop->broken[i + 1],
+                    (loop->nbroken - i - 1) * sizeof loop->broken[0]);
+            loop->nbroken--;
+            return;
+        }
+    }
+}
+
+/* Keep the lock `t` broke for the dump: the most recent FERRY__BROKEN_KEPT,
+ * so that locks freed without ferry_lock_destroy() cannot grow the loop.
+ * An older entry at the same address (a lock initialised again without
+ * being destroyed) is replaced. */
+static void lock_keep_broken(ferry_loop *loop, const ferry_lock *lock, const ferry_task *t)
+{
+    struct ferry__broken_lock *b;
+
+    ferry__lock_forget(loop, lock);
+    if (loop->nbroken == FERRY__BROKEN_KEPT) {
+        memmove(&loop->broken[0], &loop->broken[1],
+                (FERRY__BROKEN_KEPT - 1) * sizeof loop->broken[0]);
+        loop->nbroken--;
+        loop->broken_dropped++;
+    }
+    b = &loop->broken[loop->nbroken++];
+    b->lock = lock;
+    b->task_id = t->id;
+    memcpy(b->name, t->name, sizeof b->name);
+}
+
+void ferry__lock_dump_broken(ferry_loop *loop, FILE *out)
+{
+    if (loop->nbroken == 0)
+        return;
+    fprintf(out, "ferry: %u broken lock(s)", loop->nbroken);
+    if (loop->broken_dropped)
+        fprintf(out, " (and %llu earlier, not kept)", (unsigned long long)loop->broken_dropped);
+    fprintf(out, "\n");
+    for (unsigned i = 0; i < loop->nbroken; i++)
+        fprintf(out, "  lock %p broken by task #%llu '%s'\n", loop->broken[i].lock,
+                (unsigned long long)loop->broken[i].task_id, loop->broken[i].name);
+}
+
 /*
  * Its holder ended: break the lock and wake every waiter with -EOWNERDEAD;
- * later acquirers get it too.
+ * later acquirers get it too.  The holder is gone by the time anyone sees
+ * that error, so its name is logged now and kept for the dump.
  */
 static void lock_owner_died(ferry_lock *lock)
 {
-    lock->owner->locks--;
+    ferry_task *t = lock->owner;
+
+    ferry__log(FERRY_LOG_ERROR, "task #%llu '%s' ended holding lock %p: the lock is broken, "
+               "its waiters and later acquirers get -EOWNERDEAD",
+               (unsigned long long)t->id, t->name, (void *)lock);
+    lock_keep_broken(t->loop, lock, t);
+    t->locks--;
     lock->owner = NULL;
     lock->broken = true;
     ferry__list_remove(&lock->held);
@@ -107,15 +181,18 @@ int ferry_lock_init(ferry_lock *lock)
 
 int ferry_lock_destroy(ferry_lock *lock)
 {
+    ferry_loop *live;
     int rc;
 
     if (lock == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(lock->loop);
+    rc = ferry__bound_here(lock->loop, &live);
     if (rc)
         return rc;
     if (!ferry__lock_idle(lock))
         return -EBUSY;
+    if (lock->broken && live)
+        ferry__lock_forget(live, lock);
     memset(lock, 0, sizeof(*lock));
     return 0;
 }
@@ -259,6 +336,23 @@ static void sem_serve(ferry_sem *sem)
     }
 }
 
+/*
+ * Permits come back (a release, or a grant handed back by a waiter that was
+ * cancelled before it ran): they first pay off the permits out above a
+ * lowered total, then become available to the waiters at the head.
+ */
+static inline void sem_put(ferry_sem *sem, uint64_t n)
+{
+    if (__builtin_expect(sem->debt != 0, 0)) {
+        uint64_t paid = n < sem->debt ? n : sem->debt;
+
+        sem->debt -= paid;
+        n -= paid;
+    }
+    sem->value += n;
+    sem_serve(sem);
+}
+
 int ferry_sem_init(ferry_sem *sem, uint64_t value, unsigned flags)
 {
     if (sem == NULL || (flags & ~(unsigned)FERRY_SEM_BOUNDED))
@@ -278,7 +372,7 @@ int ferry_sem_destroy(ferry_sem *sem)
 
     if (sem == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(sem->loop);
+    rc = ferry__bound_here(sem->loop, NULL);
     if (rc)
         return rc;
     if (!ferry__waitq_empty(&sem->waiters) || sem->pending)
@@ -317,9 +411,9 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
         sem->pending -= n;
         if (rc != 0) {
             /* Granted, then cancelled before running: give the permits
-             * back to whoever waits next (python/asyncio#270). */
-            sem->value += n;
-            sem_serve(sem);
+             * back to whoever waits next (python/asyncio#270).  Releases
+             * keep room for them, so they cannot wrap the count. */
+            sem_put(sem, n);
         }
     } else if (rc != 0) {
         /* Left the queue: if we were the head, the smaller requests
@@ -367,14 +461,58 @@ int ferry_sem_release_n(ferry_sem *sem, uint64_t n)
         return rc;
     if (n == 0)
         return -EINVAL;
-    if (sem->value > UINT64_MAX - n)
+    /* Unbounded: the count may not pass UINT64_MAX, the permits granted
+     * to waiters that have not run yet included, so that a grant handed
+     * back by a cancelled waiter cannot wrap it.  value + pending never
+     * exceeds UINT64_MAX, so the difference does not wrap. */
+    if (!sem->bounded && n > UINT64_MAX - sem->value - sem->pending)
         return -EOVERFLOW;
-    /* Bounded: the permits granted to waiters that have not run yet count
-     * too, since a granted waiter that is cancelled gives them back. */
-    if (sem->bounded && (n > sem->max || sem->value + sem->pending > sem->max - n))
+    /* Bounded: at most the permits out may come back, less those granted
+     * to waiters that have not run yet: only their waiter gives them back,
+     * when it is cancelled.  The permits out are the total plus the debt
+     * less the permits available; the sum cannot overflow, since the total
+     * and the debt together never exceed the largest total set. */
+    if (sem->bounded && n > sem->max + sem->debt - sem->value - sem->pending)
         return -EOVERFLOW;
-    sem->value += n;
-    sem_serve(sem);
+    sem_put(sem, n);
+    return 0;
+}
+
+int ferry_sem_set_total(ferry_sem *sem, uint64_t total)
+{
+    struct ferry__link *l;
+    uint64_t cut, taken;
+    int rc;
+
+    if (sem == NULL)
+        return -EINVAL;
+    rc = ferry__bind_inline(&sem->loop);
+    if (rc)
+        return rc;
+    if (!sem->bounded || total == 0)
+        return -EINVAL;
+    /* Every waiting request fits the total, as ferry_sem_acquire_n()
+     * demands of a new one: a waiter at the head that never could get in
+     * would block everyone behind it. */
+    ferry__list_foreach(l, &sem->waiters.head) {
+        struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+
+        if (w->state == FERRY__W_WAITING && w->n > total)
+            return -EBUSY;
+    }
+    if (total >= sem->max) {
+        uint64_t added = total - sem->max;
+
+        sem->max = total;
+        sem_put(sem, added);
+        return 0;
+    }
+    /* Lowering: take what is available, owe the rest. */
+    cut = sem->max - total;
+    taken = cut < sem->value ? cut : sem->value;
+    sem->max = total;
+    sem->value -= taken;
+    sem->debt += cut - taken;
     return 0;
 }
 
@@ -404,7 +542,7 @@ int ferry_event_destroy(ferry_event *ev)
 
     if (ev == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(ev->loop);
+    rc = ferry__bound_here(ev->loop, NULL);
     if (rc)
         return rc;
     if (!ferry__waitq_empty(&ev->waiters))
@@ -501,15 +639,16 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock)
 
 int ferry_cond_destroy(ferry_cond *cond)
 {
+    ferry_loop *own_live = NULL;
     int rc;
 
     if (cond == NULL)
         return -EINVAL;
-    rc = ferry__bound_here(cond->loop);
+    rc = ferry__bound_here(cond->loop, NULL);
     if (rc)
         return rc;
     if (cond->lock == NULL) {
-        rc = ferry__bound_here(cond->own.loop);
+        rc = ferry__bound_here(cond->own.loop, &own_live);
         if (rc)
             return rc;
         if (!ferry__lock_idle(&cond->own))
@@ -518,8 +657,11 @@ int ferry_cond_destroy(ferry_cond *cond)
     if (!ferry__waitq_empty(&cond->waiters) || cond->pending)
         return -EBUSY;
     cond->loop = NULL;
-    if (cond->lock == NULL)
+    if (cond->lock == NULL) {
+        if (cond->own.broken && own_live)
+            ferry__lock_forget(own_live, &cond->own);
         memset(&cond->own, 0, sizeof(cond->own));
+    }
     return 0;
 }
 

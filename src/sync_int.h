@@ -26,10 +26,14 @@ static inline struct ferry__waiter *ferry__first_waiting(struct ferry__waitq *q)
 }
 
 /*
- * Bind check for destroy functions: 0 if `bound` is NULL (never used, any
- * thread may destroy) or is the loop of this thread; -EPERM otherwise.
+ * Bind check for destroy functions: 0 if `bound` is NULL (never used), is
+ * the loop of this thread, or has been freed (any thread may destroy then);
+ * -EPERM if it is a live loop of another thread (or not this thread's
+ * current one).  *live (if `live` is not NULL) is set to `bound` when it
+ * is this thread's live loop, else NULL: only then may the destroy touch
+ * the loop.
  */
-int ferry__bound_here(ferry_loop *bound);
+int ferry__bound_here(ferry_loop *bound, ferry_loop **live /* OUT, optional */);
 
 /*
  * ferry_lock_acquire() / ferry_lock_release() for the task `self` that the

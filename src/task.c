@@ -558,5 +558,6 @@ int ferry_loop_dump(ferry_loop *loop, FILE *out)
                 (size_t)((char *)t->hi - (char *)t->lo) / 1024);
         n++;
     }
+    ferry__lock_dump_broken(loop, out);
     return n;
 }

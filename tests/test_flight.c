@@ -571,6 +571,23 @@ static int kl_die_holding(void *arg)
     return ferry_keylock_acquire(&g_kl, "k", 1);
 }
 
+/* 1 if the loop's dump lists a broken lock, 0 if not, -1 on error. */
+static int dump_lists_broken(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int found;
+
+    if (f == NULL)
+        return -1;
+    ferry_loop_dump(ferry_loop_current(), f);
+    fclose(f);
+    found = buf && strstr(buf, "broken by task #") != NULL;
+    free(buf);
+    return found;
+}
+
 static int kl_broken_main(void *arg)
 {
     int *r = arg;
@@ -587,13 +604,15 @@ static int kl_broken_main(void *arg)
     r[4] = ferry_keylock_acquire(&g_kl, "other", 5);
     r[5] = ferry_keylock_destroy(&g_kl);             /* "other" held */
     r[6] = ferry_keylock_release(&g_kl, "other", 5);
+    r[8] = dump_lists_broken();                      /* "k" */
     r[7] = ferry_keylock_destroy(&g_kl);             /* broken "k" is freed */
+    r[9] = dump_lists_broken();                      /* and forgotten */
     return 0;
 }
 
 T(keylock, holder_ending_breaks_the_key)
 {
-    int r[8];
+    int r[10];
 
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(kl_broken_main, r), 0);
@@ -605,6 +624,8 @@ T(keylock, holder_ending_breaks_the_key)
     cr_assert_eq(r[5], -EBUSY);
     cr_assert_eq(r[6], 0);
     cr_assert_eq(r[7], 0);
+    cr_assert_eq(r[8], 1, "the dump lists the broken key's lock");
+    cr_assert_eq(r[9], 0, "the dump still lists a destroyed keylock's lock");
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);
 }
 
@@ -753,4 +774,57 @@ T(flight, other_thread_or_other_loop_gets_eperm)
     cr_assert(ferry_keylock_locked(&g_kl, "held", 4));
     cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
     cr_assert_eq(ferry_flight_destroy(&g_f), 0);
+}
+
+/* ---- Destroy once the bound loop is freed --------------------------- */
+
+static int bind_both_and_wait(void *arg)
+{
+    int out;
+
+    (void)arg;
+    ferry_keylock_acquire(&g_kl, "held", 4);   /* breaks when the loop is freed */
+    ferry_flight_do(&g_f, "x", 1, quick_fn, NULL, &out, sizeof out);
+    return ferry_sleep(FERRY_NEVER);
+}
+
+static int g_rt[2];
+
+static void *thread_destroy_flight(void *arg)
+{
+    (void)arg;
+    g_rt[0] = ferry_flight_destroy(&g_f);
+    g_rt[1] = ferry_keylock_destroy(&g_kl);
+    return NULL;
+}
+
+T(flight, destroy_after_the_bound_loop_is_freed)
+{
+    pthread_t th;
+    ferry_loop *loop2;
+
+    g_calls = 0;
+    ferry_flight_init(&g_f);
+    ferry_keylock_init(&g_kl);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, bind_both_and_wait, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(g_calls, 1);
+
+    g_rt[0] = g_rt[1] = 1;
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_rt[0], -EPERM, "flight from a thread while the loop lives: %d", g_rt[0]);
+    cr_assert_eq(g_rt[1], -EPERM, "keylock from a thread while the loop lives: %d", g_rt[1]);
+
+    ferry_loop_free(loop2);
+    cr_assert_eq(ferry_keylock_count(&g_kl), 1, "the broken key stays");
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0, "flight, this thread");
+    ferry_flight_init(&g_f);
+    g_rt[0] = g_rt[1] = 1;
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_rt[0], 0);
+    cr_assert_eq(g_rt[1], 0, "keylock from a thread once the loop is freed: %d", g_rt[1]);
+    cr_assert_eq(ferry_keylock_count(&g_kl), 0);
 }

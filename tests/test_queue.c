@@ -940,3 +940,47 @@ T(destroy_with_waiters_is_ebusy)
     cr_assert_eq(r[1], 0);
     cr_assert_eq(tu_leaks(), 0);
 }
+
+/* ---- Destroy once the bound loop is freed --------------------------- */
+
+/* Put two items (the queue keeps storage), then wait for a third get that
+ * never comes: the loop's freeing cancels the wait. */
+static int fill_then_wait(void *arg)
+{
+    int v = 1;
+
+    (void)arg;
+    ferry_queue_put(&g_q, &v);
+    ferry_queue_put(&g_q, &v);
+    return ferry_queue_join(&g_q);
+}
+
+static void *thread_destroy_queue(void *arg)
+{
+    *(int *)arg = ferry_queue_destroy(&g_q);
+    return NULL;
+}
+
+T(destroy_after_the_bound_loop_is_freed)
+{
+    ferry_loop *loop2;
+    pthread_t th;
+    int rt = 1;
+
+    ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, fill_then_wait, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(ferry_queue_size(&g_q), 2);
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(rt, -EPERM, "from a thread while the loop lives: %d", rt);
+
+    ferry_loop_free(loop2);
+    rt = 1;
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(rt, 0, "from a thread once the loop is freed: %d", rt);
+    cr_assert_eq(ferry_queue_size(&g_q), 0);
+    cr_assert_eq(tu_leaks(), 0, "the queue's storage was given back");
+}

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -517,6 +518,135 @@ T(lock, destroy_with_waiters_is_ebusy)
     cr_assert_eq(r[1], 0);
 }
 
+/* ---- Who broke a lock: the log line and the dump --------------------- */
+
+static char g_logged[4][512];
+static int g_loglevel[4], g_nlogged;
+
+static void capture_log(int level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    if (g_nlogged < 4) {
+        g_loglevel[g_nlogged] = level;
+        snprintf(g_logged[g_nlogged], sizeof g_logged[0], "%s", msg);
+    }
+    g_nlogged++;
+}
+
+static ferry_lock g_many[18];
+
+/* Ends holding the locks 0..n-1 of g_many. */
+static int take_and_end(void *arg)
+{
+    int n = (int)(intptr_t)arg;
+
+    for (int i = 0; i < n; i++)
+        if (ferry_lock_acquire(&g_many[i]))
+            return -1;
+    return 0;
+}
+
+static int break_by(const char *name, int n)
+{
+    ferry_task *t;
+    ferry_task_opts o = { .name = name };
+
+    if (ferry_task_spawn(&t, NULL, take_and_end, (void *)(intptr_t)n, &o))
+        return -99;
+    return join(t);
+}
+
+static int broken_name_main(void *arg)
+{
+    int *r = arg;
+
+    r[0] = break_by("careless", 1);
+    r[1] = ferry_lock_acquire(&g_many[0]);        /* -EOWNERDEAD */
+    return 0;
+}
+
+/* The dump of tu_loop as a string (the caller frees it). */
+static char *dump_string(int *ntasks)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    cr_assert_not_null(f);
+    *ntasks = ferry_loop_dump(tu_loop, f);
+    fclose(f);
+    return buf;
+}
+
+T(lock, broken_lock_names_the_task_in_the_log_and_the_dump)
+{
+    char want[128], *dump;
+    int r[2], ntasks;
+
+    for (int i = 0; i < 18; i++)
+        ferry_lock_init(&g_many[i]);
+    g_nlogged = 0;
+    ferry_set_log(capture_log, NULL);
+    cr_assert_eq(tu_run(broken_name_main, r), 0);
+    ferry_set_log(NULL, NULL);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], -EOWNERDEAD);
+    cr_assert_eq(g_nlogged, 1, "one line when the lock broke, %d logged", g_nlogged);
+    cr_assert_eq(g_loglevel[0], FERRY_LOG_ERROR);
+    snprintf(want, sizeof want, "lock %p", (void *)&g_many[0]);
+    cr_assert(strstr(g_logged[0], "'careless'") && strstr(g_logged[0], want),
+              "the log line names the task and the lock: \"%s\"", g_logged[0]);
+
+    dump = dump_string(&ntasks);
+    cr_assert_eq(ntasks, 0);
+    snprintf(want, sizeof want, "lock %p broken by task #", (void *)&g_many[0]);
+    cr_assert(strstr(dump, want) && strstr(dump, "'careless'"),
+              "the dump lists the broken lock and who broke it:\n%s", dump);
+    free(dump);
+
+    /* Destroyed, it is forgotten. */
+    cr_assert_eq(ferry_lock_destroy(&g_many[0]), 0);
+    dump = dump_string(&ntasks);
+    cr_assert_null(strstr(dump, "broken"), "a destroyed lock is still listed:\n%s", dump);
+    free(dump);
+}
+
+static int many_broken_main(void *arg)
+{
+    (void)arg;
+    return break_by("hoarder", 18);
+}
+
+T(lock, dump_keeps_the_last_broken_locks)
+{
+    char want[128], *dump;
+    int ntasks;
+
+    for (int i = 0; i < 18; i++)
+        ferry_lock_init(&g_many[i]);
+    g_nlogged = 0;
+    ferry_set_log(capture_log, NULL);
+    cr_assert_eq(tu_run(many_broken_main, NULL), 0);
+    ferry_set_log(NULL, NULL);
+    cr_assert_eq(g_nlogged, 18, "every broken lock is logged");
+    dump = dump_string(&ntasks);
+    cr_assert(strstr(dump, "16 broken lock(s) (and 2 earlier, not kept)"), "%s", dump);
+    for (int i = 2; i < 18; i++) {
+        snprintf(want, sizeof want, "lock %p broken by task #", (void *)&g_many[i]);
+        cr_assert(strstr(dump, want), "lock %d missing:\n%s", i, dump);
+    }
+    free(dump);
+    /* A destroyed lock in the middle is forgotten, the others stay. */
+    cr_assert_eq(ferry_lock_destroy(&g_many[9]), 0);
+    dump = dump_string(&ntasks);
+    cr_assert(strstr(dump, "15 broken lock(s)"), "%s", dump);
+    snprintf(want, sizeof want, "lock %p ", (void *)&g_many[9]);
+    cr_assert_null(strstr(dump, want), "%s", dump);
+    snprintf(want, sizeof want, "lock %p ", (void *)&g_many[17]);
+    cr_assert(strstr(dump, want), "%s", dump);
+    free(dump);
+}
+
 /* ---- Wrong thread, wrong loop (every primitive) --------------------- */
 
 static ferry_sem g_sem;
@@ -598,6 +728,74 @@ T(sync, other_thread_or_other_loop_gets_eperm)
     for (int i = 0; i < g_nforeign; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
     cr_assert_eq(ferry_sem_value(&g_sem), 1);
+}
+
+/* ---- Destroy once the bound loop is freed (every primitive) ---------- */
+
+/* Bind every primitive to the loop running it, then hold the lock and the
+ * condition's lock and wait on the semaphore (value 0) until the loop is
+ * freed: its cancellation breaks both locks and takes the waiter out. */
+static int bind_then_wait(void *arg)
+{
+    (void)arg;
+    ferry_event_clear(&g_ev);
+    ferry_lock_acquire(&g_lock);
+    ferry_lock_acquire(ferry_cond_lock(&g_cond));
+    ferry_cond_notify_all(&g_cond);
+    return ferry_sem_acquire(&g_sem);
+}
+
+static int foreign_destroys(int *r)
+{
+    int n = 0;
+
+    r[n++] = ferry_lock_destroy(&g_lock);
+    r[n++] = ferry_sem_destroy(&g_sem);
+    r[n++] = ferry_event_destroy(&g_ev);
+    r[n++] = ferry_cond_destroy(&g_cond);
+    return n;
+}
+
+static void *thread_destroys(void *arg)
+{
+    g_nforeign = foreign_destroys(arg);
+    return NULL;
+}
+
+T(sync, destroy_after_the_bound_loop_is_freed)
+{
+    int r[8];
+    pthread_t th;
+    ferry_loop *loop2;
+
+    ferry_lock_init(&g_lock);
+    ferry_sem_init(&g_sem, 0, 0);
+    ferry_event_init(&g_ev);
+    ferry_cond_init(&g_cond, NULL);
+    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, loop2, bind_then_wait, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
+
+    /* The loop lives on this thread: another thread may not destroy. */
+    memset(r, 0, sizeof r);
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
+    pthread_join(th, NULL);
+    for (int i = 0; i < g_nforeign; i++)
+        cr_assert_eq(r[i], -EPERM, "destroy %d from a thread while the loop lives: %d", i, r[i]);
+    cr_assert(ferry_lock_locked(&g_lock));
+
+    ferry_loop_free(loop2);
+    /* Gone: this thread (whose own loop is another) and any other may. */
+    cr_assert_eq(ferry_lock_destroy(&g_lock), 0, "lock");
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0, "semaphore");
+    memset(r, 0xff, sizeof r);
+    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(r[0], 0, "lock, destroyed twice");
+    cr_assert_eq(r[1], 0, "semaphore, destroyed twice");
+    cr_assert_eq(r[2], 0, "event from a thread: %d", r[2]);
+    cr_assert_eq(r[3], 0, "condition from a thread: %d", r[3]);
+    cr_assert_not(ferry_lock_locked(&g_lock));
 }
 
 /* ---- Semaphore ------------------------------------------------------ */
@@ -959,6 +1157,308 @@ T(sem, destroy_with_waiters_is_ebusy)
     cr_assert_eq(r[0], -EBUSY);
     cr_assert_eq(r[1], -EBUSY);
     cr_assert_eq(r[2], 0);
+}
+
+/* An unbounded semaphore holds at most UINT64_MAX permits, counting those
+ * granted to a waiter that has not run yet: the waiter's cancellation
+ * gives them back, and they must not wrap the count then. */
+static int sem_wrap_main(void *arg)
+{
+    int64_t *r = arg;
+    const uint64_t half = UINT64_C(1) << 63;
+    ferry_task *b;
+
+    g_want[1] = half;
+    b = spawn(sem_n_worker, (void *)(intptr_t)1);
+    ferry_yield();                                  /* b waits for 2^63 */
+    r[0] = ferry_sem_release_n(&g_sem, half);       /* granted to b, not run */
+    r[1] = ferry_sem_release_n(&g_sem, half);       /* 2^63 granted + 2^63 wraps */
+    r[2] = ferry_sem_release_n(&g_sem, half - 1);   /* up to UINT64_MAX: fits */
+    r[3] = ferry_sem_release_n(&g_sem, 1);          /* one more wraps */
+    r[4] = (int64_t)(ferry_sem_value(&g_sem) == half - 1);
+    ferry_task_cancel(b);                           /* gives the 2^63 back */
+    r[5] = join(b);
+    r[6] = (int64_t)(ferry_sem_value(&g_sem) == UINT64_MAX);
+    r[7] = ferry_sem_try_acquire_n(&g_sem, UINT64_MAX);
+    r[8] = ferry_sem_release_n(&g_sem, half);
+    r[9] = ferry_sem_release_n(&g_sem, half);       /* 2^63 + 2^63 wraps */
+    r[10] = (int64_t)(ferry_sem_value(&g_sem) == half);
+    return 0;
+}
+
+T(sem, unbounded_count_never_wraps)
+{
+    int64_t r[11];
+
+    ferry_sem_init(&g_sem, 0, 0);
+    cr_assert_eq(tu_run(sem_wrap_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], -EOVERFLOW, "2^63 granted + 2^63 released: %lld", (long long)r[1]);
+    cr_assert_eq(r[2], 0);
+    cr_assert_eq(r[3], -EOVERFLOW, "UINT64_MAX + 1: %lld", (long long)r[3]);
+    cr_assert_eq(r[4], 1, "a refused release must change nothing");
+    cr_assert_eq(r[5], -ECANCELED);
+    cr_assert_eq(r[6], 1, "the grant given back must not wrap the count");
+    cr_assert_eq(r[7], 0);
+    cr_assert_eq(r[8], 0);
+    cr_assert_eq(r[9], -EOVERFLOW);
+    cr_assert_eq(r[10], 1);
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0);
+}
+
+/* ---- Semaphore total (a capacity limiter) ---------------------------- */
+
+/* Acquire n = g_want[id], log, hold until g_go >= id, release. */
+static int sem_holder(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    int rc = ferry_sem_acquire_n(&g_sem, g_want[id]);
+
+    g_rc[id] = rc;
+    if (rc)
+        return rc;
+    log_add(&g_log, id);
+    while (g_go < id)
+        ferry_yield();
+    return ferry_sem_release_n(&g_sem, g_want[id]);
+}
+
+/* Raising the total grants the waiters at the head that fit, in FIFO order,
+ * and no waiter behind one that does not fit; the bound moves with it. */
+static int raise_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *t[5];
+
+    g_want[1] = 1;                               /* 1 and 2 hold the 2 permits */
+    g_want[2] = 1;
+    g_want[3] = 1;
+    g_want[4] = 2;                               /* 3, 4, 5 wait, in this order */
+    g_want[5] = 1;
+    for (int i = 0; i < 5; i++)
+        t[i] = spawn(sem_holder, (void *)(intptr_t)(i + 1));
+    settle();
+    r[0] = g_log.n;                              /* 2: the holders */
+    r[1] = ferry_sem_set_total(&g_sem, 4);       /* 2 more: 3 gets 1, 4 does not fit */
+    settle();
+    r[2] = g_log.n;                              /* 3 */
+    r[3] = (int)ferry_sem_value(&g_sem);         /* 1 left, held back for 4 */
+    r[4] = ferry_sem_set_total(&g_sem, 5);       /* 2 free: 4 gets both */
+    settle();
+    r[5] = g_log.n;                              /* 4: 5 still waits */
+    g_go = 5;                                    /* everyone releases */
+    for (int i = 0; i < 5; i++)
+        join(t[i]);
+    r[6] = (int)ferry_sem_value(&g_sem);         /* 5: the new bound */
+    r[7] = ferry_sem_release(&g_sem);            /* above it */
+    r[8] = ferry_sem_try_acquire_n(&g_sem, 5);   /* as much as the total: fine */
+    r[9] = ferry_sem_try_acquire_n(&g_sem, 6);   /* more: never */
+    r[10] = ferry_sem_release_n(&g_sem, 5);
+    return 0;
+}
+
+T(sem, raising_the_total_grants_waiters_in_fifo_order)
+{
+    int r[11];
+
+    memset(&g_log, 0, sizeof g_log);
+    g_go = 0;
+    ferry_sem_init(&g_sem, 2, FERRY_SEM_BOUNDED);
+    cr_assert_eq(tu_run(raise_main, r), 0);
+    cr_assert_eq(r[0], 2);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(r[2], 3, "one more permit-holder after the raise: %d", r[2]);
+    cr_assert_eq(r[3], 1);
+    cr_assert_eq(r[4], 0);
+    cr_assert_eq(r[5], 4);
+    cr_assert_eq(g_log.n, 5);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(g_log.order[i], i + 1, "FIFO: position %d went to %d", i, g_log.order[i]);
+    cr_assert_eq(r[6], 5);
+    cr_assert_eq(r[7], -EOVERFLOW);
+    cr_assert_eq(r[8], 0);
+    cr_assert_eq(r[9], -EINVAL);
+    cr_assert_eq(r[10], 0);
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0);
+}
+
+/* Lowering the total below the permits out admits no one until fewer
+ * permits are out than the new total; the waiters keep their order, a
+ * waiter cancelled while queued or after its grant changes nothing of
+ * that, and the bound comes down too. */
+static int lower_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *t[8];
+
+    for (int i = 1; i <= 7; i++)
+        g_want[i] = 1;
+    /* 1..4 hold the 4 permits; 5, 6, 7 wait. */
+    for (int i = 1; i <= 7; i++)
+        t[i] = spawn(sem_holder, (void *)(intptr_t)i);
+    settle();
+    r[0] = g_log.n;                              /* 4 */
+    r[1] = ferry_sem_set_total(&g_sem, 2);       /* 4 out, total 2 */
+    r[2] = (int)ferry_sem_value(&g_sem);         /* 0 */
+    ferry_task_cancel(t[6]);                     /* leaves the queue */
+    g_go = 1;                                    /* 1 releases: 3 out */
+    settle();
+    r[3] = g_log.n;                              /* still 4 */
+    g_go = 2;                                    /* 2 out: not fewer than 2 */
+    settle();
+    r[4] = g_log.n;                              /* still 4 */
+    r[5] = (int)ferry_sem_value(&g_sem);         /* 0 */
+    g_go = 3;                                    /* 1 out: 5 gets in */
+    settle();
+    r[6] = g_log.n;                              /* 5 */
+    r[7] = g_log.order[4];                       /* 5, not 7 */
+    g_go = 4;                                    /* 5 holds: 1 out, 7 gets in */
+    settle();
+    r[8] = g_log.n;
+    g_go = 7;
+    for (int i = 1; i <= 7; i++)
+        join(t[i]);
+    r[9] = (int)ferry_sem_value(&g_sem);         /* 2: the new total */
+    r[10] = ferry_sem_release(&g_sem);           /* above it */
+    r[11] = ferry_sem_try_acquire_n(&g_sem, 3);  /* more than the total */
+    return 0;
+}
+
+T(sem, lowering_the_total_admits_no_one_until_under_it)
+{
+    int r[12];
+
+    memset(&g_log, 0, sizeof g_log);
+    memset(g_rc, 0, sizeof g_rc);
+    g_go = 0;
+    ferry_sem_init(&g_sem, 4, FERRY_SEM_BOUNDED);
+    cr_assert_eq(tu_run(lower_main, r), 0);
+    cr_assert_eq(r[0], 4);
+    cr_assert_eq(r[1], 0);
+    cr_assert_eq(r[2], 0);
+    cr_assert_eq(r[3], 4, "3 out of a total of 2, yet %d in", r[3]);
+    cr_assert_eq(r[4], 4, "2 out of a total of 2, yet %d in", r[4]);
+    cr_assert_eq(r[5], 0);
+    cr_assert_eq(r[6], 5);
+    cr_assert_eq(r[7], 5);
+    cr_assert_eq(r[8], 6);
+    cr_assert_eq(g_log.order[5], 7);
+    cr_assert_eq(g_rc[6], -ECANCELED);
+    cr_assert_eq(r[9], 2);
+    cr_assert_eq(r[10], -EOVERFLOW);
+    cr_assert_eq(r[11], -EINVAL);
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0);
+}
+
+/* A grant handed back by a waiter cancelled before it ran, after the total
+ * was lowered, pays off the permits out above the total first. */
+static int lower_granted_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *t[6];
+
+    for (int i = 1; i <= 5; i++)
+        g_want[i] = 1;
+    for (int i = 1; i <= 4; i++)                 /* 1..3 hold; 4 waits */
+        t[i] = spawn(sem_holder, (void *)(intptr_t)i);
+    settle();
+    r[0] = (int)ferry_sem_value(&g_sem);         /* 0 */
+    g_go = 1;                                    /* 1 releases: 4 is granted */
+    while (ferry_task_state(t[4]) != FERRY_TASK_READY)
+        ferry_yield();                           /* 4 has not run yet */
+    r[1] = g_log.n;                              /* 3 */
+    r[2] = ferry_sem_set_total(&g_sem, 1);       /* 3 out (4's grant too), total 1 */
+    ferry_task_cancel(t[4]);                     /* 4 hands its permit back */
+    r[3] = join(t[4]);
+    t[5] = spawn(sem_holder, (void *)(intptr_t)5);
+    settle();
+    r[4] = g_log.n;                              /* 3: 2 out of 1 */
+    g_go = 2;
+    settle();
+    r[5] = g_log.n;                              /* 3: 1 out of 1 */
+    g_go = 3;
+    settle();
+    r[6] = g_log.n;                              /* 4: 5 is in */
+    g_go = 5;
+    for (int i = 1; i <= 5; i++)
+        if (i != 4)
+            join(t[i]);
+    r[7] = (int)ferry_sem_value(&g_sem);
+    return 0;
+}
+
+T(sem, grant_given_back_after_lowering_pays_off_first)
+{
+    int r[8];
+
+    memset(&g_log, 0, sizeof g_log);
+    g_go = 0;
+    ferry_sem_init(&g_sem, 3, FERRY_SEM_BOUNDED);
+    cr_assert_eq(tu_run(lower_granted_main, r), 0);
+    cr_assert_eq(r[0], 0);
+    cr_assert_eq(r[1], 3);
+    cr_assert_eq(r[2], 0);
+    cr_assert_eq(r[3], -ECANCELED);
+    cr_assert_eq(r[4], 3, "2 out of a total of 1, yet %d in", r[4]);
+    cr_assert_eq(r[5], 3, "1 out of a total of 1, yet %d in", r[5]);
+    cr_assert_eq(r[6], 4);
+    cr_assert_eq(g_log.order[3], 5);
+    cr_assert_eq(r[7], 1);
+    cr_assert_eq(ferry_sem_destroy(&g_sem), 0);
+}
+
+static int set_total_errors_main(void *arg)
+{
+    int *r = arg;
+    ferry_task *t;
+    ferry_sem unb = FERRY_SEM_INIT(3);
+
+    r[0] = ferry_sem_set_total(NULL, 1);
+    r[1] = ferry_sem_set_total(&unb, 5);         /* an unbounded one has no total */
+    r[2] = (int)ferry_sem_value(&unb);
+    r[3] = ferry_sem_set_total(&g_sem, 0);
+    r[10] = ferry_sem_acquire(&g_sem);           /* 2 left */
+    g_want[1] = 3;
+    t = spawn(sem_n_worker, (void *)(intptr_t)1);   /* waits for 3 of 3 */
+    settle();
+    r[4] = ferry_sem_set_total(&g_sem, 2);       /* the waiter could never get in */
+    r[5] = (int)ferry_sem_value(&g_sem);         /* unchanged: 2 */
+    r[6] = ferry_sem_release(&g_sem);            /* the bound is still 3: 3 get in */
+    join(t);
+    r[7] = ferry_sem_release_n(&g_sem, 3);
+    r[8] = ferry_sem_set_total(&g_sem, 3);       /* the same: nothing to do */
+    r[9] = (int)ferry_sem_value(&g_sem);
+    return 0;
+}
+
+static void *set_total_thread(void *arg)
+{
+    *(int *)arg = ferry_sem_set_total(&g_sem, 4);
+    return NULL;
+}
+
+T(sem, set_total_bad_input)
+{
+    int r[11], rt = 0;
+    pthread_t th;
+
+    ferry_sem_init(&g_sem, 3, FERRY_SEM_BOUNDED);
+    cr_assert_eq(tu_run(set_total_errors_main, r), 0);
+    cr_assert_eq(r[0], -EINVAL);
+    cr_assert_eq(r[1], -EINVAL);
+    cr_assert_eq(r[2], 3);
+    cr_assert_eq(r[3], -EINVAL);
+    cr_assert_eq(r[4], -EBUSY);
+    cr_assert_eq(r[5], 2);
+    cr_assert_eq(r[6], 0);
+    cr_assert_eq(r[7], 0);
+    cr_assert_eq(r[8], 0);
+    cr_assert_eq(r[9], 3);
+    cr_assert_eq(r[10], 0);
+    cr_assert_eq(pthread_create(&th, NULL, set_total_thread, &rt), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(rt, -EPERM);
+    cr_assert_eq(ferry_sem_value(&g_sem), 3);
 }
 
 /* ---- Event ---------------------------------------------------------- */

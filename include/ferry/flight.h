@@ -70,7 +70,8 @@ int ferry_flight_init(ferry_flight *f);
 
 /*
  * Free the group's table.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (a call is in flight: nothing changed); -EPERM; -EINVAL.
  */
 int ferry_flight_destroy(ferry_flight *f);
@@ -138,7 +139,8 @@ int ferry_keylock_init(ferry_keylock *kl);
 
 /*
  * Free everything (broken keys included).
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (a key is held or waited for: nothing
  * changed); -EPERM; -EINVAL.
  */

@@ -101,7 +101,8 @@ int ferry_queue_init(ferry_queue *q, size_t elem_size, size_t capacity,
 
 /*
  * Free the storage, dropping any elements left, and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (tasks wait on it, or woken ones have not run yet:
  * nothing changed); -EPERM; -EINVAL.
  */

@@ -2,8 +2,9 @@
  *
  * Everything here belongs to one loop and runs on that loop's thread.  A
  * primitive binds to the loop that first uses it; using it from another
- * thread, or from a task of another loop, returns -EPERM.  To reach a loop
- * from another thread, see ferry/bridge.h.
+ * thread, or from a task of another loop, returns -EPERM.  Once that loop
+ * is freed, any thread may destroy the primitive (its storage can then be
+ * given back).  To reach a loop from another thread, see ferry/bridge.h.
  *
  * Every call that suspends is a cancellation point, also when it does not
  * need to wait: a cancelled task gets -ECANCELED from an uncontended
@@ -40,6 +41,9 @@ typedef struct ferry_lock ferry_lock;
  * newcomer never overtakes a queued waiter.  Not recursive.  A task that
  * ends while holding the lock breaks it: every waiter and every later
  * acquirer gets -EOWNERDEAD (Trio's broken lock, a robust pthread mutex).
+ * The task is gone by then, so ferry logs its name and the lock's address
+ * when the lock breaks (FERRY_LOG_ERROR, see ferry_set_log()), and
+ * ferry_loop_dump() lists the loop's broken locks until they are destroyed.
  */
 struct ferry_lock {
     /* private: use the functions below */
@@ -63,7 +67,8 @@ int ferry_lock_init(ferry_lock *lock);
 /*
  * Check that nobody holds or waits for the lock and unbind it; a broken
  * lock with no waiters can be destroyed (and then initialised again).
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (held or waited for: nothing changed); -EPERM;
  * -EINVAL (NULL).
  */
@@ -115,15 +120,23 @@ typedef struct ferry_sem ferry_sem;
  * it, and when the head leaves (cancelled, timed out) the ones behind it
  * that fit proceed at once.  An acquire takes all its permits at once or
  * none, so a cancelled acquire holds nothing.
+ *
+ * A bounded semaphore has a total: the permits available plus those out
+ * (taken, or granted to waiters that have not run yet).  It starts as the
+ * initial value, and ferry_sem_set_total() changes it while tasks hold and
+ * wait (Trio's CapacityLimiter.total_tokens).  An unbounded semaphore has
+ * no total, only a count, which never passes UINT64_MAX.
  */
 struct ferry_sem {
     /* private: use the functions below */
     struct ferry__waitq waiters; /* tasks in ferry_sem_acquire_n(); w->n = permits */
     ferry_loop         *loop;    /* bound at first use */
     uint64_t            value;   /* permits available now */
-    uint64_t            max;     /* bound when `bounded` (the initial value) */
+    uint64_t            max;     /* the total when `bounded` */
     bool                bounded; /* release above `max` (value + pending) returns -EOVERFLOW */
     uint64_t            pending; /* permits granted to waiters that have not resumed yet */
+    uint64_t            debt;    /* permits out above a lowered total: permits that
+                                  * come back pay it off before `value` grows */
 };
 
 /* A semaphore holding `v` permits; all-zero is one holding 0. */
@@ -143,7 +156,8 @@ int ferry_sem_init(ferry_sem *sem, uint64_t value, unsigned flags);
 
 /*
  * Check that nobody waits and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (waiters, or woken waiters not yet run); -EPERM;
  * -EINVAL.
  */
@@ -171,13 +185,33 @@ int ferry_sem_try_acquire(ferry_sem *sem);
 /*
  * Give back `n` permits and wake the waiters at the head that now fit.
  * Any task or callback of the loop may release (permits have no owner).
+ * While more permits are out than a lowered total, the permits released
+ * first make up that excess and wake no one.
  * Thread: loop (task or callback).  Suspends: no.
- * Returns: 0; -EOVERFLOW (bounded, and the permits available plus those
- * granted to waiters that have not resumed yet would exceed the bound, or
- * the count would wrap: nothing released); -EPERM; -EINVAL (NULL, n == 0).
+ * Returns: 0; -EOVERFLOW (nothing released: bounded, and the permits
+ * available plus those granted to waiters that have not resumed yet would
+ * exceed the total; or unbounded, and they would pass UINT64_MAX, so that
+ * a granted waiter that is cancelled and hands its permits back can never
+ * wrap the count); -EPERM; -EINVAL (NULL, n == 0).
  */
 int ferry_sem_release_n(ferry_sem *sem, uint64_t n);
 int ferry_sem_release(ferry_sem *sem);
+
+/*
+ * Change the total of a bounded semaphore (its bound) while tasks hold and
+ * wait.  Raising it adds the difference to the permits available and wakes
+ * the waiters at the head that now fit, in FIFO order.  Lowering it takes
+ * the difference from the permits available; when fewer are available,
+ * the rest is taken from the permits out as they come back: releases (and
+ * grants handed back by cancelled waiters) admit no one until fewer
+ * permits are out than the new total, and a waiter for n gets in once n
+ * more fit under it.  Waiters keep their places.
+ * Thread: loop (task or callback).  Suspends: no.
+ * Returns: 0; -EINVAL (NULL; total == 0; the semaphore is unbounded: it
+ * has no total); -EBUSY (a waiting acquire asks for more than `total` and
+ * could never get in: nothing changed); -EPERM.
+ */
+int ferry_sem_set_total(ferry_sem *sem, uint64_t total);
 
 /* Thread: loop.  Suspends: no.  Returns: the permits available now. */
 uint64_t ferry_sem_value(const ferry_sem *sem);
@@ -206,7 +240,8 @@ int ferry_event_init(ferry_event *ev);
 
 /*
  * Check that nobody waits and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY (waiters); -EPERM; -EINVAL.
  */
 int ferry_event_destroy(ferry_event *ev);
@@ -266,7 +301,8 @@ int ferry_cond_init(ferry_cond *cond, ferry_lock *lock);
 
 /*
  * Check that nobody waits (and that its own lock is free) and unbind.
- * Thread: the bound loop's, or any if never used.  Suspends: no.
+ * Thread: the bound loop's; any if never used or once that loop is freed.
+ * Suspends: no.
  * Returns: 0; -EBUSY; -EPERM; -EINVAL.
  */
 int ferry_cond_destroy(ferry_cond *cond);

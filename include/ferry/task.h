@@ -149,6 +149,16 @@ enum { FERRY_READ = 1, FERRY_WRITE = 2 };
 /*
  * Wait until `fd` is readable or writable (`events`: FERRY_READ, FERRY_WRITE
  * or both).  *revents, if not NULL, receives what is ready.
+ *
+ * Do not close an fd while a task waits on it.  Closing does not wake the
+ * waiter (the kernel drops the fd from the poll set silently), and the
+ * stale wait keeps the fd's number registered in libevent, which counts
+ * events per fd number: when the number is reused by a new socket or pipe,
+ * a wait on it that begins while the stale one is still there is never
+ * woken, not even after the stale waiter has left.  Before closing, wake
+ * the waiter (ferry_task_cancel(), or a deadline) and let it return
+ * (ferry_task_join(), or any wait until it has run); then close the fd.
+ *
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL; -ENOMEM (libevent
  * could not register the fd).
@@ -258,7 +268,9 @@ int ferry_run(ferry_task_fn fn, void *arg);
 /*
  * Print every live task of `loop` on `out`: name, state, what it waits on
  * and how long its stack has been used (asyncio.all_tasks, Go's goroutine
- * dump).  Thread: loop.  Returns: number of tasks printed; -EPERM.
+ * dump); then the locks that tasks broke by ending while holding them
+ * (the last 16 not destroyed since), each with the task that broke it.
+ * Thread: loop.  Returns: number of tasks printed; -EPERM.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
 

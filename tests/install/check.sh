@@ -3,6 +3,10 @@
 # tests/install/main.c (and examples/hello.c) against that install twice: with CMake's
 # find_package(ferry) (shared and static targets) and with a pkg-config
 # one-liner (shared, and static with --static), and run every program.
+# ferry is configured for one prefix and installed with `cmake --install
+# --prefix` into another, as packagers and users of a staging directory do:
+# the installed files must work from where they are, and nothing may point
+# back at the configured prefix, which is never created.
 # Usage: tests/install/check.sh [WORK_DIR]   (default: a temporary one)
 # Extra CMake arguments for the ferry build: FERRY_INSTALL_CMAKE_ARGS.
 set -euo pipefail
@@ -14,15 +18,25 @@ if [ -z "$work" ]; then
 fi
 mkdir -p "$work"
 prefix=$work/prefix
+configured=$work/configured-prefix
 jobs=${JOBS:-2}
+rm -rf "$configured"
 
-echo "== build and install ferry into $prefix"
+echo "== build for $configured, install into $prefix"
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$work/ferry" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$prefix" -DFERRY_TESTS=OFF -DFERRY_EXAMPLES=OFF \
+    -DCMAKE_INSTALL_PREFIX="$configured" -DFERRY_TESTS=OFF -DFERRY_EXAMPLES=OFF \
     -DFERRY_BENCH=OFF ${FERRY_INSTALL_CMAKE_ARGS:-} >"$work/ferry-configure.log"
 cmake --build "$work/ferry" -j"$jobs" >"$work/ferry-build.log"
-cmake --install "$work/ferry" >"$work/ferry-install.log"
+cmake --install "$work/ferry" --prefix "$prefix" >"$work/ferry-install.log"
+if [ -e "$configured" ]; then
+    echo "install check: $configured exists, the install wrote there" >&2
+    exit 1
+fi
+if grep -rl "$configured" "$prefix" >&2; then
+    echo "install check: the files above name the configured prefix" >&2
+    exit 1
+fi
 
 pcdir=$(dirname "$(find "$prefix" -name ferry.pc -print -quit)")
 libdir=$(dirname "$pcdir")
