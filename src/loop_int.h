@@ -221,6 +221,7 @@ struct ferry_loop {
      * child returns -EPERM (docs/fork.md).  NULL if the kernel refused
      * (then a child is not detected). */
     const volatile unsigned char *fork_mark;
+    struct ferry__sigport *sigport;   /* signal subscriptions (sig_int.h), or NULL */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */
