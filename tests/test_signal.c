@@ -907,3 +907,42 @@ Test(signal, a_loop_attached_to_an_application_base_receives_and_lets_it_end, .t
     event_base_free(base);
     cr_assert_eq(disposition(SIGUSR1), SIG_DFL);
 }
+
+T(many_loops_on_one_thread_each_see_each_delivery)
+{
+    enum { N = 9 };     /* more than the process table first holds */
+    ferry_loop *loops[N];
+    ferry_sigsub *subs[N];
+    int signum;
+
+    set_disposition(SIGUSR1, SIG_DFL);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(ferry_loop_new(&loops[i], NULL), 0);
+        subs[i] = new_sub(loops[i], usr1, 1);
+    }
+    raise(SIGUSR1);
+    raise(SIGUSR1);
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < 2; k++) {
+            signum = 0;
+            cr_assert_eq(ferry_sigsub_try_recv(subs[i], &signum), 0, "loop %d, delivery %d", i, k);
+            cr_assert_eq(signum, SIGUSR1);
+        }
+        cr_assert_eq(ferry_sigsub_try_recv(subs[i], &signum), -EAGAIN);
+    }
+    /* Slots given back in the middle are taken again. */
+    for (int i = 2; i < 5; i++) {
+        cr_assert_eq(ferry_sigsub_free(subs[i]), 0);
+        ferry_loop_free(loops[i]);
+        cr_assert_eq(ferry_loop_new(&loops[i], NULL), 0);
+        subs[i] = new_sub(loops[i], usr1, 1);
+    }
+    raise(SIGUSR1);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(ferry_sigsub_try_recv(subs[i], &signum), 0, "loop %d", i);
+        cr_assert_eq(ferry_sigsub_try_recv(subs[i], &signum), -EAGAIN);
+        cr_assert_eq(ferry_sigsub_free(subs[i]), 0);
+        ferry_loop_free(loops[i]);
+    }
+    cr_assert_eq(disposition(SIGUSR1), SIG_DFL);
+}
