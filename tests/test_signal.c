@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -945,4 +946,33 @@ T(many_loops_on_one_thread_each_see_each_delivery)
         ferry_loop_free(loops[i]);
     }
     cr_assert_eq(disposition(SIGUSR1), SIG_DFL);
+}
+
+T(a_forked_child_cannot_use_an_inherited_subscription)
+{
+    ferry_sigsub *sub;
+    int status = -1, signum;
+    pid_t pid;
+
+    set_disposition(SIGUSR1, SIG_DFL);
+    sub = new_sub(tu_loop, usr1, 1);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int code = 0;
+        if (ferry_sigsub_try_recv(sub, &signum) != -EPERM)
+            code |= 1;
+        if (ferry_sigsub_free(sub) != -EPERM)
+            code |= 2;
+        /* The inherited handler counts it in the child only (it may
+         * wake the parent's loop, which then finds nothing new). */
+        raise(SIGUSR1);
+        _exit(code);
+    }
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child died of signal %d", WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), 0, "child checks failed: %d", WEXITSTATUS(status));
+    ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    cr_assert_eq(ferry_sigsub_try_recv(sub, &signum), -EAGAIN, "the child's delivery reached the parent");
+    cr_assert_eq(ferry_sigsub_free(sub), 0);
 }
