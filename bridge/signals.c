@@ -325,7 +325,11 @@ int ferry__sig_add(ferry_loop *loop, int signum)
     if (nloops[signum] == 0) {
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;
-        sa.sa_flags = SA_RESTART | SA_ONSTACK;
+        /* No SA_ONSTACK: the handler needs little stack, and the
+         * alternate stack of a loop's thread belongs to the stack-overflow
+         * reporter (under valgrind, handlers run there were reported as
+         * invalid writes). */
+        sa.sa_flags = SA_RESTART;
         sigfillset(&sa.sa_mask);
         if (sigaction(signum, &sa, &old_action[signum]) != 0) {
             change_end(&old);

@@ -37,7 +37,9 @@
 
 static struct {
     ferry_sigsub *sub;           /* SIGTERM and SIGHUP */
+    ferry_loop   *loop;          /* the service's loop */
     ferry_event   stop;          /* set by the first SIGTERM */
+    ferry_event   operator_done; /* the operator thread sent everything */
     atomic_int    draining;      /* the same, for the operator thread */
     int           reloads;       /* SIGHUPs handled */
     int           terms;         /* SIGTERMs received */
@@ -99,6 +101,13 @@ static int worker(void *arg)
     return 0;
 }
 
+/* On the loop, posted by the operator thread. */
+static void operator_done(void *arg)
+{
+    (void)arg;
+    ferry_event_set(&svc.operator_done);
+}
+
 static void *operator_thread(void *arg)
 {
     pid_t me = getpid();
@@ -114,13 +123,8 @@ static void *operator_thread(void *arg)
     while (!atomic_load(&svc.draining))
         usleep(1000);
     kill(me, SIGTERM);
+    ferry_loop_call_soon_threadsafe(svc.loop, operator_done, NULL);
     return NULL;
-}
-
-/* On a pool thread: wait for the operator to finish sending. */
-static int join_job(void *arg)
-{
-    return pthread_join(*(pthread_t *)arg, NULL) ? -1 : 0;
 }
 
 static int service(void *arg)
@@ -132,6 +136,7 @@ static int service(void *arg)
     pthread_t op;
     int rc, signum;
 
+    svc.loop = ferry_loop_current();
     rc = ferry_sigsub_new(&svc.sub, NULL, signums, 2);
     if (rc)
         return rc;
@@ -150,8 +155,10 @@ static int service(void *arg)
     rc = ferry_group_wait(&workers);           /* ends when the drain is done */
     svc.drained = true;
     printf("  drain finished %.0f ms after SIGTERM\n", (double)(ferry_now() - svc.stop_at) / 1e6);
-    if (!by_hand)
-        ferry_to_thread(NULL, join_job, &op);  /* everything is sent now */
+    if (!by_hand) {
+        ferry_event_wait(&svc.operator_done);  /* everything is sent now */
+        pthread_join(op, NULL);
+    }
     ferry_task_cancel(sig_task);
     ferry_task_join(sig_task, NULL);
     /* Whatever arrived since the signal task stopped: receive it too, or

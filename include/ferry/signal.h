@@ -26,7 +26,7 @@
  *
  * The disposition.  While at least one subscription to a signal exists in
  * the process, ferry's handler is installed for it (SA_RESTART; every
- * signal blocked while it runs).  The first subscription saves the
+ * signal blocked while it runs; on the interrupted stack).  The first subscription saves the
  * disposition it replaces and the last one to go (ferry_sigsub_free(), or
  * ferry_loop_free() of its loop) puts it back.  If that last subscription
  * had counted deliveries of the signal that it never received, the signal
