@@ -396,8 +396,6 @@ void ferry__sig_port_free(ferry_loop *loop)
     struct ferry__sigport *port = loop->sigport;
     sigset_t old;
 
-    if (!port)
-        return;
     change_begin(&old);
     slot_give(port->slot);
     change_end(&old);

@@ -78,8 +78,9 @@ void ferry__sig_del(ferry_loop *loop, int signum, bool unread);
  * subscriptions (ferry__sig_deliver() per signal).  No system call. */
 void ferry__sig_collect(ferry_loop *loop);
 
-/* ferry_loop_free(): the loop has no subscription left; close its port
- * (after it left the table, so no handler writes the closed eventfd). */
+/* ferry_loop_free(): the loop has a port and no subscription left; close
+ * the port (after it left the table, so no handler writes the closed
+ * eventfd). */
 void ferry__sig_port_free(ferry_loop *loop);
 
 /* ---- src/signal.c -------------------------------------------------------- */

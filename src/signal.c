@@ -182,7 +182,7 @@ int ferry_sigsub_recv(ferry_sigsub *sub, int *signum)
     if (ferry__sigsub_try(sub, signum) == 0)
         return 0;
     ferry__waiter_init(&w, self, "signal", sub);
-    rc = ferry__wait(&sub->waiters, &w, FERRY_NEVER);
+    rc = ferry__wait(ferry__sigsub_waitq(sub), &w, FERRY_NEVER);
     if (w.state != FERRY__W_GRANTED)
         return rc;
     if (rc) {

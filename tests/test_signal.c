@@ -532,6 +532,7 @@ T(a_cancelled_waiter_passes_its_delivery_to_the_next)
 static int cancel_waiting_task(void *arg)
 {
     ferry_task *w;
+    int x;
 
     (void)arg;
     ferry_task_spawn(&w, NULL, waiter_task, (void *)0, NULL);
@@ -539,6 +540,9 @@ static int cancel_waiting_task(void *arg)
     ferry_task_cancel(w);
     ferry_task_join(w, NULL);
     raise(SIGUSR1);
+    /* A cancelled task's receive takes nothing, even with one pending. */
+    ferry_task_cancel(ferry_task_current());
+    cx.rc[1] = ferry_sigsub_recv(cx.sub, &x);
     cx.try2 = ferry_sigsub_try_recv(cx.sub, &cx.sig2);
     return 0;
 }
@@ -553,6 +557,7 @@ T(a_receive_cancelled_while_waiting_and_one_that_times_out_take_nothing)
     cx.sub = new_sub(tu_loop, usr1, 1);
     cr_assert_eq(tu_run(cancel_waiting_task, NULL), 0);
     cr_assert_eq(cx.rc[0], -ECANCELED);
+    cr_assert_eq(cx.rc[1], -ECANCELED);
     cr_assert_eq(cx.try2, 0);
     cr_assert_eq(cx.sig2, SIGUSR1);
     /* A deadline: nothing comes within it. */
@@ -628,6 +633,8 @@ T(bad_input_and_the_wrong_thread_are_refused)
     {
         int one[] = { SIGUSR1, SIGRTMIN - 1 };
         cr_assert_eq(ferry_sigsub_new(&sub, tu_loop, one, 2), -EINVAL);
+        cr_assert_eq(ferry_sigsub_new(&sub, tu_loop, &one[1], 1), -EINVAL);
+        cr_assert_null(sub);
     }
     cr_assert_eq(disposition(SIGUSR1), app_handler, "a refused subscription changed SIGUSR1");
     cr_assert_eq(ferry_sigsub_new(NULL, tu_loop, usr1, 1), -EINVAL);
