@@ -327,8 +327,8 @@ int ferry__sig_add(ferry_loop *loop, int signum)
         sa.sa_handler = on_signal;
         /* No SA_ONSTACK: the handler needs little stack, and the
          * alternate stack of a loop's thread belongs to the stack-overflow
-         * reporter (under valgrind, handlers run there were reported as
-         * invalid writes). */
+         * reporter (valgrind also flags a handler's writes there as
+         * invalid). */
         sa.sa_flags = SA_RESTART;
         sigfillset(&sa.sa_mask);
         if (sigaction(signum, &sa, &old_action[signum]) != 0) {
