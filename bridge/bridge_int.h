@@ -176,6 +176,14 @@ struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
 
+/* ---- ferry's own threads (signals.c) ---------------------------------- */
+
+/* pthread_create() for ferry's own threads: the thread starts with every
+ * signal blocked but those a fault raises, so it never takes a signal
+ * meant for the process (ferry/signal.h).  Same returns. */
+int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
+                               void *(*fn)(void *), void *arg);
+
 /* ---- helpers (threads.c) ---------------------------------------------- */
 
 /* A relative timeout in ns (FERRY_NEVER: none) as an absolute deadline on

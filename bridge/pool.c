@@ -876,7 +876,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     }
     for (i = 0; i < p->nthreads; i++) {
         if (ferry__fault_point("pthread_create") ||
-            pthread_create(&p->threads[i], &attr, worker_main, p) != 0) {
+            ferry__thread_create_nosig(&p->threads[i], &attr, worker_main, p) != 0) {
             stop_threads(p, i);
             goto err_attr;
         }

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "loop_int.h"
+#include "sig_int.h"
 #include "switch.h"
 
 __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
@@ -699,6 +700,8 @@ void ferry_loop_free(ferry_loop *loop)
         loop->bridge.close(loop->bridge.ctx);
     while (run_turn(loop))
         ;
+    /* Subscriptions end here, before the event_base their eventfd is on. */
+    ferry__signal_loop_free(loop);
     /* Timers that never fired are dropped with their loop. */
     while ((n = ferry__heap_min(&loop->timers))) {
         ferry__heap_remove(&loop->timers, n);

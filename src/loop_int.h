@@ -238,6 +238,7 @@ struct ferry_loop {
     struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
     unsigned              nbroken;    /* entries in `broken` */
     uint64_t              broken_dropped; /* broken locks pushed out of `broken` */
+    struct ferry__sigport *sigport;   /* signal subscriptions (sig_int.h), or NULL */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */

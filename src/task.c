@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "loop_int.h"
+#include "sig_int.h"
 #include "switch.h"
 #include "sanitize.h"
 
@@ -482,29 +483,28 @@ int ferry_wait_fd(int fd, int events, int *revents)
     return rc;
 }
 
+/* A subscription that lives for one wait (ferry/signal.h has the rules):
+ * every loop waiting for the signal gets its own count of each delivery. */
 int ferry_wait_signal(int signum)
 {
-    struct ferry__waiter w;
-    struct event ev;
+    ferry_sigsub *sub;
     ferry_task *self;
-    int rc = ferry__enter_task_inline(&self);
+    int rc = ferry__enter_task_inline(&self), got;
 
     if (rc)
         return rc;
-    /* SIGKILL and SIGSTOP cannot be caught: libevent's sigaction() would
-     * fail and the wait look like -ENOMEM. */
-    if (signum <= 0 || signum >= NSIG || signum == SIGKILL || signum == SIGSTOP)
+    if (!ferry__sig_valid(signum))
         return -EINVAL;
     rc = ferry__check_inline(self);
     if (rc)
         return rc;
-    ferry__waiter_init(&w, self, "signal", (const void *)(intptr_t)signum);
-    if (evsignal_assign(&ev, self->loop->base, signum, io_cb, &w) != 0)
-        return -EINVAL;
-    if (evsignal_add(&ev, NULL) != 0)
-        return -ENOMEM;
-    rc = ferry__wait(NULL, &w, FERRY_NEVER);
-    evsignal_del(&ev);
+    rc = ferry_sigsub_new(&sub, self->loop, &signum, 1);
+    if (rc)
+        return rc;
+    rc = ferry_sigsub_recv(sub, &got);
+    /* Received: more deliveries during the wait merge into this one.  Not
+     * received: one that came is raised again for the old disposition. */
+    ferry__sigsub_release(sub, rc == 0);
     return rc;
 }
 

@@ -22,7 +22,9 @@
 #include <elf.h>
 #include <execinfo.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -823,6 +825,127 @@ static void undo_future(int rc)
     g_fut = NULL;
 }
 
+/* ---- signal subscriptions ---------------------------------------------------- */
+
+/* SIGUSR1 and SIGUSR2 are ignored in this process: a failed subscription
+ * must leave them so, and a signal raised after a failure is harmless. */
+static ferry_sigsub *g_sub, *g_sub2;
+static int g_nfds;                /* open descriptors before the fresh loop */
+
+static int open_fds(void)
+{
+    int n = 0;
+
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+static bool ignored(int signum)
+{
+    struct sigaction sa;
+
+    return sigaction(signum, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
+}
+
+/* A fresh loop with no signal port yet, and no loop of the process
+ * subscribed: the first subscription makes the port and the table. */
+static void setup_sig_loop(void)
+{
+    g_nfds = open_fds();
+    g_sub = g_sub2 = NULL;
+    setup_fresh_loop();
+}
+
+static int op_sigsub_first(void)
+{
+    static const int both[] = { SIGUSR1, SIGUSR2 };
+
+    return ferry_sigsub_new(&g_sub, g_bl, both, 2);
+}
+
+/* The loop already has a subscription (to SIGUSR2). */
+static void setup_sig_loop_subscribed(void)
+{
+    static const int usr2[] = { SIGUSR2 };
+
+    setup_sig_loop();
+    if (ferry_sigsub_new(&g_sub2, g_bl, usr2, 1))
+        FAILF("cannot subscribe");
+}
+
+static int op_sigsub_more(void)
+{
+    static const int usr1[] = { SIGUSR1 };
+
+    return ferry_sigsub_new(&g_sub, g_bl, usr1, 1);
+}
+
+/* Checks what every run must leave: the dispositions, no descriptor. */
+static void sig_loop_done(void)
+{
+    if (!ignored(SIGUSR1) || !ignored(SIGUSR2))
+        FAILF("sigsub: a disposition was not put back");
+    ferry_loop_free(g_bl);
+    g_bl = NULL;
+    g_sub = g_sub2 = NULL;
+    if (open_fds() != g_nfds)
+        FAILF("sigsub: %d descriptors open, %d before", open_fds(), g_nfds);
+}
+
+static void undo_sigsub(int rc)
+{
+    int signum = 0;
+
+    if (rc != 0 && g_sub)
+        FAILF("sigsub_new: failed but set *out");
+    if (rc != 0 && g_sub2 == NULL && (!ignored(SIGUSR1) || !ignored(SIGUSR2)))
+        FAILF("sigsub_new: failed but changed a disposition");
+    if (rc == 0) {
+        raise(SIGUSR1);
+        if (ferry_sigsub_try_recv(g_sub, &signum) != 0 || signum != SIGUSR1)
+            FAILF("sigsub_new: the subscription does not receive (%d)", signum);
+    }
+    if (ferry_sigsub_free(g_sub) != 0 || ferry_sigsub_free(g_sub2) != 0)
+        FAILF("sigsub: free failed");
+    sig_loop_done();
+}
+
+static int raiser_task(void *arg)
+{
+    (void)arg;
+    raise(SIGUSR1);
+    return 0;
+}
+
+/* ferry_wait_signal() armed around the call only; the raiser runs once it
+ * waits (or after it failed: the signal is ignored then). */
+static int wait_signal_task(void *arg)
+{
+    ferry_task *r;
+    int rc;
+
+    (void)arg;
+    if (ferry_task_spawn(&r, NULL, raiser_task, NULL, NULL))
+        return -1000;
+    sweep_arm();
+    rc = ferry_wait_signal(SIGUSR1);
+    sweep_disarm();
+    ferry_task_join(r, NULL);
+    return rc;
+}
+
+static int op_wait_signal(void)
+{
+    return in_task(g_bl, wait_signal_task, NULL);
+}
+
+static void undo_wait_signal(int rc)
+{
+    (void)rc;
+    sig_loop_done();
+}
+
 /* ---- the sites in the source ----------------------------------------------- */
 
 #define MAXSITES 128
@@ -959,6 +1082,9 @@ static const struct sweep sweeps[] = {
     { "post from a thread",  setup_fresh_loop, op_post_thread,    undo_post_thread, "eventfd write" },
     { "chan_new",            NULL,             op_chan_new,       undo_chan, NULL },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write|malloc" },
+    { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub, NULL },
+    { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
+    { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
 };
 
 static void quiet_log(int level, const char *msg, void *ctx)
@@ -973,6 +1099,8 @@ Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .timeout = 
 
     (void)setup_queue;
     ferry_set_log(quiet_log, NULL);   /* failed eventfd writes are logged by design */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     cr_assert_eq(ferry_loop_new(&tu_loop, NULL), 0);
     cr_assert_str_eq(event_base_get_method(ferry_loop_base(tu_loop)), "epoll");
     for (size_t i = 0; i < sizeof sweeps / sizeof sweeps[0]; i++)

@@ -127,7 +127,10 @@ typedef struct ferry_pool_opts {
 typedef int (*ferry_job_fn)(void *arg);
 
 /*
- * Start a pool.
+ * Start a pool.  Its threads start with every signal blocked except those
+ * a fault raises, so they never take a signal meant for the process
+ * (ferry/signal.h): a job's raise() stays pending on its thread, and a
+ * program a job starts inherits that mask unless it is given another.
  * Thread: any.  Suspends: no.
  * Owns: the caller; free with ferry_pool_free().
  * Returns: 0; -ENOMEM (memory or a thread could not be made; nothing left

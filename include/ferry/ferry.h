@@ -8,6 +8,8 @@
  *   ferry/flight.h  singleflight and per-key locks
  *   ferry/bridge.h  call_soon_threadsafe, thread pools, to_thread,
  *                   calling into a loop from threads, the mixed channel
+ *   ferry/signal.h  signal subscriptions: deliveries counted, never lost,
+ *                   received by tasks
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -18,5 +20,6 @@
 #include "ferry/queue.h"
 #include "ferry/flight.h"
 #include "ferry/bridge.h"
+#include "ferry/signal.h"
 
 #endif /* FERRY_FERRY_H */

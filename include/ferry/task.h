@@ -167,11 +167,21 @@ int ferry_wait_fd(int fd, int events, int *revents /* OUT, optional */);
 
 /*
  * Wait until signal `signum` is delivered to the process (e.g. SIGINT or
- * SIGTERM for a graceful shutdown).  While any task waits for it, the
- * signal's default action is replaced by libevent's handler.
+ * SIGTERM for a graceful shutdown).  This is a subscription
+ * (ferry/signal.h) that lasts for the one wait: every task waiting for the
+ * signal, on any loop, is woken by each delivery.  Deliveries that come
+ * while it waits, after the first, merge into the one it returns.  Only a
+ * live subscription keeps signals between waits: before the call and after
+ * it returns, the signal has the disposition it had without ferry (unless
+ * a ferry_sigsub for it exists), and a second SIGTERM that arrives while
+ * the task handles the first one kills the process.  A service that must
+ * see every delivery keeps a ferry_sigsub instead.  If the wait ends with
+ * an error after a delivery came, the signal is raised again for that
+ * disposition, as ferry_sigsub_free() does.
  * Thread: loop, in a task.  Suspends: yes.
- * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL (not a signal
- * number, or SIGKILL or SIGSTOP, which cannot be caught); -ENOMEM.
+ * Returns: 0; -ECANCELED; -ETIMEDOUT; -EPERM; -EINVAL (a number
+ * ferry/signal.h refuses: not a signal, SIGKILL, SIGSTOP, a fault's
+ * signal); -ENOMEM.
  */
 int ferry_wait_signal(int signum);
 

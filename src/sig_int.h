@@ -1,0 +1,117 @@
+/* sig_int.h - signals between src/signal.c (subscriptions, waiting) and
+ * bridge/signals.c (the process-wide handler, its counters and table, and
+ * each loop's port: the eventfd the handler writes).
+ *
+ * Loop thread only, except where a comment says otherwise.
+ */
+#ifndef FERRY_SIG_INT_H
+#define FERRY_SIG_INT_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry_int.h"
+#include "ferry/signal.h"
+
+struct event;
+
+/* Signal numbers are 1..FERRY__NSIG-1; signal s is bit s-1 of a mask. */
+#define FERRY__NSIG 65
+_Static_assert(NSIG <= FERRY__NSIG, "a signal mask is one 64-bit word");
+
+static inline uint64_t ferry__sig_bit(int signum)
+{
+    return (uint64_t)1 << (signum - 1);
+}
+
+/* True for a number a subscription accepts (see ferry/signal.h); the C
+ * library's own signals pass here and are refused by sigaction(). */
+static inline bool ferry__sig_valid(int signum)
+{
+    return signum > 0 && signum < NSIG && signum != SIGKILL && signum != SIGSTOP &&
+           signum != SIGSEGV && signum != SIGBUS && signum != SIGFPE && signum != SIGILL;
+}
+
+/*
+ * A loop's signal state, made by its first subscription and freed by
+ * ferry_loop_free() (ferry__signal_loop_free()).
+ */
+struct ferry__sigport {
+    /* src/signal.c */
+    struct ferry__link  subs;                /* the loop's live ferry_sigsubs */
+    /* bridge/signals.c */
+    ferry_loop         *loop;                /* the loop it belongs to */
+    struct event       *ev;                  /* EV_READ|EV_PERSIST on rfd, added
+                                              * while `total` > 0 */
+    int                 rfd;                 /* eventfd, or a pipe's read end */
+    int                 wfd;                 /* what the handler writes: rfd, or
+                                              * the pipe's write end */
+    size_t              slot;                /* its slot in the process table */
+    size_t              total;               /* subscriptions x signals: sum of refs */
+    uint64_t            mask;                /* signals with refs > 0 */
+    unsigned            refs[FERRY__NSIG];   /* subscriptions per signal */
+    uint64_t            seen[FERRY__NSIG];   /* the signal's counter as far as it
+                                              * has been handed to subscriptions */
+};
+
+/* ---- bridge/signals.c, on the loop thread ------------------------------ */
+
+/*
+ * One more subscription of `loop` to `signum` (valid): the first one of the
+ * loop makes its port, the first one of the process installs the handler.
+ * Returns: 0; -ENOMEM; -EINVAL (sigaction() refused the number).  On error
+ * nothing changed, except that the port may stay (freed with the loop).
+ */
+int  ferry__sig_add(ferry_loop *loop, int signum);
+
+/*
+ * One subscription of `loop` to `signum` fewer.  When the loop's last one
+ * goes and no loop of the process is left subscribed, the old disposition
+ * is put back, and the signal is raised once more on this thread if
+ * `unread` (a subscription counted a delivery it never received) or if
+ * deliveries came after the loop last collected.
+ */
+void ferry__sig_del(ferry_loop *loop, int signum, bool unread);
+
+/* Hand every delivery counted since the last call to the loop's
+ * subscriptions (ferry__sig_deliver() per signal).  No system call. */
+void ferry__sig_collect(ferry_loop *loop);
+
+/* ferry_loop_free(): the loop has a port and no subscription left; close
+ * the port (after it left the table, so no handler writes the closed
+ * eventfd). */
+void ferry__sig_port_free(ferry_loop *loop);
+
+/* ---- src/signal.c -------------------------------------------------------- */
+
+/* `n` deliveries of `signum` for every subscription of `loop` to it. */
+void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n);
+
+/* ferry_loop_free(), once every task has ended: end every subscription of
+ * the loop (they stay allocated for ferry_sigsub_free(), which then only
+ * frees them) and free its port. */
+void ferry__signal_loop_free(ferry_loop *loop);
+
+/*
+ * ferry_sigsub_free() with a choice, for ferry_wait_signal(): `merge`
+ * drops the deliveries the subscription counted and did not receive (they
+ * came while its one wait lasted) instead of raising them again.
+ */
+int  ferry__sigsub_release(ferry_sigsub *sub, bool merge);
+
+/*
+ * For a select over several primitives: a task waits for a subscription
+ * by putting a waiter on ferry__sigsub_waitq(sub) with ferry__wait().
+ * A waiter granted there holds the promise of one delivery; it must either
+ * claim it (ferry__sigsub_claim(), which writes the signal number) or, if
+ * it takes another case or was cancelled, give it back
+ * (ferry__sigsub_unclaim(), which passes it on to the next waiter).
+ * ferry__sigsub_try() is ferry_sigsub_try_recv() without the checks.
+ */
+struct ferry__waitq *ferry__sigsub_waitq(ferry_sigsub *sub);
+int  ferry__sigsub_try(ferry_sigsub *sub, int *signum);
+void ferry__sigsub_claim(ferry_sigsub *sub, int *signum);
+void ferry__sigsub_unclaim(ferry_sigsub *sub);
+
+#endif /* FERRY_SIG_INT_H */
