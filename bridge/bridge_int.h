@@ -169,10 +169,12 @@ struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
 
 /* ---- pool threads calling into loops ---------------------------------- */
 
-/* Around a blocking wait of a thread for a loop (run_sync, future wait):
- * if the thread is a pool thread, the pool counts it as blocked, so that
- * offloading into a pool all of whose threads wait on loops gives
- * -EDEADLK instead of hanging.  Thread: any. */
+/* Around a blocking wait of a thread for a task on a loop (run_task_sync,
+ * the future of a spawned task): if the thread is a pool thread, the pool
+ * counts it as blocked, so that offloading into a pool all of whose
+ * threads wait on such tasks gives -EDEADLK instead of hanging.  A wait
+ * for a plain callback is not counted: it cannot wait on a pool.
+ * Thread: any. */
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
 

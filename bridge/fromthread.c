@@ -231,9 +231,13 @@ int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
         return -EINVAL;
     if (ferry__inbox_on_loop(f->ib))
         return -EDEADLK;
-    ferry__pool_block_enter();
+    /* Only a task can wait on a pool: a pool thread waiting for a plain
+     * callback does not count as blocked (see run_sync). */
+    if (f->as_task)
+        ferry__pool_block_enter();
     rc = future_wait(f, timeout, status);
-    ferry__pool_block_exit();
+    if (f->as_task)
+        ferry__pool_block_exit();
     return rc;
 }
 
@@ -293,13 +297,18 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     int rc, st = 0;
 
     /* A pool thread counts as blocked before the request can reach the
-     * loop: a task it starts that offloads into the same pool must see it. */
+     * loop: a task it starts that offloads into the same pool must see it.
+     * A plain callback cannot suspend, so it never waits on a pool: a pool
+     * thread waiting for one does not count, or jobs of other tasks
+     * would fail with -EDEADLK where no deadlock is possible. */
     if (loop && ferry_loop_is_current(loop))
         return -EDEADLK;
-    ferry__pool_block_enter();
+    if (as_task)
+        ferry__pool_block_enter();
     rc = submit(loop, fn, arg, as_task, NULL, &f);
     if (rc) {
-        ferry__pool_block_exit();
+        if (as_task)
+            ferry__pool_block_exit();
         return rc;
     }
     rc = future_wait(f, timeout, &st);
@@ -316,7 +325,8 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
         if (started)
             future_wait(f, FERRY_NEVER, NULL);
     }
-    ferry__pool_block_exit();
+    if (as_task)
+        ferry__pool_block_exit();
     if (rc != -ETIMEDOUT && !rc && !f->ran)
         rc = st;              /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
     ferry_future_free(f);

@@ -909,6 +909,130 @@ Test(pool, reentry_into_the_same_full_pool_is_edeadlk_not_a_hang,
     ferry_pool_free(p);
 }
 
+/*
+ * Every thread of a pool blocked in a call into another loop that runs a
+ * plain callback (run_sync, or a future of call_threadsafe): such a call
+ * never waits on the pool, so a job offloaded meanwhile is queued, not
+ * refused with -EDEADLK, and runs once the threads come back.
+ */
+struct blk {
+    ferry_pool *p;
+    ferry_loop *other;        /* made and run by blk_loop_thread */
+    bool        via_future;   /* call_threadsafe + future_wait, else run_sync */
+    atomic_int  ready;        /* `other` exists */
+    atomic_int  go;           /* `other` may run */
+    atomic_int  njobs;        /* jobs that took a pool thread */
+    atomic_int  task_done;    /* the task's to_thread returned */
+    int         rc_job[2];    /* each job's result (3 when the call worked) */
+    int         rc_task;      /* the task's to_thread */
+};
+
+static int ret3(void *arg)
+{
+    (void)arg;
+    return 3;
+}
+
+static int blk_job(void *arg)
+{
+    struct blk *b = arg;
+    int i = atomic_fetch_add(&b->njobs, 1), st = -1, rc;
+    ferry_future *f;
+
+    if (b->via_future) {
+        rc = ferry_loop_call_threadsafe(b->other, ret3, NULL, &f);
+        if (rc == 0) {
+            rc = ferry_future_wait(f, FERRY_NEVER, &st);
+            ferry_future_free(f);
+        }
+    } else {
+        rc = ferry_loop_run_sync(b->other, ret3, NULL, FERRY_NEVER, &st);
+    }
+    b->rc_job[i] = rc ? rc : st;
+    return 0;
+}
+
+static void *blk_loop_thread(void *arg)
+{
+    struct blk *b = arg;
+
+    if (ferry_loop_new(&b->other, NULL) != 0)
+        return (void *)1;
+    atomic_store(&b->ready, 1);
+    tu_spin_until(&b->go);
+    ferry_loop_run(b->other, FERRY_RUN_DEFAULT);   /* runs both requests */
+    ferry_loop_free(b->other);
+    return NULL;
+}
+
+/* Lets the other loop run once the task's job is queued (or refused). */
+static int blk_opener(void *arg)
+{
+    struct blk *b = arg;
+    ferry_pool_stats st;
+
+    do {
+        ferry_sleep(FERRY_USEC(200));
+        ferry_pool_stats_get(b->p, &st);
+    } while (st.queued < 1 && !atomic_load(&b->task_done));
+    atomic_store(&b->go, 1);
+    return 0;
+}
+
+static int blk_main(void *arg)
+{
+    struct blk *b = arg;
+    ferry_inbox_stats st;
+    ferry_task *opener;
+
+    /* Both pool threads are inside their call once it posted its request. */
+    do {
+        ferry_sleep(FERRY_USEC(200));
+        ferry_loop_inbox_stats(b->other, &st);
+    } while (st.posts < 2);
+    ferry_task_spawn(&opener, NULL, blk_opener, b, NULL);
+    b->rc_task = ferry_to_thread(b->p, ret3, NULL);
+    atomic_store(&b->task_done, 1);
+    ferry_task_join(opener, NULL);
+    return 0;
+}
+
+static void blk_run(struct blk *b)
+{
+    pthread_t lt;
+    void *res;
+
+    cr_assert_eq(ferry_pool_new(&b->p, &(ferry_pool_opts){ .threads = 2 }), 0);
+    lt = tu_start_thread(blk_loop_thread, b);
+    tu_spin_until(&b->ready);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ferry_pool_submit(b->p, blk_job, b, NULL, NULL, NULL), 0);
+    cr_assert_eq(tu_run(blk_main, b), 0);
+    pthread_join(lt, &res);
+    ferry_pool_free(b->p);
+    cr_assert_null(res);
+    cr_assert_eq(b->rc_task, 3, "job offloaded while the threads ran plain callbacks "
+                 "in a loop: %d, want 3", b->rc_task);
+    cr_assert_eq(b->rc_job[0], 3);
+    cr_assert_eq(b->rc_job[1], 3);
+}
+
+Test(pool, threads_blocked_in_run_sync_do_not_refuse_jobs,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    static struct blk b;
+
+    blk_run(&b);
+}
+
+Test(pool, threads_waiting_on_a_plain_callback_future_do_not_refuse_jobs,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    static struct blk b = { .via_future = true };
+
+    blk_run(&b);
+}
+
 Test(pool, size_comes_from_the_environment)
 {
     ferry_pool *p;

@@ -170,11 +170,13 @@ ferry_pool *ferry_pool_default(void);
  * Returns: fn's status; -ECANCELED, -ETIMEDOUT (never ran: cancelled while
  * queued, or queued when the pool was freed); -ESHUTDOWN (the pool is
  * being freed; never queued); -EDEADLK (never ran: every thread of the
- * pool is blocked calling into a loop, at submission or while the job
- * waited in the queue, as with a pool job that calls
+ * pool is blocked waiting for a task on a loop, at submission or while
+ * the job waited in the queue, as with a pool job that calls
  * ferry_loop_run_task_sync() whose task offloads to the same pool; a
- * warning is logged); -EPERM; -EINVAL (fn NULL); -ENOMEM (the default pool
- * could not be started).
+ * warning is logged.  A thread waiting for a plain callback, in
+ * ferry_loop_run_sync() or on the future of ferry_loop_call_threadsafe(),
+ * does not count: a callback cannot wait on a pool); -EPERM; -EINVAL (fn
+ * NULL); -ENOMEM (the default pool could not be started).
  * Owns: `arg` stays the caller's; it must outlive the call.
  */
 int ferry_to_thread(ferry_pool *pool, ferry_job_fn fn, void *arg);
