@@ -748,6 +748,90 @@ Test(pool, free_cancels_queued_jobs_and_waits_for_running_ones,
     cr_assert_eq(atomic_load(&never_ran), 0);
 }
 
+/* A job of ferry_to_thread_abandon() still queued when its pool is freed
+ * never runs: the call returns -ECANCELED and the cleanup gets `arg`,
+ * exactly once. */
+struct fa {
+    ferry_pool *p;
+    int         rc_running;   /* the job that holds the only thread */
+    int         rc_queued;    /* the abandon-variant job queued behind it */
+    atomic_int  returned;     /* the queued one's call returned */
+    atomic_int  cleanups;     /* cleanup calls */
+    atomic_int  cleanup_status;
+    atomic_int  cleanup_arg_ok;
+};
+
+static struct fa fa_state;
+
+static void fa_cleanup(void *arg, int status)
+{
+    atomic_fetch_add(&fa_state.cleanups, 1);
+    atomic_store(&fa_state.cleanup_status, status);
+    atomic_store(&fa_state.cleanup_arg_ok, arg == &fa_state);
+}
+
+static int fa_running(void *arg)
+{
+    struct fa *s = arg;
+    s->rc_running = ferry_to_thread(s->p, gated_job, NULL);
+    return 0;
+}
+
+static int fa_queued(void *arg)
+{
+    struct fa *s = arg;
+    s->rc_queued = ferry_to_thread_abandon(s->p, never_job, s, fa_cleanup);
+    atomic_store(&s->returned, 1);
+    return 0;
+}
+
+static void *fa_freer(void *arg)
+{
+    struct fa *s = arg;
+    ferry_pool_stats st;
+
+    do {
+        usleep(200);
+        ferry_pool_stats_get(s->p, &st);
+    } while (st.queued < 1 || st.running < 1);
+    ferry_pool_free(s->p);                   /* blocks until the running job ends */
+    return NULL;
+}
+
+static int fa_main(void *arg)
+{
+    struct fa *s = arg;
+    ferry_task *a, *b;
+    pthread_t freer;
+
+    ferry_task_spawn(&a, NULL, fa_running, s, NULL);
+    tu_task_wait_flag(&gate_entered);
+    ferry_task_spawn(&b, NULL, fa_queued, s, NULL);
+    freer = tu_start_thread(fa_freer, s);
+    tu_task_wait_flag(&s->returned);         /* completed by the free, not run */
+    atomic_store(&gate, 1);
+    ferry_task_join(a, NULL);
+    ferry_task_join(b, NULL);
+    pthread_join(freer, NULL);
+    return 0;
+}
+
+Test(pool, abandon_variant_job_dropped_by_pool_free_gets_its_cleanup,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    struct fa *s = &fa_state;
+
+    cr_assert_eq(ferry_pool_new(&s->p, &(ferry_pool_opts){ .threads = 1 }), 0);
+    cr_assert_eq(tu_run(fa_main, s), 0);
+    cr_assert_eq(s->rc_running, 7);
+    cr_assert_eq(s->rc_queued, -ECANCELED);
+    cr_assert_eq(atomic_load(&never_ran), 0);
+    cr_assert_eq(atomic_load(&s->cleanups), 1, "cleanup ran %d times, want once",
+                 atomic_load(&s->cleanups));
+    cr_assert_eq(atomic_load(&s->cleanup_status), -ECANCELED);
+    cr_assert(atomic_load(&s->cleanup_arg_ok));
+}
+
 /* ==== pool: submit from plain threads ================================== */
 
 static atomic_int sub_fn_ran;

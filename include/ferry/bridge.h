@@ -192,8 +192,9 @@ typedef void (*ferry_job_cleanup)(void *arg, int status);
  * then cleanup(arg, status) runs on that pool thread with fn's status.  If
  * the interruption comes while the job is still queued, fn never runs and
  * cleanup(arg, -ECANCELED or -ETIMEDOUT) runs at once, on the calling task,
- * before the call returns.  If the job completes normally, cleanup is not
- * called.
+ * before the call returns; so does cleanup(arg, -ECANCELED) when the pool
+ * is freed while the job is queued.  If the job completes normally,
+ * cleanup is not called.
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: as ferry_to_thread(); -ENOMEM (the job's state could not be
  * allocated; fn never ran, cleanup not called).
