@@ -167,6 +167,12 @@ struct ferry__subq {
 /* The inbox's list.  Thread: loop. */
 struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
 
+/* Hand the jobs on the inbox's list to their pools now (pool.c), without
+ * waiting for the flush callback: ferry_loop_run() is about to return, and
+ * an application driving the loop one pass at a time may not make the
+ * next pass before these jobs are done.  Thread: loop, not in a task. */
+void ferry__pool_handover(struct ferry_inbox *ib);
+
 /* ---- pool threads calling into loops ---------------------------------- */
 
 /* Around a blocking wait of a thread for a task on a loop (run_task_sync,

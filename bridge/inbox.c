@@ -735,12 +735,12 @@ static bool hook_pending(void *ctx)
     return p;
 }
 
-static void hook_drain(void *ctx)
+static void hook_flush(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
 
-    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH, true, false))
-        schedule_step(ib);
+    if (ib->subq.n)
+        ferry__pool_handover(ib);
 }
 
 /* ferry_loop_free(): every task has ended.  Refuse new posts, run all
@@ -779,7 +779,7 @@ static void hook_close(void *ctx)
     ib->ev = NULL;
     h = ferry__loop_bridge(ib->loop);
     h->pending = NULL;
-    h->drain = NULL;
+    h->flush = NULL;
     h->close = NULL;
     /* h->ctx stays: threads that still reach the loop pointer find a
      * closed inbox (valid until the last reference goes). */
@@ -855,7 +855,7 @@ int ferry__bridge_attach(ferry_loop *loop)
     }
     h->ctx = ib;
     h->pending = hook_pending;
-    h->drain = hook_drain;
+    h->flush = hook_flush;
     h->close = hook_close;
     return 0;
 

@@ -1197,6 +1197,13 @@ static void subq_flush(void *arg)
     subq_handover(ib, true);
 }
 
+/* The flush callback stays scheduled: it finds the list empty, or hands
+ * over what later turns add to it. */
+void ferry__pool_handover(struct ferry_inbox *ib)
+{
+    subq_handover(ib, false);
+}
+
 /* True while a task's job is on its loop's list.  Thread: loop. */
 static bool job_pending(const struct job *j)
 {

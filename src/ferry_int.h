@@ -137,7 +137,9 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
  * bridge's per-loop state.
  *   pending(ctx)   true while callbacks posted from threads await running:
  *                  FERRY_RUN_DEFAULT does not end then;
- *   drain(ctx)     run what is pending now;
+ *   flush(ctx)     ferry_loop_run() is about to return: hand what the last
+ *                  turn left for other threads (jobs that tasks offloaded)
+ *                  to them now, not in a later pass of the loop;
  *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
  *                  ones with -ESHUTDOWN, release the channel.  Called after
  *                  every task has ended, before the event_base is freed.
@@ -145,7 +147,7 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
 struct ferry__bridge_hooks {
     void *ctx;
     bool (*pending)(void *ctx);
-    void (*drain)(void *ctx);
+    void (*flush)(void *ctx);
     void (*close)(void *ctx);
 };
 

@@ -434,6 +434,12 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     ferry__loop_hand_update(loop);
     loop->one_turn = mode == FERRY_RUN_ONCE;
     drive(loop, mode);
+    /* What the last turn offloaded goes to the pools now: the callback that
+     * hands it over runs in the next turn, and an application that drives
+     * the loop one pass at a time may make that pass only once these jobs
+     * are done. */
+    if (loop->bridge.flush)
+        loop->bridge.flush(loop->bridge.ctx);
     loop->one_turn = false;
     loop->in_run = false;
     loop->stop = false;

@@ -748,6 +748,40 @@ Test(pool, free_cancels_queued_jobs_and_waits_for_running_ones,
     cr_assert_eq(atomic_load(&never_ran), 0);
 }
 
+/* An application that drives the loop one pass at a time: a job that a
+ * task offloads during ferry_loop_run(FERRY_RUN_ONCE) is with the pool when
+ * the call returns, and starts without another pass. */
+static int once_offload(void *arg)
+{
+    return ferry_to_thread(arg, gated_job, NULL);
+}
+
+Test(pool, job_offloaded_in_a_run_once_pass_reaches_the_pool_before_it_returns,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    ferry_pool *p;
+    ferry_pool_stats st;
+    ferry_task *t;
+    int64_t deadline;
+    int status = -1;
+
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1 }), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, once_offload, p, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);   /* the task offloads */
+    cr_assert_eq(ferry_pool_stats_get(p, &st), 0);
+    cr_assert_eq(st.queued + st.running, 1, "after the pass the pool has %zu queued, "
+                 "%zu running, want the job", st.queued, st.running);
+    deadline = ferry_now() + tu_ms(5000);
+    while (!atomic_load(&gate_entered) && ferry_now() < deadline)
+        usleep(200);
+    cr_assert(atomic_load(&gate_entered), "the job did not start without another pass");
+    atomic_store(&gate, 1);
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    cr_assert_eq(status, 7);
+    ferry_pool_free(p);
+}
+
 /* A job of ferry_to_thread_abandon() still queued when its pool is freed
  * never runs: the call returns -ECANCELED and the cleanup gets `arg`,
  * exactly once. */
