@@ -77,6 +77,24 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 /* True while ferry_loop_free() is in the close step (loop thread). */
 bool ferry__inbox_closing(const struct ferry_inbox *ib);
 
+/* ---- what must end when the loop closes ------------------------------- */
+
+/*
+ * Something of the bridge that waits for the loop to do its part (a
+ * future whose task was spawned and has not started): if it is still on
+ * the list when ferry_loop_free() closes the inbox, after every task has
+ * ended, fn(c) runs then to end it.  Lives in the object it ends.
+ * Loop thread only.
+ */
+struct ferry__closer {
+    struct ferry__link link;                 /* in the inbox's list while added */
+    void (*fn)(struct ferry__closer *c);     /* set by the owner before adding */
+};
+
+void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c);
+/* Take `c` off its inbox's list (it ended the ordinary way). */
+void ferry__inbox_closer_del(struct ferry__closer *c);
+
 /* ---- cross-thread wakes of one waiting task --------------------------- */
 
 /*

@@ -36,6 +36,10 @@ struct ferry_future {
     /* loop thread only */
     ferry_task         *task;      /* the task while fn runs in it */
     bool                cancel_seen;/* a cancel reached the loop before the task ran */
+    struct ferry__closer unstarted;/* on the inbox's list from the spawn until
+                                    * the task starts: a task cancelled before
+                                    * it starts (the loop is freed) never runs
+                                    * task_body, and the close ends the future */
 };
 
 /* ==== any thread ======================================================= */
@@ -74,6 +78,7 @@ static int task_body(void *arg)
     struct ferry_future *f = arg;
     int st;
 
+    ferry__inbox_closer_del(&f->unstarted);
     if (f->cancel_seen) {
         future_complete(f, -ECANCELED, false);
         return -ECANCELED;
@@ -83,6 +88,14 @@ static int task_body(void *arg)
     f->task = NULL;
     future_complete(f, st, true);
     return st;
+}
+
+/* The loop closed before the spawned task started: it never will. */
+static void unstarted_close(struct ferry__closer *c)
+{
+    struct ferry_future *f = ferry__container_of(c, struct ferry_future, unstarted);
+
+    future_complete(f, f->cancel_seen ? -ECANCELED : -ESHUTDOWN, false);
 }
 
 static void start_cb(void *arg)
@@ -114,9 +127,13 @@ static void start_cb(void *arg)
         future_complete(f, -ESHUTDOWN, false);
         return;
     }
+    f->unstarted.fn = unstarted_close;
+    ferry__inbox_closer_add(f->ib, &f->unstarted);
     rc = ferry_task_spawn(NULL, ferry__inbox_loop(f->ib), task_body, f, &o);
-    if (rc)
+    if (rc) {
+        ferry__inbox_closer_del(&f->unstarted);
         future_complete(f, rc, false);
+    }
 }
 
 static void cancel_cb(void *arg)

@@ -122,6 +122,7 @@ struct ferry_inbox {
     size_t               lcap;       /* capacity of lq */
     struct ferry__cnode *lc;         /* completions taken, being run */
     struct ferry__subq   subq;       /* tasks' pool jobs not yet handed over (pool.c) */
+    struct ferry__link   closers;    /* struct ferry__closer, run by close() */
     bool                 draining;   /* inside drain() */
     bool                 closing;    /* close() has begun */
 };
@@ -743,15 +744,30 @@ static void hook_flush(void *ctx)
         ferry__pool_handover(ib);
 }
 
-/* ferry_loop_free(): every task has ended.  Refuse new posts, run all
- * accepted ones and wait for the reserved completions, free the events,
- * drop the loop's reference. */
+void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c)
+{
+    ferry__list_push_back(&ib->closers, &c->link);
+}
+
+void ferry__inbox_closer_del(struct ferry__closer *c)
+{
+    ferry__list_remove(&c->link);
+}
+
+/* ferry_loop_free(): every task has ended.  End what waited for the loop,
+ * refuse new posts, run all accepted ones and wait for the reserved
+ * completions, free the events, drop the loop's reference. */
 static void hook_close(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
     struct ferry__bridge_hooks *h;
+    struct ferry__link *l;
 
     ib->closing = true;
+    while ((l = ferry__list_pop_front(&ib->closers)) != NULL) {
+        struct ferry__closer *c = ferry__container_of(l, struct ferry__closer, link);
+        c->fn(c);
+    }
     if (ib->step) {
         ferry_timer_cancel(ib->step);
         ib->step = NULL;

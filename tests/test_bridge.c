@@ -1320,6 +1320,115 @@ Test(fromthread, loop_closing_under_a_waiting_thread_gives_eshutdown, .timeout =
     cr_assert_eq(atomic_load(&closed_rc), -ESHUTDOWN);
 }
 
+/*
+ * A request whose task the loop spawned but had not started when it was
+ * freed: the body never runs, and the waiting thread learns why (-ESHUTDOWN)
+ * instead of waiting forever.
+ */
+struct unstarted {
+    ferry_loop  *loop;
+    bool         via_future;  /* spawn_threadsafe + future_wait, else run_task_sync */
+    atomic_int   done;        /* the thread's wait returned */
+    int          rc;          /* its result */
+    int          st;          /* the status it got */
+};
+
+static atomic_int unstarted_ran;
+
+static int unstarted_body(void *arg)
+{
+    (void)arg;
+    atomic_store(&unstarted_ran, 1);
+    return 3;
+}
+
+static void *unstarted_thread(void *arg)
+{
+    struct unstarted *u = arg;
+    ferry_future *f;
+
+    if (u->via_future) {
+        u->rc = ferry_loop_spawn_threadsafe(u->loop, unstarted_body, NULL, NULL, &f);
+        if (u->rc == 0) {
+            u->rc = ferry_future_wait(f, FERRY_NEVER, &u->st);
+            ferry_future_free(f);
+        }
+    } else {
+        u->rc = ferry_loop_run_task_sync(u->loop, unstarted_body, NULL, FERRY_NEVER, &u->st);
+    }
+    atomic_store(&u->done, 1);
+    return NULL;
+}
+
+/* Start the thread and wait until the loop has accepted its request. */
+static pthread_t unstarted_start(struct unstarted *u)
+{
+    ferry_inbox_stats st;
+    pthread_t t = tu_start_thread(unstarted_thread, u);
+
+    do {
+        usleep(200);
+        cr_assert_eq(ferry_loop_inbox_stats(u->loop, &st), 0);
+    } while (st.posts < 1);
+    return t;
+}
+
+/* After ferry_loop_free(): the thread's wait returns within a while. */
+static void unstarted_check(struct unstarted *u, pthread_t t, int want_rc, int want_st)
+{
+    int64_t deadline = ferry_now() + tu_ms(5000);
+
+    while (!atomic_load(&u->done) && ferry_now() < deadline)
+        usleep(500);
+    cr_assert(atomic_load(&u->done), "the thread still waits for a task that never runs");
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&unstarted_ran), 0);
+    cr_assert_eq(u->rc, want_rc);
+    if (want_rc == 0)
+        cr_assert_eq(u->st, want_st);
+}
+
+static void noop(void *arg)
+{
+    (void)arg;
+}
+
+/* One pass: a turn (the callback), then a poll that takes the request and
+ * spawns its task, which would start in the next turn; then the free. */
+static void unstarted_run_once_then_free(struct unstarted *u)
+{
+    ferry_loop_stats ls;
+    pthread_t t;
+
+    cr_assert_eq(ferry_loop_new(&u->loop, NULL), 0);
+    t = unstarted_start(u);
+    cr_assert_eq(ferry_call_soon(u->loop, noop, NULL), 0);
+    cr_assert_eq(ferry_loop_run(u->loop, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(ferry_loop_stats_get(u->loop, &ls), 0);
+    cr_assert_eq(ls.live_tasks, 1, "the request's task was not spawned by the pass");
+    ferry_loop_free(u->loop);
+    if (u->via_future)
+        unstarted_check(u, t, 0, -ESHUTDOWN);
+    else
+        unstarted_check(u, t, -ESHUTDOWN, 0);
+}
+
+Test(fromthread, run_task_sync_for_a_task_spawned_but_not_started_when_the_loop_is_freed,
+     .timeout = 30.)
+{
+    static struct unstarted u;
+
+    unstarted_run_once_then_free(&u);
+}
+
+Test(fromthread, future_of_a_task_spawned_but_not_started_when_the_loop_is_freed,
+     .timeout = 30.)
+{
+    static struct unstarted u = { .via_future = true };
+
+    unstarted_run_once_then_free(&u);
+}
+
 static void *future_thread(void *arg)
 {
     ferry_future *f;

@@ -276,7 +276,8 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /*
  * Block until the future is done, at most `timeout` nanoseconds
  * (FERRY_NEVER: no limit; 0: only look), then store fn's status in *status
- * (or why fn never ran: -ECANCELED, -ESHUTDOWN, -ENOMEM).
+ * (or why fn never ran: -ECANCELED, -ESHUTDOWN (the loop was freed before
+ * fn started, also when its task had been spawned already), -ENOMEM).
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (done, *status set); -ETIMEDOUT (not done yet; nothing
  * changed); -EDEADLK (on the loop's thread); -EINVAL.
@@ -311,7 +312,8 @@ void ferry_future_free(ferry_future *fut);
  * so `arg` is never used after the call returns.
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (*status is fn's); -ETIMEDOUT; -EDEADLK (on the loop's
- * thread); -ESHUTDOWN (loop closed, fn never ran); -ENOMEM; -EINVAL.
+ * thread); -ESHUTDOWN (loop closed or freed before fn started, fn never
+ * ran); -ENOMEM; -EINVAL.
  */
 int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
                              int64_t timeout, int *status /* OUT, optional */);
