@@ -112,6 +112,8 @@ struct ferry_inbox {
     int                  wfd;        /* eventfd, or the pipe's write end; written under mu */
     const void          *owner;      /* identity of the loop's thread; set once */
     ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
+    const volatile unsigned char *fork_mark; /* the loop's fork mark (loop_int.h), or NULL;
+                                      * set once, read under mu while not closed */
 
     /* loop thread only */
     struct event        *ev;         /* EV_READ|EV_PERSIST on rfd */
@@ -135,6 +137,15 @@ static _Thread_local char tls_token;
 static bool on_loop_thread(const struct ferry_inbox *ib)
 {
     return ib->owner == &tls_token;
+}
+
+/* Requires mu.  True once posts are refused: the loop has closed, or this
+ * is a forked child, whose copy of the loop never runs and whose eventfd
+ * is the parent's (docs/fork.md).  While the inbox is not closed the loop
+ * exists, and so does the page of its fork mark. */
+static bool refused_locked(const struct ferry_inbox *ib)
+{
+    return ib->closed || (ib->fork_mark && *ib->fork_mark == 0);
 }
 
 /*
@@ -221,7 +232,7 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
     int err = 0;
 
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed) {
+    if (refused_locked(ib)) {
         pthread_mutex_unlock(&ib->mu);
         return -ESHUTDOWN;
     }
@@ -271,7 +282,7 @@ int ferry__inbox_reserve(struct ferry_inbox *ib)
     int rc = 0;
 
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed)
+    if (refused_locked(ib))
         rc = -ESHUTDOWN;
     else
         ib->reserved++;
@@ -362,9 +373,7 @@ int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
 
     if (!loop || !cb)
         return -EINVAL;
-    /* A forked child's copy of a loop never runs (docs/fork.md): a post
-     * would be accepted and never run, and the eventfd is the parent's. */
-    if (!ib || ferry__loop_is_fork_copy(loop))
+    if (!ib)
         return -ESHUTDOWN;
     return ferry__inbox_post(ib, cb, arg);
 }
@@ -388,7 +397,7 @@ int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
     if (!ib)
         return -ESHUTDOWN;
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed)
+    if (refused_locked(ib))
         rc = -ESHUTDOWN;
     else
         ferry__inbox_ref(ib);
@@ -418,7 +427,7 @@ int ferry_loop_stop_threadsafe(ferry_loop *loop)
     if (!ib)
         return -ESHUTDOWN;
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed) {
+    if (refused_locked(ib)) {
         rc = -ESHUTDOWN;
     } else if (!ib->stop_queued) {
         ib->stop_queued = true;
@@ -835,6 +844,7 @@ int ferry__bridge_attach(ferry_loop *loop)
     ib->ctail = &ib->chead;
     ib->owner = &tls_token;
     ib->loop = loop;
+    ib->fork_mark = loop->fork_mark;
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);

@@ -13,7 +13,10 @@
  *   - a bounded channel between threads and tasks (ferry_chan).
  *
  * Errors are negative errno values.  -ESHUTDOWN always means "refused,
- * nothing happened": the loop, pool or channel is closing or closed.
+ * nothing happened": the loop, pool or channel is closing or closed.  In a
+ * process forked from the one that made a loop, every call here that
+ * reaches that loop (through the loop pointer or an inbox taken before the
+ * fork) returns -ESHUTDOWN: the child's copy never runs (docs/fork.md).
  *
  * Lifetimes.  A function that takes a `ferry_loop *` from another thread
  * requires that ferry_loop_free() has not returned for that loop: ferry
