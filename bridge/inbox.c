@@ -848,9 +848,16 @@ int ferry__bridge_attach(ferry_loop *loop)
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);
+    /* make_fds() says -ENOMEM for every failure; the descriptor limits,
+     * which the application can do something about, are told by errno
+     * (cleared first: only the system calls set it). */
+    errno = 0;
     rc = make_fds(&ib->rfd, &ib->wfd);
-    if (rc)
+    if (rc) {
+        if (errno == EMFILE || errno == ENFILE)
+            rc = -errno;
         goto err_free;
+    }
     if (pthread_mutex_init(&ib->mu, NULL)) {
         rc = -ENOMEM;
         goto err_close;
