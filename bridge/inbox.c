@@ -848,15 +848,22 @@ int ferry__bridge_attach(ferry_loop *loop)
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);
-    /* make_fds() says -ENOMEM for every failure; the descriptor limits,
-     * which the application can do something about, are told by errno
-     * (cleared first: only the system calls set it). */
-    errno = 0;
-    rc = make_fds(&ib->rfd, &ib->wfd);
-    if (rc) {
-        if (errno == EMFILE || errno == ENFILE)
-            rc = -errno;
-        goto err_free;
+    /* A loop with its own base watches an eventfd.  One attached to an
+     * application's event_base has none: it is woken through event_active()
+     * on an event that is never added, because a registered eventfd would
+     * keep the application's event_base_dispatch() running forever. */
+    ib->rfd = ib->wfd = -1;
+    if (ferry__loop_owns_base(loop)) {
+        /* make_fds() says -ENOMEM for every failure; the descriptor
+         * limits, which the application can do something about, are told
+         * by errno (cleared first: only the system calls set it). */
+        errno = 0;
+        rc = make_fds(&ib->rfd, &ib->wfd);
+        if (rc) {
+            if (errno == EMFILE || errno == ENFILE)
+                rc = -errno;
+            goto err_free;
+        }
     }
     if (pthread_mutex_init(&ib->mu, NULL)) {
         rc = -ENOMEM;
@@ -865,16 +872,6 @@ int ferry__bridge_attach(ferry_loop *loop)
     rc = ferry__cond_init(&ib->idle);
     if (rc)
         goto err_mutex;
-    /* A loop attached to an application's event_base is woken through
-     * event_active() on an event that is never added: a registered
-     * eventfd would keep the application's event_base_dispatch() running
-     * forever.  A loop with its own base watches the eventfd. */
-    if (!ferry__loop_owns_base(loop)) {
-        if (ib->wfd != ib->rfd)
-            close(ib->wfd);
-        close(ib->rfd);
-        ib->rfd = ib->wfd = -1;
-    }
     ib->ev = ib->rfd >= 0
         ? event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib)
         : event_new(ferry_loop_base(loop), -1, 0, event_cb, ib);

@@ -440,6 +440,11 @@ static int next_fds(int *fds, int n)
     return fds[n - 1];
 }
 
+static void noop_cb_for_fds(void *arg)
+{
+    (void)arg;
+}
+
 /* Descriptors open now. */
 static int open_fds(void)
 {
@@ -493,6 +498,29 @@ Test(loop, new_reports_a_descriptor_limit_as_emfile, .timeout = 30.)
     }
     cr_assert(made);
     cr_assert_gt(emfile, 0, "no descriptor limit was reported as -EMFILE");
+}
+
+/* A loop attached to an application's base opens no descriptor: it is
+ * woken through the base. */
+Test(loop, attached_loop_needs_no_descriptor, .timeout = 30.)
+{
+    struct event_base *base = event_base_new();
+    struct rlimit old, lim;
+    ferry_loop *loop = NULL;
+    int fds[1], rc;
+
+    cr_assert_not_null(base);
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)next_fds(fds, 1);   /* not even one more */
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    rc = ferry_loop_new(&loop, &(ferry_loop_opts){ .base = base });
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    cr_assert_eq(rc, 0, "with no descriptor left: %d", rc);
+    cr_assert_eq(ferry_call_soon(loop, noop_cb_for_fds, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop, FERRY_RUN_DEFAULT), 0);
+    ferry_loop_free(loop);
+    event_base_free(base);
 }
 
 /* ---- freeing a loop with live tasks ----------------------------- */
