@@ -77,6 +77,24 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 /* True while ferry_loop_free() is in the close step (loop thread). */
 bool ferry__inbox_closing(const struct ferry_inbox *ib);
 
+/* ---- what must end when the loop closes ------------------------------- */
+
+/*
+ * Something of the bridge that waits for the loop to do its part (a
+ * future whose task was spawned and has not started): if it is still on
+ * the list when ferry_loop_free() closes the inbox, after every task has
+ * ended, fn(c) runs then to end it.  Lives in the object it ends.
+ * Loop thread only.
+ */
+struct ferry__closer {
+    struct ferry__link link;                 /* in the inbox's list while added */
+    void (*fn)(struct ferry__closer *c);     /* set by the owner before adding */
+};
+
+void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c);
+/* Take `c` off its inbox's list (it ended the ordinary way). */
+void ferry__inbox_closer_del(struct ferry__closer *c);
+
 /* ---- cross-thread wakes of one waiting task --------------------------- */
 
 /*
@@ -167,12 +185,20 @@ struct ferry__subq {
 /* The inbox's list.  Thread: loop. */
 struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
 
+/* Hand the jobs on the inbox's list to their pools now (pool.c), without
+ * waiting for the flush callback: ferry_loop_run() is about to return, and
+ * an application driving the loop one pass at a time may not make the
+ * next pass before these jobs are done.  Thread: loop, not in a task. */
+void ferry__pool_handover(struct ferry_inbox *ib);
+
 /* ---- pool threads calling into loops ---------------------------------- */
 
-/* Around a blocking wait of a thread for a loop (run_sync, future wait):
- * if the thread is a pool thread, the pool counts it as blocked, so that
- * offloading into a pool all of whose threads wait on loops gives
- * -EDEADLK instead of hanging.  Thread: any. */
+/* Around a blocking wait of a thread for a task on a loop (run_task_sync,
+ * the future of a spawned task): if the thread is a pool thread, the pool
+ * counts it as blocked, so that offloading into a pool all of whose
+ * threads wait on such tasks gives -EDEADLK instead of hanging.  A wait
+ * for a plain callback is not counted: it cannot wait on a pool.
+ * Thread: any. */
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
 

@@ -36,6 +36,10 @@ struct ferry_future {
     /* loop thread only */
     ferry_task         *task;      /* the task while fn runs in it */
     bool                cancel_seen;/* a cancel reached the loop before the task ran */
+    struct ferry__closer unstarted;/* on the inbox's list from the spawn until
+                                    * the task starts: a task cancelled before
+                                    * it starts (the loop is freed) never runs
+                                    * task_body, and the close ends the future */
 };
 
 /* ==== any thread ======================================================= */
@@ -74,6 +78,7 @@ static int task_body(void *arg)
     struct ferry_future *f = arg;
     int st;
 
+    ferry__inbox_closer_del(&f->unstarted);
     if (f->cancel_seen) {
         future_complete(f, -ECANCELED, false);
         return -ECANCELED;
@@ -83,6 +88,14 @@ static int task_body(void *arg)
     f->task = NULL;
     future_complete(f, st, true);
     return st;
+}
+
+/* The loop closed before the spawned task started: it never will. */
+static void unstarted_close(struct ferry__closer *c)
+{
+    struct ferry_future *f = ferry__container_of(c, struct ferry_future, unstarted);
+
+    future_complete(f, f->cancel_seen ? -ECANCELED : -ESHUTDOWN, false);
 }
 
 static void start_cb(void *arg)
@@ -114,9 +127,13 @@ static void start_cb(void *arg)
         future_complete(f, -ESHUTDOWN, false);
         return;
     }
+    f->unstarted.fn = unstarted_close;
+    ferry__inbox_closer_add(f->ib, &f->unstarted);
     rc = ferry_task_spawn(NULL, ferry__inbox_loop(f->ib), task_body, f, &o);
-    if (rc)
+    if (rc) {
+        ferry__inbox_closer_del(&f->unstarted);
         future_complete(f, rc, false);
+    }
 }
 
 static void cancel_cb(void *arg)
@@ -231,9 +248,13 @@ int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
         return -EINVAL;
     if (ferry__inbox_on_loop(f->ib))
         return -EDEADLK;
-    ferry__pool_block_enter();
+    /* Only a task can wait on a pool: a pool thread waiting for a plain
+     * callback does not count as blocked (see run_sync). */
+    if (f->as_task)
+        ferry__pool_block_enter();
     rc = future_wait(f, timeout, status);
-    ferry__pool_block_exit();
+    if (f->as_task)
+        ferry__pool_block_exit();
     return rc;
 }
 
@@ -293,13 +314,18 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     int rc, st = 0;
 
     /* A pool thread counts as blocked before the request can reach the
-     * loop: a task it starts that offloads into the same pool must see it. */
+     * loop: a task it starts that offloads into the same pool must see it.
+     * A plain callback cannot suspend, so it never waits on a pool: a pool
+     * thread waiting for one does not count, or jobs of other tasks
+     * would fail with -EDEADLK where no deadlock is possible. */
     if (loop && ferry_loop_is_current(loop))
         return -EDEADLK;
-    ferry__pool_block_enter();
+    if (as_task)
+        ferry__pool_block_enter();
     rc = submit(loop, fn, arg, as_task, NULL, &f);
     if (rc) {
-        ferry__pool_block_exit();
+        if (as_task)
+            ferry__pool_block_exit();
         return rc;
     }
     rc = future_wait(f, timeout, &st);
@@ -316,7 +342,8 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
         if (started)
             future_wait(f, FERRY_NEVER, NULL);
     }
-    ferry__pool_block_exit();
+    if (as_task)
+        ferry__pool_block_exit();
     if (rc != -ETIMEDOUT && !rc && !f->ran)
         rc = st;              /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
     ferry_future_free(f);

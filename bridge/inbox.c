@@ -112,6 +112,8 @@ struct ferry_inbox {
     int                  wfd;        /* eventfd, or the pipe's write end; written under mu */
     const void          *owner;      /* identity of the loop's thread; set once */
     ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
+    const volatile unsigned char *fork_mark; /* the loop's fork mark (loop_int.h), or NULL;
+                                      * set once, read under mu while not closed */
 
     /* loop thread only */
     struct event        *ev;         /* EV_READ|EV_PERSIST on rfd */
@@ -122,6 +124,7 @@ struct ferry_inbox {
     size_t               lcap;       /* capacity of lq */
     struct ferry__cnode *lc;         /* completions taken, being run */
     struct ferry__subq   subq;       /* tasks' pool jobs not yet handed over (pool.c) */
+    struct ferry__link   closers;    /* struct ferry__closer, run by close() */
     bool                 draining;   /* inside drain() */
     bool                 closing;    /* close() has begun */
 };
@@ -134,6 +137,15 @@ static _Thread_local char tls_token;
 static bool on_loop_thread(const struct ferry_inbox *ib)
 {
     return ib->owner == &tls_token;
+}
+
+/* Requires mu.  True once posts are refused: the loop has closed, or this
+ * is a forked child, whose copy of the loop never runs and whose eventfd
+ * is the parent's (docs/fork.md).  While the inbox is not closed the loop
+ * exists, and so does the page of its fork mark. */
+static bool refused_locked(const struct ferry_inbox *ib)
+{
+    return ib->closed || (ib->fork_mark && *ib->fork_mark == 0);
 }
 
 /*
@@ -220,7 +232,7 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
     int err = 0;
 
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed) {
+    if (refused_locked(ib)) {
         pthread_mutex_unlock(&ib->mu);
         return -ESHUTDOWN;
     }
@@ -270,7 +282,7 @@ int ferry__inbox_reserve(struct ferry_inbox *ib)
     int rc = 0;
 
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed)
+    if (refused_locked(ib))
         rc = -ESHUTDOWN;
     else
         ib->reserved++;
@@ -361,9 +373,7 @@ int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
 
     if (!loop || !cb)
         return -EINVAL;
-    /* A forked child's copy of a loop never runs (docs/fork.md): a post
-     * would be accepted and never run, and the eventfd is the parent's. */
-    if (!ib || ferry__loop_is_fork_copy(loop))
+    if (!ib)
         return -ESHUTDOWN;
     return ferry__inbox_post(ib, cb, arg);
 }
@@ -387,7 +397,7 @@ int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
     if (!ib)
         return -ESHUTDOWN;
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed)
+    if (refused_locked(ib))
         rc = -ESHUTDOWN;
     else
         ferry__inbox_ref(ib);
@@ -417,7 +427,7 @@ int ferry_loop_stop_threadsafe(ferry_loop *loop)
     if (!ib)
         return -ESHUTDOWN;
     pthread_mutex_lock(&ib->mu);
-    if (ib->closed) {
+    if (refused_locked(ib)) {
         rc = -ESHUTDOWN;
     } else if (!ib->stop_queued) {
         ib->stop_queued = true;
@@ -735,23 +745,38 @@ static bool hook_pending(void *ctx)
     return p;
 }
 
-static void hook_drain(void *ctx)
+static void hook_flush(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
 
-    if (!ib->draining && drain(ib, FERRY__DRAIN_BATCH, true, false))
-        schedule_step(ib);
+    if (ib->subq.n)
+        ferry__pool_handover(ib);
 }
 
-/* ferry_loop_free(): every task has ended.  Refuse new posts, run all
- * accepted ones and wait for the reserved completions, free the events,
- * drop the loop's reference. */
+void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c)
+{
+    ferry__list_push_back(&ib->closers, &c->link);
+}
+
+void ferry__inbox_closer_del(struct ferry__closer *c)
+{
+    ferry__list_remove(&c->link);
+}
+
+/* ferry_loop_free(): every task has ended.  End what waited for the loop,
+ * refuse new posts, run all accepted ones and wait for the reserved
+ * completions, free the events, drop the loop's reference. */
 static void hook_close(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
     struct ferry__bridge_hooks *h;
+    struct ferry__link *l;
 
     ib->closing = true;
+    while ((l = ferry__list_pop_front(&ib->closers)) != NULL) {
+        struct ferry__closer *c = ferry__container_of(l, struct ferry__closer, link);
+        c->fn(c);
+    }
     if (ib->step) {
         ferry_timer_cancel(ib->step);
         ib->step = NULL;
@@ -779,7 +804,7 @@ static void hook_close(void *ctx)
     ib->ev = NULL;
     h = ferry__loop_bridge(ib->loop);
     h->pending = NULL;
-    h->drain = NULL;
+    h->flush = NULL;
     h->close = NULL;
     /* h->ctx stays: threads that still reach the loop pointer find a
      * closed inbox (valid until the last reference goes). */
@@ -819,12 +844,27 @@ int ferry__bridge_attach(ferry_loop *loop)
     ib->ctail = &ib->chead;
     ib->owner = &tls_token;
     ib->loop = loop;
+    ib->fork_mark = loop->fork_mark;
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);
-    rc = make_fds(&ib->rfd, &ib->wfd);
-    if (rc)
-        goto err_free;
+    /* A loop with its own base watches an eventfd.  One attached to an
+     * application's event_base has none: it is woken through event_active()
+     * on an event that is never added, because a registered eventfd would
+     * keep the application's event_base_dispatch() running forever. */
+    ib->rfd = ib->wfd = -1;
+    if (ferry__loop_owns_base(loop)) {
+        /* make_fds() says -ENOMEM for every failure; the descriptor
+         * limits, which the application can do something about, are told
+         * by errno (cleared first: only the system calls set it). */
+        errno = 0;
+        rc = make_fds(&ib->rfd, &ib->wfd);
+        if (rc) {
+            if (errno == EMFILE || errno == ENFILE)
+                rc = -errno;
+            goto err_free;
+        }
+    }
     if (pthread_mutex_init(&ib->mu, NULL)) {
         rc = -ENOMEM;
         goto err_close;
@@ -832,16 +872,6 @@ int ferry__bridge_attach(ferry_loop *loop)
     rc = ferry__cond_init(&ib->idle);
     if (rc)
         goto err_mutex;
-    /* A loop attached to an application's event_base is woken through
-     * event_active() on an event that is never added: a registered
-     * eventfd would keep the application's event_base_dispatch() running
-     * forever.  A loop with its own base watches the eventfd. */
-    if (!ferry__loop_owns_base(loop)) {
-        if (ib->wfd != ib->rfd)
-            close(ib->wfd);
-        close(ib->rfd);
-        ib->rfd = ib->wfd = -1;
-    }
     ib->ev = ib->rfd >= 0
         ? event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib)
         : event_new(ferry_loop_base(loop), -1, 0, event_cb, ib);
@@ -855,7 +885,7 @@ int ferry__bridge_attach(ferry_loop *loop)
     }
     h->ctx = ib;
     h->pending = hook_pending;
-    h->drain = hook_drain;
+    h->flush = hook_flush;
     h->close = hook_close;
     return 0;
 

@@ -93,6 +93,9 @@ struct job {
     bool                heap;      /* allocated by ferry (abandon variant, submit) */
     bool                abandoned; /* mu: the task left; the worker cleans up */
     bool                over;      /* mu: QUEUED in overq, waiting for room */
+    bool                dropped;   /* mu: FINISHED without running (pool freed, or every
+                                    * thread blocked); read by the abandon variant only,
+                                    * which alone initialises it */
     /* The waiting side.  A task's job fits three cache lines: the fields
      * of the other kind share its wake's room, and the task's loop
      * touches no fourth line per job. */
@@ -914,6 +917,7 @@ static size_t drop_queued_locked(struct ferry_pool *p, struct ferry__link *dropp
         p->nqueued--;
         p->cancelled++;
         j->state = JOB_FINISHED;
+        j->dropped = true;
         j->status = status;
         ferry__list_push_back(dropped, &j->link);
         n++;
@@ -921,6 +925,7 @@ static size_t drop_queued_locked(struct ferry_pool *p, struct ferry__link *dropp
     while ((l = ferry__list_pop_front(&p->overq)) != NULL) {
         struct job *j = ferry__container_of(l, struct job, link);
         j->state = JOB_FINISHED;
+        j->dropped = true;
         j->status = status == -ECANCELED ? -ESHUTDOWN : status;
         ferry__list_push_back(dropped, &j->link);
         n++;
@@ -1192,6 +1197,13 @@ static void subq_flush(void *arg)
     subq_handover(ib, true);
 }
 
+/* The flush callback stays scheduled: it finds the list empty, or hands
+ * over what later turns add to it. */
+void ferry__pool_handover(struct ferry_inbox *ib)
+{
+    subq_handover(ib, false);
+}
+
 /* True while a task's job is on its loop's list.  Thread: loop. */
 static bool job_pending(const struct job *j)
 {
@@ -1403,13 +1415,15 @@ int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg,
     if (!j)
         return -ENOMEM;
     job_init_task(j, fn, arg, true, cleanup);
+    j->dropped = false;
     pool_ref(p);
     rc = offload(p, j, self, &abandoned);
-    /* Interrupted before fn started (still pending or queued): fn never
-     * runs, so the cleanup gets arg now.  After an interruption the caller
-     * thus never owns arg again, whether fn ran or not. */
-    if (!abandoned && j->state != JOB_RUNNING && j->state != JOB_FINISHED &&
-        (rc == -ECANCELED || rc == -ETIMEDOUT) && cleanup)
+    /* Interrupted before fn started (still pending or queued), or dropped
+     * from the queue by ferry_pool_free(): fn never runs, so the cleanup
+     * gets arg now.  After -ECANCELED or -ETIMEDOUT the caller thus never
+     * owns arg again, whether fn ran or not. */
+    if (!abandoned && (rc == -ECANCELED || rc == -ETIMEDOUT) && cleanup &&
+        (j->dropped || (j->state != JOB_RUNNING && j->state != JOB_FINISHED)))
         cleanup(arg, rc);
     if (!abandoned)
         ferry__free(j);

@@ -137,7 +137,9 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
  * bridge's per-loop state.
  *   pending(ctx)   true while callbacks posted from threads await running:
  *                  FERRY_RUN_DEFAULT does not end then;
- *   drain(ctx)     run what is pending now;
+ *   flush(ctx)     ferry_loop_run() is about to return: hand what the last
+ *                  turn left for other threads (jobs that tasks offloaded)
+ *                  to them now, not in a later pass of the loop;
  *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
  *                  ones with -ESHUTDOWN, release the channel.  Called after
  *                  every task has ended, before the event_base is freed.
@@ -145,7 +147,7 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
 struct ferry__bridge_hooks {
     void *ctx;
     bool (*pending)(void *ctx);
-    void (*drain)(void *ctx);
+    void (*flush)(void *ctx);
     void (*close)(void *ctx);
 };
 
@@ -157,10 +159,23 @@ struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
  * idle inbox event).  Set once at creation.  Thread: any. */
 bool ferry__loop_owns_base(const ferry_loop *loop);
 
-/* One-time process setup for threads (libevent's pthread locking, the
- * fork handler below), done by bridge/ before the first loop makes its
- * event_base.  Thread: any. */
+/* One-time process setup for threads (libevent's locking, the fork
+ * handler below), done by bridge/ when the program starts, and before the
+ * first loop makes its event_base.  Thread: any. */
 void ferry__threads_init(void);
+
+/* The event_base of a loop that owns it, with the lock that other
+ * threads' wakeups need.  Thread: any.
+ * Returns: 0 and *out; -ENOMEM (no base, or libevent could not give it
+ * its lock or condition and went on without). */
+int ferry__base_new(struct event_base **out /* OUT */);
+
+/* Check an application's event_base before a loop attaches to it.
+ * Thread: any.  Returns: 0; -EINVAL (the base has no lock: it was made
+ * before ferry installed libevent's thread callbacks, or with
+ * EVENT_BASE_FLAG_NOLOCK; wakeups from other threads would never reach
+ * it). */
+int ferry__base_check(struct event_base *base);
 
 /* The child side of fork(), registered with pthread_atfork(): no task runs
  * in the child, so a task's code that goes on there gets -EPERM from every
@@ -169,7 +184,8 @@ void ferry__fork_child(void);
 
 /* Give a new loop its cross-thread inbox (eventfd, event, hooks above);
  * called by ferry_loop_new() on the loop thread once the event_base
- * exists.  Returns: 0; -ENOMEM.  Implemented in bridge/inbox.c. */
+ * exists.  Returns: 0; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
+ * eventfd).  Implemented in bridge/inbox.c. */
 int ferry__bridge_attach(ferry_loop *loop);
 
 /* ---- Live loops (any thread) ------------------------------------------ */

@@ -435,6 +435,12 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     ferry__loop_hand_update(loop);
     loop->one_turn = mode == FERRY_RUN_ONCE;
     drive(loop, mode);
+    /* What the last turn offloaded goes to the pools now: the callback that
+     * hands it over runs in the next turn, and an application that drives
+     * the loop one pass at a time may make that pass only once these jobs
+     * are done. */
+    if (loop->bridge.flush)
+        loop->bridge.flush(loop->bridge.ctx);
     loop->one_turn = false;
     loop->in_run = false;
     loop->stop = false;
@@ -569,6 +575,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     ferry_loop_opts o = {0};
     ferry_loop *loop;
     size_t ssz;
+    int rc;
 
     if (!out)
         return -EINVAL;
@@ -581,6 +588,10 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (tls_loop && tls_loop->current)
         return -EPERM;    /* not from inside a task */
     ferry__threads_init();
+    /* Before anything is made: other threads wake the loop through the
+     * base, which needs its lock for that. */
+    if (o.base && (rc = ferry__base_check(o.base)) != 0)
+        return rc;
     loop = ferry__calloc(1, sizeof *loop);
     if (!loop)
         return -ENOMEM;
@@ -606,18 +617,20 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     if (o.base) {
         loop->base = o.base;
     } else {
-        loop->base = event_base_new();
-        if (!loop->base)
+        rc = ferry__base_new(&loop->base);
+        if (rc)
             goto err_free_loop;
         loop->own_base = true;
 #ifdef __linux__
         /* libevent silently falls back to poll or select when an
          * allocation of its epoll backend fails: treat that as the -ENOMEM
          * it is (found by tests/fault_sites.c). */
+        rc = -ENOMEM;
         if (strcmp(event_base_get_method(loop->base), "epoll") != 0)
             goto err_free_base;
 #endif
     }
+    rc = -ENOMEM;
     loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
     if (!loop->kick_ev)
         goto err_free_base;
@@ -626,8 +639,10 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
         if (ferry__fault_point("timerfd"))
             goto err_free_kick;
         loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        if (loop->tfd < 0)
+        if (loop->tfd < 0) {
+            rc = -errno;     /* -EMFILE, -ENFILE, -ENOMEM */
             goto err_free_kick;
+        }
         loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
         if (!loop->tick_ev || event_add(loop->tick_ev, NULL) != 0)
             goto err_close_tfd;
@@ -639,7 +654,8 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
     if (!loop->altstack)
         goto err_free_tick;
-    if (ferry__bridge_attach(loop))
+    rc = ferry__bridge_attach(loop);
+    if (rc)
         goto err_free_altstack;
     ferry__overflow_setup(loop);
     ferry__loops_add(&loop->live_entry, loop);
@@ -666,7 +682,7 @@ err_free_base:
 err_free_loop:
     fork_mark_teardown(loop);
     ferry__free(loop);
-    return -ENOMEM;
+    return rc;
 }
 
 void ferry_loop_free(ferry_loop *loop)

@@ -132,27 +132,14 @@ bool __wrap_ferry__fault_point(const char *site) { WRAP_BODY(__real_ferry__fault
 static unsigned long ev_faults;   /* libevent allocations that were failed */
 static char last_site[64];        /* kind of the last injected failure */
 
-static bool ev_lock_fault;   /* the last libevent failure was in libevent_pthreads */
-
 static void ev_trace(void)
 {
     void *bt[8];
-    char **sym;
     int n;
 
-    n = backtrace(bt, 8);
-    ev_lock_fault = false;
-    if ((sym = backtrace_symbols(bt, n)) != NULL) {
-        /* The first libevent frame: libevent_pthreads' lock allocator? */
-        for (int i = 0; i < n; i++)
-            if (strstr(sym[i], "libevent")) {
-                ev_lock_fault = strstr(sym[i], "libevent_pthreads") != NULL;
-                break;
-            }
-        free(sym);
-    }
     if (!getenv("FAULT_VERBOSE"))
         return;
+    n = backtrace(bt, 8);
     fprintf(stderr, "fault:   libevent allocation failed, from:\n");
     backtrace_symbols_fd(bt + 1, n - 1, 2);
 }
@@ -286,7 +273,6 @@ static void run_sweep(const struct sweep *sw)
             arm_nth = i;
             arm_persist = mode == 1;
             arm_hits = 0;
-            ev_lock_fault = false;
             if (!sw->self_arm)
                 ferry__fault_arm(i, mode == 1);
             rc = sw->op();
@@ -299,11 +285,7 @@ static void run_sweep(const struct sweep *sw)
             if (rc != 0 && rc != -ENOMEM)
                 FAILF("%s: failing point %lu (%s) gave %d, not -ENOMEM", sw->name, i,
                       mode ? "persistent" : "transient", rc);
-            if (hits && rc == 0 && ev_lock_fault && !getenv("FERRY_KNOWN_BUGS"))
-                fprintf(stderr, "fault: KNOWN (libevent): %s point %lu: a failed lock/condition "
-                        "allocation inside event_base_new() is absorbed, the base is left "
-                        "without locking\n", sw->name, i);
-            else if (hits && rc == 0 && !absorbed_allowed(sw->absorbed_ok, last_site))
+            if (hits && rc == 0 && !absorbed_allowed(sw->absorbed_ok, last_site))
                 FAILF("%s: failing point %lu (%s, %s at %s) was absorbed: the call returned 0",
                       sw->name, i, mode ? "persistent" : "transient", last_site,
                       describe(last_addr));

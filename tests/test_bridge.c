@@ -748,6 +748,124 @@ Test(pool, free_cancels_queued_jobs_and_waits_for_running_ones,
     cr_assert_eq(atomic_load(&never_ran), 0);
 }
 
+/* An application that drives the loop one pass at a time: a job that a
+ * task offloads during ferry_loop_run(FERRY_RUN_ONCE) is with the pool when
+ * the call returns, and starts without another pass. */
+static int once_offload(void *arg)
+{
+    return ferry_to_thread(arg, gated_job, NULL);
+}
+
+Test(pool, job_offloaded_in_a_run_once_pass_reaches_the_pool_before_it_returns,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    ferry_pool *p;
+    ferry_pool_stats st;
+    ferry_task *t;
+    int64_t deadline;
+    int status = -1;
+
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1 }), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, once_offload, p, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);   /* the task offloads */
+    cr_assert_eq(ferry_pool_stats_get(p, &st), 0);
+    cr_assert_eq(st.queued + st.running, 1, "after the pass the pool has %zu queued, "
+                 "%zu running, want the job", st.queued, st.running);
+    deadline = ferry_now() + tu_ms(5000);
+    while (!atomic_load(&gate_entered) && ferry_now() < deadline)
+        usleep(200);
+    cr_assert(atomic_load(&gate_entered), "the job did not start without another pass");
+    atomic_store(&gate, 1);
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    cr_assert_eq(status, 7);
+    ferry_pool_free(p);
+}
+
+/* A job of ferry_to_thread_abandon() still queued when its pool is freed
+ * never runs: the call returns -ECANCELED and the cleanup gets `arg`,
+ * exactly once. */
+struct fa {
+    ferry_pool *p;
+    int         rc_running;   /* the job that holds the only thread */
+    int         rc_queued;    /* the abandon-variant job queued behind it */
+    atomic_int  returned;     /* the queued one's call returned */
+    atomic_int  cleanups;     /* cleanup calls */
+    atomic_int  cleanup_status;
+    atomic_int  cleanup_arg_ok;
+};
+
+static struct fa fa_state;
+
+static void fa_cleanup(void *arg, int status)
+{
+    atomic_fetch_add(&fa_state.cleanups, 1);
+    atomic_store(&fa_state.cleanup_status, status);
+    atomic_store(&fa_state.cleanup_arg_ok, arg == &fa_state);
+}
+
+static int fa_running(void *arg)
+{
+    struct fa *s = arg;
+    s->rc_running = ferry_to_thread(s->p, gated_job, NULL);
+    return 0;
+}
+
+static int fa_queued(void *arg)
+{
+    struct fa *s = arg;
+    s->rc_queued = ferry_to_thread_abandon(s->p, never_job, s, fa_cleanup);
+    atomic_store(&s->returned, 1);
+    return 0;
+}
+
+static void *fa_freer(void *arg)
+{
+    struct fa *s = arg;
+    ferry_pool_stats st;
+
+    do {
+        usleep(200);
+        ferry_pool_stats_get(s->p, &st);
+    } while (st.queued < 1 || st.running < 1);
+    ferry_pool_free(s->p);                   /* blocks until the running job ends */
+    return NULL;
+}
+
+static int fa_main(void *arg)
+{
+    struct fa *s = arg;
+    ferry_task *a, *b;
+    pthread_t freer;
+
+    ferry_task_spawn(&a, NULL, fa_running, s, NULL);
+    tu_task_wait_flag(&gate_entered);
+    ferry_task_spawn(&b, NULL, fa_queued, s, NULL);
+    freer = tu_start_thread(fa_freer, s);
+    tu_task_wait_flag(&s->returned);         /* completed by the free, not run */
+    atomic_store(&gate, 1);
+    ferry_task_join(a, NULL);
+    ferry_task_join(b, NULL);
+    pthread_join(freer, NULL);
+    return 0;
+}
+
+Test(pool, abandon_variant_job_dropped_by_pool_free_gets_its_cleanup,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    struct fa *s = &fa_state;
+
+    cr_assert_eq(ferry_pool_new(&s->p, &(ferry_pool_opts){ .threads = 1 }), 0);
+    cr_assert_eq(tu_run(fa_main, s), 0);
+    cr_assert_eq(s->rc_running, 7);
+    cr_assert_eq(s->rc_queued, -ECANCELED);
+    cr_assert_eq(atomic_load(&never_ran), 0);
+    cr_assert_eq(atomic_load(&s->cleanups), 1, "cleanup ran %d times, want once",
+                 atomic_load(&s->cleanups));
+    cr_assert_eq(atomic_load(&s->cleanup_status), -ECANCELED);
+    cr_assert(atomic_load(&s->cleanup_arg_ok));
+}
+
 /* ==== pool: submit from plain threads ================================== */
 
 static atomic_int sub_fn_ran;
@@ -907,6 +1025,130 @@ Test(pool, reentry_into_the_same_full_pool_is_edeadlk_not_a_hang,
     rc = tu_run(reentry_main, p);
     cr_assert_eq(rc, 42, "2-thread pool: %d, want 42", rc);
     ferry_pool_free(p);
+}
+
+/*
+ * Every thread of a pool blocked in a call into another loop that runs a
+ * plain callback (run_sync, or a future of call_threadsafe): such a call
+ * never waits on the pool, so a job offloaded meanwhile is queued, not
+ * refused with -EDEADLK, and runs once the threads come back.
+ */
+struct blk {
+    ferry_pool *p;
+    ferry_loop *other;        /* made and run by blk_loop_thread */
+    bool        via_future;   /* call_threadsafe + future_wait, else run_sync */
+    atomic_int  ready;        /* `other` exists */
+    atomic_int  go;           /* `other` may run */
+    atomic_int  njobs;        /* jobs that took a pool thread */
+    atomic_int  task_done;    /* the task's to_thread returned */
+    int         rc_job[2];    /* each job's result (3 when the call worked) */
+    int         rc_task;      /* the task's to_thread */
+};
+
+static int ret3(void *arg)
+{
+    (void)arg;
+    return 3;
+}
+
+static int blk_job(void *arg)
+{
+    struct blk *b = arg;
+    int i = atomic_fetch_add(&b->njobs, 1), st = -1, rc;
+    ferry_future *f;
+
+    if (b->via_future) {
+        rc = ferry_loop_call_threadsafe(b->other, ret3, NULL, &f);
+        if (rc == 0) {
+            rc = ferry_future_wait(f, FERRY_NEVER, &st);
+            ferry_future_free(f);
+        }
+    } else {
+        rc = ferry_loop_run_sync(b->other, ret3, NULL, FERRY_NEVER, &st);
+    }
+    b->rc_job[i] = rc ? rc : st;
+    return 0;
+}
+
+static void *blk_loop_thread(void *arg)
+{
+    struct blk *b = arg;
+
+    if (ferry_loop_new(&b->other, NULL) != 0)
+        return (void *)1;
+    atomic_store(&b->ready, 1);
+    tu_spin_until(&b->go);
+    ferry_loop_run(b->other, FERRY_RUN_DEFAULT);   /* runs both requests */
+    ferry_loop_free(b->other);
+    return NULL;
+}
+
+/* Lets the other loop run once the task's job is queued (or refused). */
+static int blk_opener(void *arg)
+{
+    struct blk *b = arg;
+    ferry_pool_stats st;
+
+    do {
+        ferry_sleep(FERRY_USEC(200));
+        ferry_pool_stats_get(b->p, &st);
+    } while (st.queued < 1 && !atomic_load(&b->task_done));
+    atomic_store(&b->go, 1);
+    return 0;
+}
+
+static int blk_main(void *arg)
+{
+    struct blk *b = arg;
+    ferry_inbox_stats st;
+    ferry_task *opener;
+
+    /* Both pool threads are inside their call once it posted its request. */
+    do {
+        ferry_sleep(FERRY_USEC(200));
+        ferry_loop_inbox_stats(b->other, &st);
+    } while (st.posts < 2);
+    ferry_task_spawn(&opener, NULL, blk_opener, b, NULL);
+    b->rc_task = ferry_to_thread(b->p, ret3, NULL);
+    atomic_store(&b->task_done, 1);
+    ferry_task_join(opener, NULL);
+    return 0;
+}
+
+static void blk_run(struct blk *b)
+{
+    pthread_t lt;
+    void *res;
+
+    cr_assert_eq(ferry_pool_new(&b->p, &(ferry_pool_opts){ .threads = 2 }), 0);
+    lt = tu_start_thread(blk_loop_thread, b);
+    tu_spin_until(&b->ready);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ferry_pool_submit(b->p, blk_job, b, NULL, NULL, NULL), 0);
+    cr_assert_eq(tu_run(blk_main, b), 0);
+    pthread_join(lt, &res);
+    ferry_pool_free(b->p);
+    cr_assert_null(res);
+    cr_assert_eq(b->rc_task, 3, "job offloaded while the threads ran plain callbacks "
+                 "in a loop: %d, want 3", b->rc_task);
+    cr_assert_eq(b->rc_job[0], 3);
+    cr_assert_eq(b->rc_job[1], 3);
+}
+
+Test(pool, threads_blocked_in_run_sync_do_not_refuse_jobs,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    static struct blk b;
+
+    blk_run(&b);
+}
+
+Test(pool, threads_waiting_on_a_plain_callback_future_do_not_refuse_jobs,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    static struct blk b = { .via_future = true };
+
+    blk_run(&b);
 }
 
 Test(pool, size_comes_from_the_environment)
@@ -1076,6 +1318,115 @@ Test(fromthread, loop_closing_under_a_waiting_thread_gives_eshutdown, .timeout =
     ferry_loop_free(loop);                  /* never ran the loop */
     pthread_join(t, NULL);
     cr_assert_eq(atomic_load(&closed_rc), -ESHUTDOWN);
+}
+
+/*
+ * A request whose task the loop spawned but had not started when it was
+ * freed: the body never runs, and the waiting thread learns why (-ESHUTDOWN)
+ * instead of waiting forever.
+ */
+struct unstarted {
+    ferry_loop  *loop;
+    bool         via_future;  /* spawn_threadsafe + future_wait, else run_task_sync */
+    atomic_int   done;        /* the thread's wait returned */
+    int          rc;          /* its result */
+    int          st;          /* the status it got */
+};
+
+static atomic_int unstarted_ran;
+
+static int unstarted_body(void *arg)
+{
+    (void)arg;
+    atomic_store(&unstarted_ran, 1);
+    return 3;
+}
+
+static void *unstarted_thread(void *arg)
+{
+    struct unstarted *u = arg;
+    ferry_future *f;
+
+    if (u->via_future) {
+        u->rc = ferry_loop_spawn_threadsafe(u->loop, unstarted_body, NULL, NULL, &f);
+        if (u->rc == 0) {
+            u->rc = ferry_future_wait(f, FERRY_NEVER, &u->st);
+            ferry_future_free(f);
+        }
+    } else {
+        u->rc = ferry_loop_run_task_sync(u->loop, unstarted_body, NULL, FERRY_NEVER, &u->st);
+    }
+    atomic_store(&u->done, 1);
+    return NULL;
+}
+
+/* Start the thread and wait until the loop has accepted its request. */
+static pthread_t unstarted_start(struct unstarted *u)
+{
+    ferry_inbox_stats st;
+    pthread_t t = tu_start_thread(unstarted_thread, u);
+
+    do {
+        usleep(200);
+        cr_assert_eq(ferry_loop_inbox_stats(u->loop, &st), 0);
+    } while (st.posts < 1);
+    return t;
+}
+
+/* After ferry_loop_free(): the thread's wait returns within a while. */
+static void unstarted_check(struct unstarted *u, pthread_t t, int want_rc, int want_st)
+{
+    int64_t deadline = ferry_now() + tu_ms(5000);
+
+    while (!atomic_load(&u->done) && ferry_now() < deadline)
+        usleep(500);
+    cr_assert(atomic_load(&u->done), "the thread still waits for a task that never runs");
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&unstarted_ran), 0);
+    cr_assert_eq(u->rc, want_rc);
+    if (want_rc == 0)
+        cr_assert_eq(u->st, want_st);
+}
+
+static void noop(void *arg)
+{
+    (void)arg;
+}
+
+/* One pass: a turn (the callback), then a poll that takes the request and
+ * spawns its task, which would start in the next turn; then the free. */
+static void unstarted_run_once_then_free(struct unstarted *u)
+{
+    ferry_loop_stats ls;
+    pthread_t t;
+
+    cr_assert_eq(ferry_loop_new(&u->loop, NULL), 0);
+    t = unstarted_start(u);
+    cr_assert_eq(ferry_call_soon(u->loop, noop, NULL), 0);
+    cr_assert_eq(ferry_loop_run(u->loop, FERRY_RUN_ONCE), 0);
+    cr_assert_eq(ferry_loop_stats_get(u->loop, &ls), 0);
+    cr_assert_eq(ls.live_tasks, 1, "the request's task was not spawned by the pass");
+    ferry_loop_free(u->loop);
+    if (u->via_future)
+        unstarted_check(u, t, 0, -ESHUTDOWN);
+    else
+        unstarted_check(u, t, -ESHUTDOWN, 0);
+}
+
+Test(fromthread, run_task_sync_for_a_task_spawned_but_not_started_when_the_loop_is_freed,
+     .timeout = 30.)
+{
+    static struct unstarted u;
+
+    unstarted_run_once_then_free(&u);
+}
+
+Test(fromthread, future_of_a_task_spawned_but_not_started_when_the_loop_is_freed,
+     .timeout = 30.)
+{
+    static struct unstarted u = { .via_future = true };
+
+    unstarted_run_once_then_free(&u);
 }
 
 static void *future_thread(void *arg)

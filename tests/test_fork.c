@@ -15,6 +15,7 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "ferry/bridge.h"
 
 extern char **environ;
 
@@ -32,6 +33,37 @@ static int noop_task(void *arg)
 }
 
 static ferry_sem fork_sem;   /* bound to tu_loop before the fork */
+static ferry_inbox *fork_ib; /* tu_loop's inbox, taken before the fork */
+static ferry_pool *fork_pool;/* made before the fork */
+
+/* The calls of ferry/bridge.h that reach the inherited loop from the
+ * thread side: each refuses (-ESHUTDOWN: the copy never runs), none posts
+ * into the copy.  The waits have a timeout only so that a post accepted
+ * by mistake fails the check instead of hanging. */
+static int child_thread_side_checks(ferry_loop *loop)
+{
+    ferry_inbox *ib = NULL;
+    ferry_future *f = NULL;
+    int st = 0;
+
+    if (ferry_loop_stop_threadsafe(loop) != -ESHUTDOWN)
+        return 14;
+    if (ferry_inbox_post(fork_ib, noop_cb, NULL) != -ESHUTDOWN)
+        return 15;           /* an inbox taken before the fork */
+    if (ferry_inbox_get(&ib, loop) != -ESHUTDOWN || ib)
+        return 16;
+    if (ferry_loop_run_sync(loop, noop_task, NULL, tu_ms(100), &st) != -ESHUTDOWN)
+        return 17;
+    if (ferry_loop_run_task_sync(loop, noop_task, NULL, tu_ms(100), &st) != -ESHUTDOWN)
+        return 18;
+    if (ferry_loop_spawn_threadsafe(loop, noop_task, NULL, NULL, &f) != -ESHUTDOWN || f)
+        return 19;
+    if (ferry_loop_call_threadsafe(loop, noop_task, NULL, &f) != -ESHUTDOWN || f)
+        return 20;
+    if (ferry_pool_submit(fork_pool, noop_task, NULL, loop, NULL, NULL) != -ESHUTDOWN)
+        return 21;
+    return 0;
+}
 
 /* Every loop-side call the child makes on the inherited loop; returns 0 or
  * the number of the first check that failed. */
@@ -66,7 +98,7 @@ static int child_checks(ferry_loop *loop)
     ferry_loop_free(loop);   /* must do nothing, not free the parent's state */
     if (ferry_loop_call_soon_threadsafe(loop, noop_cb, NULL) != -ESHUTDOWN)
         return 13;           /* accepted a post that can never run */
-    return 0;
+    return child_thread_side_checks(loop);
 }
 
 static int wait_child(pid_t pid)
@@ -87,12 +119,20 @@ static int count_task(void *arg)
     return 0;
 }
 
-static void bind_sem(void)
+static void before_fork(void)
 {
     /* Bind the semaphore to the loop, from the loop thread. */
     ferry_sem_init(&fork_sem, 1, 0);
     cr_assert_eq(ferry_sem_try_acquire(&fork_sem), 0);
     cr_assert_eq(ferry_sem_release(&fork_sem), 0);
+    cr_assert_eq(ferry_inbox_get(&fork_ib, tu_loop), 0);
+    cr_assert_eq(ferry_pool_new(&fork_pool, &(ferry_pool_opts){ .threads = 1 }), 0);
+}
+
+static void after_fork(void)
+{
+    ferry_inbox_release(fork_ib);
+    ferry_pool_free(fork_pool);
 }
 
 T(child_use_of_inherited_loop_fails_with_eperm)
@@ -100,7 +140,7 @@ T(child_use_of_inherited_loop_fails_with_eperm)
     pid_t pid;
     int st;
 
-    bind_sem();
+    before_fork();
     pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0)
@@ -117,6 +157,9 @@ T(child_use_of_inherited_loop_fails_with_eperm)
     cr_assert_eq(ferry_sem_try_acquire(&fork_sem), 0);
     cr_assert_eq(ferry_sem_release(&fork_sem), 0);
     cr_assert_eq(ferry_sem_destroy(&fork_sem), 0);
+    /* The parent's inbox still takes posts. */
+    cr_assert_eq(ferry_inbox_post(fork_ib, noop_cb, NULL), 0);
+    after_fork();
 }
 
 /* fork() from inside a task: the child runs on the task's stack and must
@@ -138,11 +181,12 @@ T(fork_inside_a_task_child_cannot_run_the_loop)
 {
     int st = -1;
 
-    bind_sem();
+    before_fork();
     cr_assert_eq(tu_run(fork_in_task_main, &st), 0);
     cr_assert(WIFEXITED(st), "child did not exit normally (status %#x)", st);
     cr_assert_eq(WEXITSTATUS(st), 0, "child check %d failed", WEXITSTATUS(st));
     cr_assert_eq(ferry_sem_destroy(&fork_sem), 0);
+    after_fork();
 }
 
 /* waitpid() on a pool thread, so that the loop keeps running. */

@@ -1,16 +1,21 @@
 /* test_loop.c - the loop: callbacks, timers, attaching to an event_base,
  * fd and signal waits, fairness, freeing with live tasks, ferry_run. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "ferry/bridge.h"
 
 #define T(name) Test(loop, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 
@@ -281,6 +286,239 @@ Test(loop, attached_to_application_base_interleaves, .timeout = 30.)
         alternations += trace[i] != trace[i - 1];
     cr_assert_geq(alternations, 10, "no interleaving: %.*s", ntrace, trace);
     event_free(ev);
+    ferry_loop_free(loop);
+    event_base_free(base);
+}
+
+/* ---- the application's event_base and libevent's locks ------------ */
+
+/* A base the application made before ferry set libevent's thread support
+ * up: this constructor runs before the library's (constructors with a
+ * priority run before those without). */
+static struct event_base *early_base;
+
+__attribute__((constructor(101))) static void make_early_base(void)
+{
+    early_base = event_base_new();
+}
+
+Test(loop, attached_base_made_before_ferry_set_libevent_up_is_refused, .timeout = 30.)
+{
+    ferry_loop *loop = (ferry_loop *)&loop;
+
+    cr_assert_not_null(early_base);
+    cr_assert_eq(ferry_loop_new(&loop, &(ferry_loop_opts){ .base = early_base }), -EINVAL,
+                 "a base without libevent's lock was accepted: other threads' wakeups "
+                 "would never reach it");
+    cr_assert_null(loop);
+}
+
+Test(loop, attached_base_made_without_lock_is_refused, .timeout = 30.)
+{
+    struct event_config *cfg = event_config_new();
+    struct event_base *base;
+    ferry_loop *loop = (ferry_loop *)&loop;
+
+    cr_assert_not_null(cfg);
+    cr_assert_eq(event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK), 0);
+    base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    cr_assert_not_null(base);
+    cr_assert_eq(ferry_loop_new(&loop, &(ferry_loop_opts){ .base = base }), -EINVAL);
+    cr_assert_null(loop);
+    /* The application's base is untouched and still runs. */
+    cr_assert_eq(event_base_loop(base, EVLOOP_NONBLOCK), 1);
+    event_base_free(base);
+}
+
+/*
+ * The usual order: the application makes its base (here first thing in the
+ * process, before any ferry call), then attaches a loop to it.  Wakeups
+ * from other threads reach the loop while the application's dispatch
+ * sleeps: a pool job's completion, and a post.
+ */
+static struct event_base *wk_base;
+static ferry_loop *wk_loop;
+static atomic_int wk_watchdog;      /* the application's timer fired first */
+static atomic_int wk_dispatching;   /* the dispatch runs (set from inside it) */
+static int wk_job_rc = -1;
+static int wk_posted_ran;
+
+static void wk_watchdog_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what; (void)arg;
+    atomic_store(&wk_watchdog, 1);
+    event_base_loopbreak(wk_base);
+}
+
+static void wk_started_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd; (void)what; (void)arg;
+    atomic_store(&wk_dispatching, 1);
+}
+
+static int wk_slow_job(void *arg)
+{
+    (void)arg;
+    usleep(20000);          /* the dispatch is asleep in epoll by then */
+    return 5;
+}
+
+static int wk_task(void *arg)
+{
+    wk_job_rc = ferry_to_thread(arg, wk_slow_job, NULL);
+    event_base_loopbreak(wk_base);
+    return 0;
+}
+
+static void wk_posted(void *arg)
+{
+    (void)arg;
+    wk_posted_ran = 1;
+    event_base_loopbreak(wk_base);
+}
+
+static void *wk_poster(void *arg)
+{
+    (void)arg;
+    tu_spin_until(&wk_dispatching);
+    usleep(20000);
+    if (ferry_loop_call_soon_threadsafe(wk_loop, wk_posted, NULL) != 0)
+        return (void *)1;
+    return NULL;
+}
+
+Test(loop, attached_base_made_before_the_first_ferry_call_gets_wakeups_from_threads,
+     .timeout = 30.)
+{
+    struct timeval zero = { 0, 0 }, wd = { 0, 0 };
+    struct event *watchdog;
+    ferry_pool *pool;
+    pthread_t t;
+    void *res;
+
+    wk_base = event_base_new();
+    cr_assert_not_null(wk_base);
+    cr_assert_eq(ferry_loop_new(&wk_loop, &(ferry_loop_opts){ .base = wk_base }), 0);
+    cr_assert_eq(ferry_pool_new(&pool, &(ferry_pool_opts){ .threads = 1 }), 0);
+    wd.tv_sec = (time_t)(tu_ms(3000) / 1000000000);
+    watchdog = evtimer_new(wk_base, wk_watchdog_cb, NULL);
+    cr_assert_not_null(watchdog);
+
+    /* A task's job completes on a pool thread. */
+    cr_assert_eq(evtimer_add(watchdog, &wd), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, wk_loop, wk_task, pool, NULL), 0);
+    cr_assert_eq(event_base_dispatch(wk_base), 0);
+    cr_assert_eq(atomic_load(&wk_watchdog), 0, "the job's completion did not wake the "
+                 "application's dispatch (it ran when the watchdog fired)");
+    cr_assert_eq(wk_job_rc, 5);
+
+    /* Another thread posts while the dispatch sleeps. */
+    cr_assert_eq(event_base_once(wk_base, -1, EV_TIMEOUT, wk_started_cb, NULL, &zero), 0);
+    t = tu_start_thread(wk_poster, NULL);
+    cr_assert_eq(event_base_dispatch(wk_base), 0);
+    pthread_join(t, &res);
+    cr_assert_null(res);
+    cr_assert_eq(atomic_load(&wk_watchdog), 0, "the post did not wake the application's "
+                 "dispatch (it ran when the watchdog fired)");
+    cr_assert_eq(wk_posted_ran, 1);
+
+    event_free(watchdog);
+    ferry_pool_free(pool);
+    ferry_loop_free(wk_loop);
+    event_base_free(wk_base);
+}
+
+/* The lowest descriptor numbers a process could open next, n of them;
+ * returns the highest. */
+static int next_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        fds[i] = dup(2);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    return fds[n - 1];
+}
+
+static void noop_cb_for_fds(void *arg)
+{
+    (void)arg;
+}
+
+/* Descriptors open now. */
+static int open_fds(void)
+{
+    int n = 0;
+
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+/*
+ * With k more descriptors allowed than libevent needs for a base (fewer
+ * make libevent exit the process), a loop with its own base is made or
+ * fails with -EMFILE (ferry's timerfd or eventfd), and leaves no
+ * descriptor behind.
+ */
+Test(loop, new_reports_a_descriptor_limit_as_emfile, .timeout = 30.)
+{
+    struct rlimit old, lim;
+    struct event_base *probe;
+    int fds[32], first, base_fds, rc, emfile = 0;
+    bool made = false;
+
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    base_fds = open_fds();
+    probe = event_base_new();
+    cr_assert_not_null(probe);
+    base_fds = open_fds() - base_fds;
+    event_base_free(probe);
+    cr_assert_lt(base_fds + 8, 32);
+    next_fds(fds, 1);
+    first = fds[0];
+    for (int k = 0; k < 8 && !made; k++) {
+        ferry_loop *loop = NULL;
+
+        lim = old;
+        lim.rlim_cur = (rlim_t)next_fds(fds, base_fds + k) + 1;
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+        rc = ferry_loop_new(&loop, NULL);
+        cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+        cr_assert(rc == 0 || rc == -EMFILE, "%d descriptors more than a base needs: %d", k, rc);
+        emfile += rc == -EMFILE;
+        if (rc == 0) {
+            made = true;
+            ferry_loop_free(loop);
+        } else {
+            cr_assert_null(loop);
+        }
+        next_fds(fds, 1);
+        cr_assert_eq(fds[0], first, "%d more descriptors: a descriptor was left open", k);
+    }
+    cr_assert(made);
+    cr_assert_gt(emfile, 0, "no descriptor limit was reported as -EMFILE");
+}
+
+/* A loop attached to an application's base opens no descriptor: it is
+ * woken through the base. */
+Test(loop, attached_loop_needs_no_descriptor, .timeout = 30.)
+{
+    struct event_base *base = event_base_new();
+    struct rlimit old, lim;
+    ferry_loop *loop = NULL;
+    int fds[1], rc;
+
+    cr_assert_not_null(base);
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)next_fds(fds, 1);   /* not even one more */
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    rc = ferry_loop_new(&loop, &(ferry_loop_opts){ .base = base });
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    cr_assert_eq(rc, 0, "with no descriptor left: %d", rc);
+    cr_assert_eq(ferry_call_soon(loop, noop_cb_for_fds, NULL), 0);
+    cr_assert_eq(ferry_loop_run(loop, FERRY_RUN_DEFAULT), 0);
     ferry_loop_free(loop);
     event_base_free(base);
 }

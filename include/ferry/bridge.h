@@ -13,7 +13,10 @@
  *   - a bounded channel between threads and tasks (ferry_chan).
  *
  * Errors are negative errno values.  -ESHUTDOWN always means "refused,
- * nothing happened": the loop, pool or channel is closing or closed.
+ * nothing happened": the loop, pool or channel is closing or closed.  In a
+ * process forked from the one that made a loop, every call here that
+ * reaches that loop (through the loop pointer or an inbox taken before the
+ * fork) returns -ESHUTDOWN: the child's copy never runs (docs/fork.md).
  *
  * Lifetimes.  A function that takes a `ferry_loop *` from another thread
  * requires that ferry_loop_free() has not returned for that loop: ferry
@@ -173,11 +176,13 @@ ferry_pool *ferry_pool_default(void);
  * Returns: fn's status; -ECANCELED, -ETIMEDOUT (never ran: cancelled while
  * queued, or queued when the pool was freed); -ESHUTDOWN (the pool is
  * being freed; never queued); -EDEADLK (never ran: every thread of the
- * pool is blocked calling into a loop, at submission or while the job
- * waited in the queue, as with a pool job that calls
+ * pool is blocked waiting for a task on a loop, at submission or while
+ * the job waited in the queue, as with a pool job that calls
  * ferry_loop_run_task_sync() whose task offloads to the same pool; a
- * warning is logged); -EPERM; -EINVAL (fn NULL); -ENOMEM (the default pool
- * could not be started).
+ * warning is logged.  A thread waiting for a plain callback, in
+ * ferry_loop_run_sync() or on the future of ferry_loop_call_threadsafe(),
+ * does not count: a callback cannot wait on a pool); -EPERM; -EINVAL (fn
+ * NULL); -ENOMEM (the default pool could not be started).
  * Owns: `arg` stays the caller's; it must outlive the call.
  */
 int ferry_to_thread(ferry_pool *pool, ferry_job_fn fn, void *arg);
@@ -193,8 +198,9 @@ typedef void (*ferry_job_cleanup)(void *arg, int status);
  * then cleanup(arg, status) runs on that pool thread with fn's status.  If
  * the interruption comes while the job is still queued, fn never runs and
  * cleanup(arg, -ECANCELED or -ETIMEDOUT) runs at once, on the calling task,
- * before the call returns.  If the job completes normally, cleanup is not
- * called.
+ * before the call returns; so does cleanup(arg, -ECANCELED) when the pool
+ * is freed while the job is queued.  If the job completes normally,
+ * cleanup is not called.
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: as ferry_to_thread(); -ENOMEM (the job's state could not be
  * allocated; fn never ran, cleanup not called).
@@ -276,7 +282,8 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /*
  * Block until the future is done, at most `timeout` nanoseconds
  * (FERRY_NEVER: no limit; 0: only look), then store fn's status in *status
- * (or why fn never ran: -ECANCELED, -ESHUTDOWN, -ENOMEM).
+ * (or why fn never ran: -ECANCELED, -ESHUTDOWN (the loop was freed before
+ * fn started, also when its task had been spawned already), -ENOMEM).
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (done, *status set); -ETIMEDOUT (not done yet; nothing
  * changed); -EDEADLK (on the loop's thread); -EINVAL.
@@ -311,7 +318,8 @@ void ferry_future_free(ferry_future *fut);
  * so `arg` is never used after the call returns.
  * Thread: any but the loop's own.  Suspends: no (blocks the thread).
  * Returns: 0 (*status is fn's); -ETIMEDOUT; -EDEADLK (on the loop's
- * thread); -ESHUTDOWN (loop closed, fn never ran); -ENOMEM; -EINVAL.
+ * thread); -ESHUTDOWN (loop closed or freed before fn started, fn never
+ * ran); -ENOMEM; -EINVAL.
  */
 int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
                              int64_t timeout, int *status /* OUT, optional */);

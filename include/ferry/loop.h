@@ -42,7 +42,22 @@ int64_t ferry_now(void);
 typedef struct ferry_loop_opts {
     /* An event_base the application already runs, or NULL to let the loop
      * create and own one.  An attached loop drives its tasks from events of
-     * its own in that base, interleaved with the application's events. */
+     * its own in that base, interleaved with the application's events.
+     *
+     * Other threads (pool jobs ending, posts) wake the loop through that
+     * base, which takes libevent's lock on the base: libevent gives a base
+     * one only if it is made while thread callbacks are installed.  ferry
+     * installs them itself (its own, on pthreads) when the program starts,
+     * so a base made in main() has its lock, and evthread_use_pthreads() is
+     * not needed (called anyway, libevent keeps ferry's callbacks and
+     * prints that they cannot be changed).  A base without its lock is
+     * refused with -EINVAL: one made before ferry's setup (in a constructor
+     * that ran first, or before a library linking ferry was loaded), or
+     * with EVENT_BASE_FLAG_NOLOCK; make the base after the first ferry call
+     * instead.  If the application installed libevent thread callbacks of
+     * its own before ferry's setup, ferry keeps them and cannot check a
+     * base (it logs a warning once): make the base after installing them,
+     * as libevent requires. */
     struct event_base *base;
     /* Default stack size of tasks, in bytes; 0 means FERRY_STACK_DEFAULT. */
     size_t stack_size;
@@ -56,10 +71,14 @@ typedef struct ferry_loop_opts {
 } ferry_loop_opts;
 
 /*
- * Create a loop bound to the calling thread.
+ * Create a loop bound to the calling thread.  On an error nothing is left
+ * allocated or open.
  * Thread: any, not in a task.  Suspends: no.
  * Owns:   the caller; free with ferry_loop_free().
- * Returns: 0; -ENOMEM (nothing allocated); -EINVAL (bad opts).
+ * Returns: 0; -ENOMEM (out of memory, also when libevent could not give
+ * the loop's own base its lock); -EINVAL (bad opts, or opts->base has no
+ * lock: see ferry_loop_opts.base); -EMFILE, -ENFILE (no descriptor left
+ * for the loop's timerfd or eventfd); -EPERM (called from a task).
  */
 int ferry_loop_new(ferry_loop **out /* OUT */, const ferry_loop_opts *opts);
 
