@@ -1527,7 +1527,7 @@ static int note_color(void *arg)
     } else {
         color_off[i] = (uintptr_t)self % 4096;
         color_base_aligned[i] = (uintptr_t)base % 4096 == 0 &&
-                                (char *)self->lo == base + 4096;
+                                (char *)self->lo == base + FERRY__GUARD_SIZE;
         color_room[i] = (size_t)((char *)self->hi - (char *)self->lo);
     }
     return 0;
@@ -1676,9 +1676,9 @@ static int segv_task(void *arg)
         segv_to_self((const void *)16);
         break;
     case AT_STACK:              /* inside the usable stack */
-        segv_to_self(base + 2 * ferry__page_size());
+        segv_to_self((const char *)self->lo + 2 * ferry__page_size());
         break;
-    default:                    /* the guard page */
+    default:                    /* the guard region */
         segv_to_self(base + 8);
         break;
     }
