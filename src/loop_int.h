@@ -72,15 +72,16 @@ struct ferry__slab;
  * The guard region at the bottom of every stack: FERRY__GUARD_SIZE bytes
  * that fault when touched.  A frame larger than the free stack left moves
  * the stack pointer past the bottom in one step, and without
- * -fstack-clash-protection its first write may land anywhere in the
- * frame; the region has to reach that far, or the write lands in the stack
- * below (the neighbouring slot of a slab).  With MADV_GUARD_INSTALL and
- * with an mprotect'd region it costs no memory and no extra mapping, only
- * address space and the page tables that cover it, so it is the size of a
- * whole default stack: any frame of up to 64 KiB is caught wherever it
- * starts, a larger one if enough of the stack is left above the region.
- * A multiple of the page size on every Linux ferry runs on (4, 16 or
- * 64 KiB pages).
+ * -fstack-clash-protection its first write may land anywhere in the frame:
+ * the region has to reach that far, or the write lands in the stack below
+ * (the neighbouring slot of a slab) and corrupts it silently.  With
+ * MADV_GUARD_INSTALL and with an mprotect'd region it costs no memory and
+ * no extra mapping, only address space and the page tables that cover it
+ * (the page tables of a default stack's slot grow by the same factor as
+ * its address space).  So a frame of up to 64 KiB is caught wherever it
+ * starts, a larger one if the stack has room enough above the region.  A
+ * multiple of the page size on every Linux ferry runs on (4, 16 or 64 KiB
+ * pages).
  */
 #define FERRY__GUARD_SIZE ((size_t)64 * 1024)
 

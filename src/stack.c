@@ -8,8 +8,8 @@
  * no mmap and a freed one no munmap (each munmap split the merged mapping
  * and cost about 10 us).  A slot gets its guard region (FERRY__GUARD_SIZE,
  * loop_int.h) the first time it is used and keeps it for the slab's life
- * (all slots at once where the kernel lets us, see slab_guard_all()).
- * Free stacks go to the loop's
+ * (see guard_install() for why one slot at a time).  Free stacks go to the
+ * loop's
  * list, most recent first, so the stacks reused are the ones whose pages
  * are still in memory.  Beyond `stack_cache` free stacks, memory goes back
  * in bulk and later, not in the burst of task ends that freed it (see
@@ -38,8 +38,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -48,9 +46,6 @@
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
-#endif
-#ifndef PIDFD_SELF_THREAD_GROUP
-#define PIDFD_SELF_THREAD_GROUP -10001   /* Linux 6.14+ */
 #endif
 
 /* mprotect-guarded stacks and slab slots allowed per loop (2 mappings
@@ -86,7 +81,6 @@ struct ferry__slab {
     struct ferry__slab *trim_next;  /* trim_stacks(): next slab with `trim` bits */
     unsigned            nslots;     /* slots in the slab */
     unsigned            ncarved;    /* slots used at least once: [0, ncarved) */
-    unsigned            nguarded;   /* slots [0, nguarded) got their guard with the slab */
     unsigned            nlive;      /* live slots */
     uint8_t             guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
 };
@@ -129,8 +123,14 @@ static int guard_mode_probe(ferry_loop *loop, void *base, size_t len)
     return FERRY__GUARD_NONE;
 }
 
-/* Make the region at `base` a guard region; returns the FERRY__GUARD_*
- * used. */
+/*
+ * Make the region at `base` a guard region; returns the FERRY__GUARD_* used.
+ * A slab slot gets its region when it is first used, one madvise() per
+ * slot.  Installing the regions of a whole slab with one process_madvise()
+ * saves system calls, but on a virtual machine whose hypervisor shadows the
+ * guest's page tables it makes the first run of every task on that slab
+ * far slower once the regions are more than a few pages.
+ */
 static uint8_t guard_install(ferry_loop *loop, void *base)
 {
     if (loop->guard_forced_none)
@@ -139,35 +139,6 @@ static uint8_t guard_install(ferry_loop *loop, void *base)
         madvise(base, FERRY__GUARD_SIZE, MADV_GUARD_INSTALL) == 0)
         return FERRY__GUARD_MADV;
     return (uint8_t)guard_mode_probe(loop, base, FERRY__GUARD_SIZE);
-}
-
-/* Install the guard regions of all the slots of a new slab in one system
- * call (process_madvise() on ourselves, Linux 6.14+): 0.8 us per slot
- * instead of 1.3 us for an madvise() each.  Returns the slots guarded: 0
- * when the kernel (or valgrind) refuses, then each slot gets its guard
- * when it is first used. */
-static unsigned slab_guard_all(ferry_loop *loop, char *slots, unsigned n)
-{
-#ifdef SYS_process_madvise
-    struct iovec iov[FERRY__SLAB_SLOTS];
-    unsigned i;
-
-    if (loop->guard_forced_none || loop->guard_mode == FERRY__GUARD_MPROTECT || n < 2 ||
-        ferry__vg_running())
-        return 0;
-    for (i = 0; i < n; i++) {
-        iov[i].iov_base = slots + (size_t)i * loop->stack_size;
-        iov[i].iov_len = FERRY__GUARD_SIZE;
-    }
-    if (syscall(SYS_process_madvise, PIDFD_SELF_THREAD_GROUP, iov, (size_t)n,
-                MADV_GUARD_INSTALL, 0) != (long)(n * FERRY__GUARD_SIZE))
-        return 0;
-    loop->guard_mode = FERRY__GUARD_MADV;
-    return n;
-#else
-    (void)loop; (void)slots; (void)n;
-    return 0;
-#endif
 }
 
 /* Every stack mapping, slab or single, is made here: one fault point. */
@@ -419,7 +390,6 @@ static __attribute__((noinline)) int slab_carve(ferry_loop *loop, struct ferry__
         sl->slots = base + page_size;
         sl->map_size = page_size + n * size;
         sl->nslots = (unsigned)n;
-        sl->nguarded = slab_guard_all(loop, sl->slots, sl->nslots);
         ferry__list_push_back(&loop->slabs, &sl->link);
         ferry__list_push_front(&loop->slabs_avail, &sl->avail_link);
         loop->slabs_empty++;
@@ -429,8 +399,7 @@ static __attribute__((noinline)) int slab_carve(ferry_loop *loop, struct ferry__
         sl->cold &= ~((uint64_t)1 << i);
     } else {
         i = sl->ncarved++;
-        sl->guard[i] = i < sl->nguarded ? FERRY__GUARD_MADV :
-                       guard_install(loop, slot_base(loop, sl, i));
+        sl->guard[i] = guard_install(loop, slot_base(loop, sl, i));
     }
     if (!sl->cold && sl->ncarved == sl->nslots)
         ferry__list_remove(&sl->avail_link);
