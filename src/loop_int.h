@@ -76,10 +76,9 @@ struct ferry__slab;
  * the region has to reach that far, or the write lands in the stack below
  * (the neighbouring slot of a slab) and corrupts it silently.  With
  * MADV_GUARD_INSTALL and with an mprotect'd region it costs no memory and
- * no extra mapping, only address space and the page tables that cover it
- * (the page tables of a default stack's slot grow by the same factor as
- * its address space).  So a frame of up to 64 KiB is caught wherever it
- * starts, a larger one if the stack has room enough above the region.  A
+ * no extra mapping, only address space and the page tables that cover it.
+ * A frame of up to 64 KiB is caught wherever it starts, a larger one if
+ * the stack has room enough above the region.  A
  * multiple of the page size on every Linux ferry runs on (4, 16 or 64 KiB
  * pages).
  */
@@ -236,7 +235,7 @@ struct ferry_loop {
     void                 *altstack;   /* memory for a sigaltstack, installed while it is the thread's */
     struct ferry__link    alt_link;   /* in the thread's list of loops relying on its sigaltstack */
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
-    bool                  canaries;   /* a stack without a guard page was handed out */
+    bool                  canaries;   /* a stack without a guard was handed out */
     bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
     size_t                mprotect_live; /* live mprotect-guarded stacks */
     /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked

@@ -9,9 +9,8 @@
  * and cost about 10 us).  A slot gets its guard region (FERRY__GUARD_SIZE,
  * loop_int.h) the first time it is used and keeps it for the slab's life
  * (see guard_install() for why one slot at a time).  Free stacks go to the
- * loop's
- * list, most recent first, so the stacks reused are the ones whose pages
- * are still in memory.  Beyond `stack_cache` free stacks, memory goes back
+ * loop's list, most recent first, so the stacks reused are the ones whose
+ * pages are still in memory.  Beyond `stack_cache` free stacks, memory goes back
  * in bulk and later, not in the burst of task ends that freed it (see
  * ferry__stack_trim_due()): slabs with no live stack are unmapped whole,
  * and the other free stacks above the cache give their pages back with
@@ -272,9 +271,11 @@ static void kept_retry(void)
     while (nkept && progress) {
         progress = false;
         ferry__list_move(&todo, &kept);
-        while ((l = up ? ferry__list_first(&todo) : (ferry__list_empty(&todo) ? NULL : todo.prev))) {
-            struct kept_range *k = ferry__container_of(l, struct kept_range, link);
+        while (!ferry__list_empty(&todo)) {
+            struct kept_range *k;
 
+            l = up ? todo.next : todo.prev;
+            k = ferry__container_of(l, struct kept_range, link);
             ferry__list_remove(l);
             /* The record is inside the range: gone once it is unmapped. */
             if (try_unmap(k->addr, k->len)) {
