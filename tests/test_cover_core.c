@@ -1649,8 +1649,9 @@ TL(canary_overwritten_is_caught_when_the_task_hands_over, .exit_code = 42)
 }
 
 /* The overflow reporter, driven by a SIGSEGV sent to this thread with a
- * chosen fault address (rt_tgsigqueueinfo): only an address in the running
- * task's guard page is reported.  The reporter then restores the default
+ * chosen fault address (rt_tgsigqueueinfo) while the stack pointer is in
+ * the task's stack: only an address in the running task's guard region is
+ * reported.  The reporter then restores the default
  * action; a queued signal is not repeated, so the process goes on. */
 static void segv_to_self(const void *addr)
 {

@@ -243,6 +243,44 @@ TL(infinite_recursion_without_guard_pages_is_reported)
     assert_reported(&c, "recurser", "idler");
 }
 
+/* What the handler counts as an overflow of the running task: a fault in
+ * its guard region, or a fault near a stack pointer that has left the
+ * stack downwards; not a fault elsewhere while the stack pointer is in the
+ * stack, nor a fault far from a stack pointer that is below it (a handler
+ * running on another stack). */
+enum { OV_GUARD, OV_BELOW_AT_SP, OV_PUSH_BELOW_SP, OV_NULL_SP_BELOW, OV_NULL_SP_IN,
+       OV_ABOVE_GUARD_SP_IN, OV_FAR_BELOW_SP_IN, OV_N };
+static bool ov[OV_N];
+
+static int classify_task(void *arg)
+{
+    ferry_task *t = ferry_task_current();
+    const char *base = ferry__stack_base(&t->stk), *lo = t->lo, *hi = t->hi;
+    const char *far = base - 256 * 1024, *in = hi - 256;
+
+    (void)arg;
+    ov[OV_GUARD] = ferry__stack_overflowed(t, base + 8, in);
+    ov[OV_BELOW_AT_SP] = ferry__stack_overflowed(t, far, far);
+    ov[OV_PUSH_BELOW_SP] = ferry__stack_overflowed(t, far - 8, far);
+    ov[OV_NULL_SP_BELOW] = ferry__stack_overflowed(t, (const void *)16, far);
+    ov[OV_NULL_SP_IN] = ferry__stack_overflowed(t, (const void *)16, in);
+    ov[OV_ABOVE_GUARD_SP_IN] = ferry__stack_overflowed(t, lo + 64, in);
+    ov[OV_FAR_BELOW_SP_IN] = ferry__stack_overflowed(t, far, in);
+    return 0;
+}
+
+TL(overflow_is_told_from_other_faults, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    cr_assert_eq(tu_run(classify_task, NULL), 0);
+    cr_assert(ov[OV_GUARD], "a fault in the guard region");
+    cr_assert(ov[OV_BELOW_AT_SP], "a fault at a stack pointer below the stack");
+    cr_assert(ov[OV_PUSH_BELOW_SP], "a push below a stack pointer below the stack");
+    cr_assert_not(ov[OV_NULL_SP_BELOW], "a NULL dereference, stack pointer elsewhere");
+    cr_assert_not(ov[OV_NULL_SP_IN], "a NULL dereference in the task");
+    cr_assert_not(ov[OV_ABOVE_GUARD_SP_IN], "a fault in the usable stack");
+    cr_assert_not(ov[OV_FAR_BELOW_SP_IN], "a fault below the stack, stack pointer in it");
+}
+
 /* ---- the alternate signal stack of a thread with several loops -------- */
 
 static void two_loops_child(void)
