@@ -598,7 +598,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     loop->owner = &tls_token;
     ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
     fork_mark_setup(loop);
-    loop->stack_size = (ssz + 4095) / 4096 * 4096 + 4096;
+    loop->stack_size = ferry__stack_map_size(ssz);
     loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;
     loop->io_interval = o.io_interval ? o.io_interval : 128;
     /* FERRY_STACK_GUARD=mprotect|none forces an older kernel's fallbacks

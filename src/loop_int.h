@@ -68,10 +68,26 @@ enum { FERRY__GUARD_NONE = 0, FERRY__GUARD_MADV, FERRY__GUARD_MPROTECT };
 
 struct ferry__slab;
 
-/* A task stack: [base, base + size), guard page at the bottom, the task
- * structure at the top.  This header survives reuse from the cache. */
+/*
+ * The guard region at the bottom of every stack: FERRY__GUARD_SIZE bytes
+ * that fault when touched.  A frame larger than the free stack left moves
+ * the stack pointer past the bottom in one step, and without
+ * -fstack-clash-protection its first write may land anywhere in the frame:
+ * the region has to reach that far, or the write lands in the stack below
+ * (the neighbouring slot of a slab) and corrupts it silently.  With
+ * MADV_GUARD_INSTALL and with an mprotect'd region it costs no memory and
+ * no extra mapping, only address space and the page tables that cover it.
+ * A frame of up to 64 KiB is caught wherever it starts, a larger one if
+ * the stack has room enough above the region.  A
+ * multiple of the page size on every Linux ferry runs on (4, 16 or 64 KiB
+ * pages).
+ */
+#define FERRY__GUARD_SIZE ((size_t)64 * 1024)
+
+/* A task stack: [base, base + size), the guard region at the bottom, the
+ * task structure at the top.  This header survives reuse from the cache. */
 struct ferry__stack {
-    size_t             size;      /* bytes, guard page included; starts at ferry__stack_base() */
+    size_t             size;      /* bytes, guard region included; starts at ferry__stack_base() */
     struct ferry__slab *slab;     /* the slab it is cut from, or NULL: a mapping of its own */
     struct ferry__link free_link; /* in loop->stack_free while cached */
     unsigned           vg_id;     /* valgrind stack id */
@@ -154,12 +170,18 @@ static inline ferry_task *ferry__stack_task(const struct ferry__stack *s)
     return (ferry_task *)(void *)((char *)s - offsetof(ferry_task, stk));
 }
 
-/* Start of a stack (its guard page).  Computed, not stored: 8 bytes more
- * in the task structure measurably slowed spawn. */
+/* Start of a stack (its guard region).  Computed, not stored: 8 bytes
+ * more in the task structure measurably slowed spawn. */
 static inline char *ferry__stack_base(const struct ferry__stack *s)
 {
     return (char *)ferry__stack_task(s) + FERRY__TASK_ROOM + ferry__stack_color(s->size, s->slot) -
            s->size;
+}
+
+/* The lowest usable byte of a stack, just above its guard region. */
+static inline char *ferry__stack_lo(const struct ferry__stack *s)
+{
+    return ferry__stack_base(s) + FERRY__GUARD_SIZE;
 }
 
 /* ---- Loop ------------------------------------------------------------- */
@@ -221,10 +243,10 @@ struct ferry_loop {
     int64_t               slow_ns;    /* blocked-loop threshold, 0 off */
     ferry_loop_stats      stats;      /* counters */
     struct ferry__bridge_hooks bridge;/* set by bridge/ */
-    void                 *altstack;   /* memory for this thread's sigaltstack */
-    bool                  altstack_on;/* we installed it */
+    void                 *altstack;   /* memory for a sigaltstack, installed while it is the thread's */
+    struct ferry__link    alt_link;   /* in the thread's list of loops relying on its sigaltstack */
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
-    bool                  canaries;   /* a stack without a guard page was handed out */
+    bool                  canaries;   /* a stack without a guard was handed out */
     bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
     size_t                mprotect_live; /* live mprotect-guarded stacks */
     /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
@@ -275,10 +297,19 @@ void ferry__task_release(ferry_task *t);
 
 /* Stacks (stack.c). */
 size_t ferry__page_size(void);
+/* The mapping of a stack of `usable` bytes: whole pages and the guard
+ * region. */
+size_t ferry__stack_map_size(size_t usable);
 /* A stack of `size` usable bytes (0: the loop's default). */
 int  ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out);
 void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s);
+/* Unmap every stack of the loop (ferry_loop_free()), and retry the
+ * mappings of this thread that munmap() refused before. */
 void ferry__stack_drain(ferry_loop *loop);
+/* How deep task `t`'s stack has been used: bytes from the top of its usable
+ * stack down to the lowest page that is resident, a whole number of pages
+ * (ferry_loop_dump(), debuggers).  0 if mincore() fails. */
+size_t ferry__stack_used(const ferry_task *t);
 /* The loop polls (about to wait if `block`): give back the memory of the
  * free stacks above the cache if they have waited long enough. */
 void ferry__stack_trim_due(ferry_loop *loop, bool block);
@@ -287,7 +318,11 @@ static inline void ferry__stack_poll(ferry_loop *loop, bool block)
     if (__builtin_expect(loop->stack_nfree > loop->stack_cache, 0))
         ferry__stack_trim_due(loop, block);
 }
-bool ferry__stack_guard_hit(const struct ferry__stack *s, const void *addr);
+/* A fault at `addr` while task `t` ran with its stack pointer at `sp`
+ * (NULL if unknown) is an overflow of its stack: `addr` is in the guard
+ * region, or the stack pointer has left the stack downwards and the fault
+ * is near it (a stack without a guard, or a frame that jumped the guard). */
+bool ferry__stack_overflowed(const ferry_task *t, const void *addr, const void *sp);
 /* Install the overflow reporter for this thread; undo it. */
 void ferry__overflow_setup(ferry_loop *loop);
 void ferry__overflow_teardown(ferry_loop *loop);

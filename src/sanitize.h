@@ -56,17 +56,6 @@ static inline unsigned ferry__vg_stack_register(void *lo, void *hi)
 #endif
 }
 
-/* True under valgrind, which refuses system calls it does not know
- * (process_madvise in 3.19) with a warning each time. */
-static inline int ferry__vg_running(void)
-{
-#ifdef FERRY_VALGRIND_ON
-    return RUNNING_ON_VALGRIND;
-#else
-    return 0;
-#endif
-}
-
 static inline void ferry__vg_stack_deregister(unsigned id)
 {
 #ifdef FERRY_VALGRIND_ON

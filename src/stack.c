@@ -1,15 +1,16 @@
-/* stack.c - task stacks: cut from slabs, guarded, cached for reuse; and
- * the stack-overflow reporter.
+/* stack.c - task stacks: cut from slabs, guarded, cached for reuse,
+ * unmapped even when munmap() fails at first; how deep a stack was used;
+ * and the stack-overflow reporter.
  * Loop thread only (the SIGSEGV handler runs on the faulting thread).
  *
  * Stacks of the loop's default size are cut from slabs: one mapping holds
  * a header page and up to FERRY__SLAB_SLOTS stacks, so a new stack costs
  * no mmap and a freed one no munmap (each munmap split the merged mapping
- * and cost about 10 us).  A slot gets its guard page the first time it is
- * used and keeps it for the slab's life (all slots at once where the kernel
- * lets us, see slab_guard_all()).  Free stacks go to the loop's
- * list, most recent first, so the stacks reused are the ones whose pages
- * are still in memory.  Beyond `stack_cache` free stacks, memory goes back
+ * and cost about 10 us).  A slot gets its guard region (FERRY__GUARD_SIZE,
+ * loop_int.h) the first time it is used and keeps it for the slab's life
+ * (see guard_install() for why one slot at a time).  Free stacks go to the
+ * loop's list, most recent first, so the stacks reused are the ones whose
+ * pages are still in memory.  Beyond `stack_cache` free stacks, memory goes back
  * in bulk and later, not in the burst of task ends that freed it (see
  * ferry__stack_trim_due()): slabs with no live stack are unmapped whole,
  * and the other free stacks above the cache give their pages back with
@@ -17,10 +18,17 @@
  * mapping of their own and are unmapped when they end.
  *
  * Guards, best first: MADV_GUARD_INSTALL (Linux 6.13+: no extra mapping,
- * so a million tasks fit in vm.max_map_count), an mprotect'd page (two
+ * so a million tasks fit in vm.max_map_count), an mprotect'd region (two
  * mappings per stack, also inside a slab: used for at most
- * FERRY__MPROTECT_BUDGET slots and stacks), else no guard page and a canary
- * word checked whenever the task switches out.
+ * FERRY__MPROTECT_BUDGET slots and stacks), else no guard and a canary
+ * word checked whenever the task switches out; an overflow that faults
+ * there is still recognised by the stack pointer (ferry__stack_overflowed()).
+ *
+ * Adjacent stack mappings merge into one, so unmapping one of them from
+ * the middle splits a mapping, and at vm.max_map_count munmap() fails.  A
+ * range it refuses gives its memory back at once and is kept on a list of
+ * the thread (unmap_or_keep()) to be unmapped later, sorted by address so
+ * that a merged run goes from its ends, which needs no split.
  */
 #include "loop_only.h"
 
@@ -29,8 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "loop_int.h"
@@ -38,9 +45,6 @@
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
-#endif
-#ifndef PIDFD_SELF_THREAD_GROUP
-#define PIDFD_SELF_THREAD_GROUP -10001   /* Linux 6.14+ */
 #endif
 
 /* mprotect-guarded stacks and slab slots allowed per loop (2 mappings
@@ -76,7 +80,6 @@ struct ferry__slab {
     struct ferry__slab *trim_next;  /* trim_stacks(): next slab with `trim` bits */
     unsigned            nslots;     /* slots in the slab */
     unsigned            ncarved;    /* slots used at least once: [0, ncarved) */
-    unsigned            nguarded;   /* slots [0, nguarded) got their guard with the slab */
     unsigned            nlive;      /* live slots */
     uint8_t             guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
 };
@@ -98,60 +101,43 @@ size_t ferry__page_size(void)
     return page_size;
 }
 
-static int guard_mode_probe(ferry_loop *loop, void *base, size_t pg)
+size_t ferry__stack_map_size(size_t usable)
+{
+    return (usable + page_size - 1) / page_size * page_size + FERRY__GUARD_SIZE;
+}
+
+static int guard_mode_probe(ferry_loop *loop, void *base, size_t len)
 {
     if (loop->guard_mode != FERRY__GUARD_MPROTECT &&
-        madvise(base, pg, MADV_GUARD_INSTALL) == 0) {
+        madvise(base, len, MADV_GUARD_INSTALL) == 0) {
         loop->guard_mode = FERRY__GUARD_MADV;
         return FERRY__GUARD_MADV;
     }
     loop->guard_mode = FERRY__GUARD_MPROTECT;
     if (loop->mprotect_live < FERRY__MPROTECT_BUDGET &&
-        mprotect(base, pg, PROT_NONE) == 0) {
+        mprotect(base, len, PROT_NONE) == 0) {
         loop->mprotect_live++;
         return FERRY__GUARD_MPROTECT;
     }
     return FERRY__GUARD_NONE;
 }
 
-/* Make the page at `base` a guard page; returns the FERRY__GUARD_* used. */
+/*
+ * Make the region at `base` a guard region; returns the FERRY__GUARD_* used.
+ * A slab slot gets its region when it is first used, one madvise() per
+ * slot.  Installing the regions of a whole slab with one process_madvise()
+ * saves system calls, but on a virtual machine whose hypervisor shadows the
+ * guest's page tables it makes the first run of every task on that slab
+ * far slower once the regions are more than a few pages.
+ */
 static uint8_t guard_install(ferry_loop *loop, void *base)
 {
     if (loop->guard_forced_none)
         return FERRY__GUARD_NONE;
     if (loop->guard_mode == FERRY__GUARD_MADV &&
-        madvise(base, page_size, MADV_GUARD_INSTALL) == 0)
+        madvise(base, FERRY__GUARD_SIZE, MADV_GUARD_INSTALL) == 0)
         return FERRY__GUARD_MADV;
-    return (uint8_t)guard_mode_probe(loop, base, page_size);
-}
-
-/* Install the guard pages of all the slots of a new slab in one system
- * call (process_madvise() on ourselves, Linux 6.14+): 0.8 us per slot
- * instead of 1.3 us for an madvise() each.  Returns the slots guarded: 0
- * when the kernel (or valgrind) refuses, then each slot gets its guard
- * when it is first used. */
-static unsigned slab_guard_all(ferry_loop *loop, char *slots, unsigned n)
-{
-#ifdef SYS_process_madvise
-    struct iovec iov[FERRY__SLAB_SLOTS];
-    unsigned i;
-
-    if (loop->guard_forced_none || loop->guard_mode == FERRY__GUARD_MPROTECT || n < 2 ||
-        ferry__vg_running())
-        return 0;
-    for (i = 0; i < n; i++) {
-        iov[i].iov_base = slots + (size_t)i * loop->stack_size;
-        iov[i].iov_len = page_size;
-    }
-    if (syscall(SYS_process_madvise, PIDFD_SELF_THREAD_GROUP, iov, (size_t)n,
-                MADV_GUARD_INSTALL, 0) != (long)(n * page_size))
-        return 0;
-    loop->guard_mode = FERRY__GUARD_MADV;
-    return n;
-#else
-    (void)loop; (void)slots; (void)n;
-    return 0;
-#endif
+    return (uint8_t)guard_mode_probe(loop, base, FERRY__GUARD_SIZE);
 }
 
 /* Every stack mapping, slab or single, is made here: one fault point. */
@@ -164,6 +150,145 @@ static void *stack_map(size_t size)
     p = mmap(NULL, size, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- unmapping ------------------------------------------------------- */
+
+/* A range munmap() refused, kept to be unmapped later.  It lives in the
+ * range itself, in a page that stays resident: the slab header, or the
+ * task structure of a stack with a mapping of its own. */
+struct kept_range {
+    struct ferry__link link;   /* in kept */
+    char              *addr;   /* the range: [addr, addr + len) */
+    size_t             len;
+};
+
+/* This thread's kept ranges, sorted by address after kept_retry(); they
+ * outlive the loop that made them, and any loop of the thread retries
+ * them. */
+static __thread struct ferry__link kept __attribute__((tls_model("initial-exec")));
+static __thread size_t nkept __attribute__((tls_model("initial-exec")));
+
+/* Every stack mapping is unmapped here: one fault point, so that a test
+ * can make munmap() fail as it does at vm.max_map_count. */
+static bool try_unmap(char *addr, size_t len)
+{
+    if (ferry__fault_point("munmap"))
+        return false;
+    return munmap(addr, len) == 0;
+}
+
+static void drop_pages(char *from, char *to)
+{
+    if (to > from)
+        madvise(from, (size_t)(to - from), MADV_DONTNEED);
+}
+
+/* Unmap [addr, addr + len), or, if munmap() refuses, give its memory back
+ * but for the page of `rec` (writable, inside the range) and keep the range
+ * there for a later try.  The guard markers and mprotect'd pages of the
+ * range need no memory and stay as they are. */
+static void unmap_or_keep(char *addr, size_t len, void *rec)
+{
+    struct kept_range *k = rec;
+    char *page = (char *)((uintptr_t)rec & ~(uintptr_t)(page_size - 1));
+
+    if (try_unmap(addr, len))
+        return;
+    k->addr = addr;
+    k->len = len;
+    drop_pages(addr, page);
+    drop_pages(page + page_size, addr + len);
+    ferry__list_push_back(&kept, &k->link);
+    nkept++;
+}
+
+static char *kept_addr(const struct ferry__link *l)
+{
+    return ferry__container_of(l, struct kept_range, link)->addr;
+}
+
+/* Merge two address-sorted chains linked through `next`, NULL-ended. */
+static struct ferry__link *kept_merge(struct ferry__link *a, struct ferry__link *b)
+{
+    struct ferry__link head, *t = &head;
+
+    while (a && b) {
+        if (kept_addr(a) < kept_addr(b)) {
+            t->next = a;
+            a = a->next;
+        } else {
+            t->next = b;
+            b = b->next;
+        }
+        t = t->next;
+    }
+    t->next = a ? a : b;
+    return head.next;
+}
+
+/* Sort the kept ranges by address: a bottom-up merge sort of the list, as
+ * a failed drain at the limit may leave thousands of them. */
+static void kept_sort(void)
+{
+    struct ferry__link *bins[64] = { NULL }, *l, *next, *all = NULL;
+    unsigned i;
+
+    if (nkept < 2)
+        return;
+    kept.prev->next = NULL;
+    for (l = kept.next; l; l = next) {
+        next = l->next;
+        l->next = NULL;
+        for (i = 0; i < 63 && bins[i]; i++) {
+            l = kept_merge(bins[i], l);
+            bins[i] = NULL;
+        }
+        bins[i] = kept_merge(bins[i], l);
+    }
+    for (i = 0; i < 64; i++)
+        all = kept_merge(bins[i], all);
+    ferry__list_init_linked(&kept);
+    for (l = all; l; l = next) {
+        next = l->next;
+        ferry__list_insert_before(&kept, l);
+    }
+}
+
+/*
+ * Try every kept range again, lowest address first, then the ones left
+ * highest first, for as long as that unmaps something.  munmap() fails at
+ * the limit only for a range strictly inside one mapping; once the lowest
+ * range of a merged run is gone the next one starts the mapping, so a run
+ * goes in one pass from whichever of its ends is free.
+ */
+static void kept_retry(void)
+{
+    struct ferry__link todo, *l;
+    bool up = true, progress = true;
+
+    kept_sort();
+    while (nkept && progress) {
+        progress = false;
+        ferry__list_move(&todo, &kept);
+        while (!ferry__list_empty(&todo)) {
+            struct kept_range *k;
+
+            l = up ? todo.next : todo.prev;
+            k = ferry__container_of(l, struct kept_range, link);
+            ferry__list_remove(l);
+            /* The record is inside the range: gone once it is unmapped. */
+            if (try_unmap(k->addr, k->len)) {
+                nkept--;
+                progress = true;
+            } else if (up) {
+                ferry__list_push_back(&kept, l);
+            } else {
+                ferry__list_push_front(&kept, l);
+            }
+        }
+        up = !up;
+    }
 }
 
 /* The header of the stack [base, base + size) in slot `slot` of its slab
@@ -190,7 +315,8 @@ static struct ferry__stack *stack_init(ferry_loop *loop, void *base, size_t size
     s->slot = (uint8_t)slot;
     s->guard = guard;
     ferry__link_init(&s->free_link);
-    s->vg_id = ferry__vg_stack_register((char *)base + page_size, (char *)ferry__stack_task(s));
+    s->vg_id = ferry__vg_stack_register((char *)base + FERRY__GUARD_SIZE,
+                                        (char *)ferry__stack_task(s));
     return s;
 }
 
@@ -206,7 +332,8 @@ static void over_cache_check(ferry_loop *loop)
 }
 
 /* Unmap a slab with everything in it: cached stacks leave the free list,
- * live ones (ferry_loop_free() only) are gone too. */
+ * live ones (ferry_loop_free() only) are gone too.  If munmap() refuses,
+ * the slab's header page keeps the range for a later try. */
 static void slab_unmap(ferry_loop *loop, struct ferry__slab *sl)
 {
     unsigned i;
@@ -233,7 +360,7 @@ static void slab_unmap(ferry_loop *loop, struct ferry__slab *sl)
     if (ferry__link_linked(&sl->avail_link))
         ferry__list_remove(&sl->avail_link);
     ferry__san_unpoison(sl->slots, (size_t)sl->nslots * loop->stack_size);
-    munmap(sl, sl->map_size);
+    unmap_or_keep((char *)sl, sl->map_size, sl);
 }
 
 /* A stack of the default size from a slab with a free slot, or a new slab.
@@ -264,7 +391,6 @@ static __attribute__((noinline)) int slab_carve(ferry_loop *loop, struct ferry__
         sl->slots = base + page_size;
         sl->map_size = page_size + n * size;
         sl->nslots = (unsigned)n;
-        sl->nguarded = slab_guard_all(loop, sl->slots, sl->nslots);
         ferry__list_push_back(&loop->slabs, &sl->link);
         ferry__list_push_front(&loop->slabs_avail, &sl->avail_link);
         loop->slabs_empty++;
@@ -274,8 +400,7 @@ static __attribute__((noinline)) int slab_carve(ferry_loop *loop, struct ferry__
         sl->cold &= ~((uint64_t)1 << i);
     } else {
         i = sl->ncarved++;
-        sl->guard[i] = i < sl->nguarded ? FERRY__GUARD_MADV :
-                       guard_install(loop, slot_base(loop, sl, i));
+        sl->guard[i] = guard_install(loop, slot_base(loop, sl, i));
     }
     if (!sl->cold && sl->ncarved == sl->nslots)
         ferry__list_remove(&sl->avail_link);
@@ -308,7 +433,7 @@ int ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out)
     size_t map;
 
     if (size) {
-        map = (size + page_size - 1) / page_size * page_size + page_size;   /* + the guard */
+        map = ferry__stack_map_size(size);
         if (map != loop->stack_size)
             return stack_single(loop, map, out);
     }
@@ -327,14 +452,15 @@ int ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out)
     return 0;
 }
 
-/* ferry__stack_put() of a stack with a mapping of its own. */
+/* ferry__stack_put() of a stack with a mapping of its own.  If munmap()
+ * refuses, the task structure's page keeps the range for a later try. */
 static __attribute__((noinline)) void stack_unmap_single(ferry_loop *loop, struct ferry__stack *s)
 {
     ferry__vg_stack_deregister(s->vg_id);
     ferry__san_unpoison(ferry__stack_base(s), s->size);
     if (s->guard == FERRY__GUARD_MPROTECT)
         loop->mprotect_live--;
-    munmap(ferry__stack_base(s), s->size);
+    unmap_or_keep(ferry__stack_base(s), s->size, ferry__stack_task(s));
 }
 
 void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
@@ -354,8 +480,7 @@ void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
     /* Poison all but the task structure (the header is in it): a waiter
      * left behind in a returned stack is then reported by ASan instead of
      * read silently. */
-    ferry__san_poison(ferry__stack_base(s) + page_size,
-                      (size_t)((char *)ferry__stack_task(s) - ferry__stack_base(s)) - page_size);
+    ferry__san_poison(ferry__stack_lo(s), (size_t)((char *)ferry__stack_task(s) - ferry__stack_lo(s)));
 }
 
 /* Unmap slabs with no live stack while more stacks than the cache are
@@ -417,8 +542,8 @@ static void trim_stacks(ferry_loop *loop)
             /* From above the first slot's guard to the end of the last:
              * the guards in between stay (MADV_GUARD_INSTALL markers and
              * mprotect'd pages survive MADV_DONTNEED). */
-            madvise(slot_base(loop, sl, a) + page_size,
-                    (size_t)(b - a) * loop->stack_size - page_size, MADV_DONTNEED);
+            madvise(slot_base(loop, sl, a) + FERRY__GUARD_SIZE,
+                    (size_t)(b - a) * loop->stack_size - FERRY__GUARD_SIZE, MADV_DONTNEED);
         }
         if (!ferry__link_linked(&sl->avail_link))
             ferry__list_push_back(&loop->slabs_avail, &sl->avail_link);
@@ -445,6 +570,8 @@ void ferry__stack_trim_due(ferry_loop *loop, bool block)
     if (old)
         trim_stacks(loop);
     over_cache_check(loop);
+    if (nkept && (block || old))
+        kept_retry();
 }
 
 void ferry__stack_drain(ferry_loop *loop)
@@ -453,16 +580,68 @@ void ferry__stack_drain(ferry_loop *loop)
 
     while ((l = ferry__list_first(&loop->slabs)))
         slab_unmap(loop, ferry__container_of(l, struct ferry__slab, link));
+    if (nkept) {
+        kept_retry();
+        if (nkept)
+            ferry__log(FERRY_LOG_WARN, "%zu stack mapping(s) could not be unmapped yet "
+                       "(vm.max_map_count reached?): retried when a loop of this thread "
+                       "next trims its stacks or is freed", nkept);
+    }
 }
 
-bool ferry__stack_guard_hit(const struct ferry__stack *s, const void *addr)
+/* ---- how deep a stack was used -------------------------------------- */
+
+size_t ferry__stack_used(const ferry_task *t)
 {
-    const char *a = addr, *b = ferry__stack_base(s);
-    /* The guard page, and a margin below it for frames that skip it. */
-    return a >= b - 16 * 4096 && a < b + ferry__page_size();
+    unsigned char vec[256];
+    char *lo = t->lo, *hi = t->hi, *p;
+
+    /* lo is page-aligned: the guard region is whole pages. */
+    for (p = lo; p < hi; p += sizeof vec * page_size) {
+        size_t n = (size_t)(hi - p + (ptrdiff_t)page_size - 1) / page_size;
+
+        if (n > sizeof vec)
+            n = sizeof vec;
+        if (mincore(p, n * page_size, vec) != 0)
+            return 0;
+        for (size_t i = 0; i < n; i++)
+            if (vec[i] & 1)
+                return (size_t)(hi - (p + i * page_size));
+    }
+    return 0;
 }
 
 /* ---- the overflow reporter ------------------------------------------ */
+
+/* How far below the stack pointer a fault still counts as the stack's: a
+ * push or call writes just below it, a leaf function's red zone is 128
+ * bytes, an aarch64 frame record is stored up to 512 bytes below. */
+#define FERRY__SP_REACH ((size_t)4096)
+
+bool ferry__stack_overflowed(const ferry_task *t, const void *addr, const void *sp)
+{
+    uintptr_t a = (uintptr_t)addr, p = (uintptr_t)sp, lo = (uintptr_t)t->lo;
+
+    if (a >= (uintptr_t)ferry__stack_base(&t->stk) && a < lo)
+        return true;
+    /* The stack pointer is below the stack only if the task ran off it; the
+     * fault near it rules out a fault elsewhere (a signal handler on the
+     * alternate stack, say). */
+    return p && p < lo && a < lo && a + FERRY__SP_REACH >= p;
+}
+
+/* The stack pointer of the interrupted context, NULL where unknown. */
+static const void *context_sp(const void *uc)
+{
+#if defined(__x86_64__)
+    return (const void *)(uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    return (const void *)(uintptr_t)((const ucontext_t *)uc)->uc_mcontext.sp;
+#else
+    (void)uc;
+    return NULL;
+#endif
+}
 
 static void write_str(const char *s)
 {
@@ -472,11 +651,9 @@ static void write_str(const char *s)
 
 static void segv_handler(int sig, siginfo_t *si, void *uc)
 {
-    ferry_loop *loop = ferry__loop_tls();
-    ferry_task *t = loop ? loop->current : NULL;
+    ferry_task *t = ferry__tls_task;
 
-    (void)uc;
-    if (t && ferry__stack_guard_hit(&t->stk, si->si_addr)) {
+    if (t && ferry__stack_overflowed(t, si->si_addr, context_sp(uc))) {
         write_str("ferry: stack overflow in task '");
         write_str(t->name);
         write_str("'; raise ferry_task_opts.stack_size\n");
@@ -485,18 +662,34 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
     signal(sig, SIG_DFL);
 }
 
+/*
+ * The loops of this thread: the handler runs on the thread's alternate
+ * signal stack (an overflowed stack has no room for it), which is the
+ * memory of one of them if none was installed when the first was made.
+ * A loop being freed whose memory is installed hands the job to another
+ * loop of the list, and the last one out removes it.
+ */
+static __thread struct ferry__link alt_loops __attribute__((tls_model("initial-exec")));
+
+static void altstack_set(void *mem)
+{
+    stack_t ss;
+
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = mem;
+    ss.ss_size = FERRY__ALTSTACK_SIZE;
+    ss.ss_flags = mem ? 0 : SS_DISABLE;
+    sigaltstack(&ss, NULL);
+}
+
 void ferry__overflow_setup(ferry_loop *loop)
 {
     struct sigaction old, sa;
     stack_t ss;
 
-    if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_DISABLE) && loop->altstack) {
-        ss.ss_sp = loop->altstack;
-        ss.ss_size = FERRY__ALTSTACK_SIZE;
-        ss.ss_flags = 0;
-        if (sigaltstack(&ss, NULL) == 0)
-            loop->altstack_on = true;
-    }
+    ferry__list_push_back(&alt_loops, &loop->alt_link);
+    if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_DISABLE))
+        altstack_set(loop->altstack);
     if (sigaction(SIGSEGV, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
         old.sa_handler == SIG_DFL) {
         memset(&sa, 0, sizeof sa);
@@ -509,12 +702,15 @@ void ferry__overflow_setup(ferry_loop *loop)
 
 void ferry__overflow_teardown(ferry_loop *loop)
 {
+    struct ferry__link *next;
     stack_t ss;
 
-    if (loop->altstack_on && sigaltstack(NULL, &ss) == 0 && ss.ss_sp == loop->altstack) {
-        memset(&ss, 0, sizeof ss);
-        ss.ss_flags = SS_DISABLE;
-        sigaltstack(&ss, NULL);
-    }
-    loop->altstack_on = false;
+    if (!ferry__link_linked(&loop->alt_link))
+        return;
+    ferry__list_remove(&loop->alt_link);
+    /* An alternate stack the application installed stays. */
+    if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_DISABLE) || ss.ss_sp != loop->altstack)
+        return;
+    next = ferry__list_first(&alt_loops);
+    altstack_set(next ? ferry__container_of(next, ferry_loop, alt_link)->altstack : NULL);
 }

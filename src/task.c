@@ -221,7 +221,7 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     } else {
         memcpy(t->name, "task", sizeof "task");
     }
-    t->lo = ferry__stack_base(s) + ferry__page_size();
+    t->lo = ferry__stack_lo(s);
     t->hi = (char *)t;
     t->timer.fire = NULL;
     if (s->guard == FERRY__GUARD_NONE)
@@ -554,7 +554,7 @@ int ferry_loop_dump(ferry_loop *loop, FILE *out)
             fprintf(out, ", cancelled");
         if (t->group)
             fprintf(out, ", in group %p", (void *)t->group);
-        fprintf(out, ", stack %zu KiB\n",
+        fprintf(out, ", stack used %zu of %zu KiB\n", (ferry__stack_used(t) + 1023) / 1024,
                 (size_t)((char *)t->hi - (char *)t->lo) / 1024);
         n++;
     }

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -926,6 +927,46 @@ static void undo_wait_signal(int rc)
 {
     (void)rc;
     sig_loop_done();
+
+/* A stack with a mapping of its own, unmapped when its task is joined:
+ * munmap() may fail (at vm.max_map_count); the mapping is kept and
+ * unmapped later, at the latest when the loop is freed. */
+static void *g_stack_page;
+
+static int note_stack_page(void *arg)
+{
+    char here;
+
+    (void)arg;
+    g_stack_page = (void *)((uintptr_t)&here & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
+    return 0;
+}
+
+static int op_stack_unmap(void)
+{
+    ferry_task *t;
+    int rc, st;
+
+    g_stack_page = NULL;
+    rc = ferry_task_spawn(&t, g_bl, note_stack_page, NULL,
+                          &(ferry_task_opts){ .stack_size = 128 * 1024 });
+    if (rc)
+        return rc;
+    while (ferry_task_try_join(t, &st) == -EAGAIN)
+        ferry_loop_run(g_bl, FERRY_RUN_DEFAULT);
+    return 0;
+}
+
+static void undo_stack_unmap(int rc)
+{
+    unsigned char v;
+
+    if (in_task(g_bl, nop_task, NULL) != 0)
+        FAILF("stack unmap: the loop cannot run a task after the failure");
+    ferry_loop_free(g_bl);
+    g_bl = NULL;
+    if (rc == 0 && (!g_stack_page || mincore(g_stack_page, 1, &v) == 0 || errno != ENOMEM))
+        FAILF("stack unmap: the task's stack is still mapped after ferry_loop_free()");
 }
 
 /* ---- the sites in the source ----------------------------------------------- */
@@ -1063,6 +1104,8 @@ static const struct sweep sweeps[] = {
     /* The wake-up write may fail: reported and counted, the post still runs. */
     { "post from a thread",  setup_fresh_loop, op_post_thread,    undo_post_thread, "eventfd write" },
     { "chan_new",            NULL,             op_chan_new,       undo_chan, NULL },
+    /* A failed munmap is kept and retried: absorbed by design. */
+    { "stack unmap",         setup_fresh_loop, op_stack_unmap,    undo_stack_unmap, "munmap" },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write|malloc" },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub, NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },

@@ -1527,7 +1527,7 @@ static int note_color(void *arg)
     } else {
         color_off[i] = (uintptr_t)self % 4096;
         color_base_aligned[i] = (uintptr_t)base % 4096 == 0 &&
-                                (char *)self->lo == base + 4096;
+                                (char *)self->lo == base + FERRY__GUARD_SIZE;
         color_room[i] = (size_t)((char *)self->hi - (char *)self->lo);
     }
     return 0;
@@ -1649,8 +1649,9 @@ TL(canary_overwritten_is_caught_when_the_task_hands_over, .exit_code = 42)
 }
 
 /* The overflow reporter, driven by a SIGSEGV sent to this thread with a
- * chosen fault address (rt_tgsigqueueinfo): only an address in the running
- * task's guard page is reported.  The reporter then restores the default
+ * chosen fault address (rt_tgsigqueueinfo) while the stack pointer is in
+ * the task's stack: only an address in the running task's guard region is
+ * reported.  The reporter then restores the default
  * action; a queued signal is not repeated, so the process goes on. */
 static void segv_to_self(const void *addr)
 {
@@ -1676,9 +1677,9 @@ static int segv_task(void *arg)
         segv_to_self((const void *)16);
         break;
     case AT_STACK:              /* inside the usable stack */
-        segv_to_self(base + 2 * ferry__page_size());
+        segv_to_self((const char *)self->lo + 2 * ferry__page_size());
         break;
-    default:                    /* the guard page */
+    default:                    /* the guard region */
         segv_to_self(base + 8);
         break;
     }

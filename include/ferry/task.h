@@ -33,10 +33,32 @@ typedef struct ferry_task ferry_task;
 /* A task's body.  Its return value is the task's status. */
 typedef int (*ferry_task_fn)(void *arg);
 
-/* Default stack size: 64 KiB, of which only the touched pages use memory.
+/*
+ * Default stack size: 64 KiB, of which only the touched pages use memory.
  * A stack also holds its task's structure (a few hundred bytes) at the
  * top, and a stack of the loop's default size of 64 KiB or more gives up
- * to 1,984 bytes more to cache colouring (docs/design.md). */
+ * to 1,984 bytes more to cache colouring (docs/design.md).
+ *
+ * Overflows.  Below every stack lies a 64 KiB guard region that faults
+ * when touched (no memory, no extra mapping: only address space and page
+ * tables); ferry reports such a fault on stderr with the task's name
+ * ("ferry: stack overflow in task 'x'") and the process dies of the
+ * SIGSEGV.  Compile application code with -fstack-clash-protection (gcc,
+ * clang): then every frame larger than a page touches its pages one by one
+ * from the top, so the first touch below the stack hits the guard region,
+ * whatever the frame's size.  Without it a frame's first write may land
+ * anywhere in the frame: the region catches any frame of up to 64 KiB,
+ * and a larger one only if the stack has room enough above the region (a
+ * 96 KiB frame entered with 32 KiB or more of a stack left); a larger
+ * frame may write into the stack below, another task's, unreported.
+ * Where the kernel gives no guard (before Linux 6.13, beyond a budget of
+ * mprotect'd regions per loop), a canary word checked
+ * whenever the task switches out, and the stack pointer seen by the
+ * SIGSEGV handler, report the overflows that fault or survive to a switch;
+ * an overflow into another task's stack that does neither goes unnoticed.
+ * The report needs ferry's SIGSEGV handler, which ferry installs only when
+ * the application has none, on an alternate signal stack of the thread.
+ */
 #define FERRY_STACK_DEFAULT ((size_t)64 * 1024)
 /* Smallest accepted stack size. */
 #define FERRY_STACK_MIN     ((size_t)16 * 1024)
@@ -276,11 +298,19 @@ int ferry_group_cancel(ferry_group *group);
 int ferry_run(ferry_task_fn fn, void *arg);
 
 /*
- * Print every live task of `loop` on `out`: name, state, what it waits on
- * and how long its stack has been used (asyncio.all_tasks, Go's goroutine
- * dump); then the locks that tasks broke by ending while holding them
- * (the last 16 not destroyed since), each with the task that broke it.
- * Thread: loop.  Returns: number of tasks printed; -EPERM.
+ * Print every live task of `loop` on `out`: name, state, what it waits on,
+ * and how much of its stack has been used out of its size (asyncio.all_tasks,
+ * Go's goroutine dump); then the locks that tasks broke by ending while
+ * holding them (the last 16 not destroyed since), each with the task that
+ * broke it.  The stack use is the deepest point reached, counted in whole
+ * pages (the lowest stack page that is in memory, by mincore()), so it is
+ * exact to a page, costs the running tasks nothing, and reads low if stack
+ * pages were swapped out.  A stack reused from the loop's cache keeps the
+ * pages an earlier task touched until the cache is trimmed, so it shows the
+ * deepest use of any task on it since: to size stacks, look at tasks on
+ * fresh stacks (the first ones of a loop, or a stack size of their own), or
+ * at the largest figure.
+ * Thread: loop.  Returns: number of tasks printed; -EPERM; -EINVAL.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
 
