@@ -927,6 +927,7 @@ static void undo_wait_signal(int rc)
 {
     (void)rc;
     sig_loop_done();
+}
 
 /* A stack with a mapping of its own, unmapped when its task is joined:
  * munmap() may fail (at vm.max_map_count); the mapping is kept and
