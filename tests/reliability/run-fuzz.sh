@@ -31,6 +31,6 @@ echo "== fuzz_model: fuzzing for ${secs} s"
 scratch=$build/fuzz-corpus
 mkdir -p "$scratch"
 cd "$build"
-"$fuzz" -max_total_time="$secs" -max_len=1202 -timeout=10 -print_final_stats=1 \
+"$fuzz" -max_total_time="$secs" -max_len=1203 -timeout=10 -print_final_stats=1 \
     "$scratch" "$corpus"
 echo "fuzz: 1 passed, 0 failed"
