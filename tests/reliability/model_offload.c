@@ -1,5 +1,5 @@
-/* model_offload.c - the model-based tester's offload mode (issue 6:
- * "to_thread incl. cancel and abandon"): ferry-model --offload.
+/* model_offload.c - the model-based tester's offload mode (to_thread and
+ * to_thread_abandon with cancellation): ferry-model --offload.
  *
  * A sequence runs on a real loop and a small real pool (1 to 3 threads)
  * and, step by step, on a sequential reference model of that pool written
@@ -13,7 +13,8 @@
  * until the driver releases it, so the driver decides which jobs are
  * running, which are queued and when each ends.  After each operation the
  * driver waits until the real side has settled (it polls with a 10 s
- * watchdog, never a timing assertion) and compares:
+ * watchdog, never a timing assertion; what does not settle stops the run,
+ * since a task or a pool thread may then wait for good) and compares:
  *   - which jobs have started, which waiting tasks have returned and with
  *     what code, how many times each cleanup ran and with what status;
  *   - the pool's stats: queued, running, abandoned, completed, cancelled;
@@ -22,8 +23,8 @@
  * end every job either ran exactly once or never ran and its waiter got
  * -ECANCELED.
  *
- * Operations (6 bytes each, as model.h; the header's first byte gives the
- * pool size): submit (to_thread or to_thread_abandon, a status), release a
+ * Operations (6 bytes each, as model.h; header byte 1 gives the pool
+ * size): submit (to_thread or to_thread_abandon, a status), release a
  * running job, cancel a waiting task, let the loop turn.
  */
 #include <errno.h>
