@@ -41,16 +41,19 @@ static inline void ferry__switch_arrived(ferry_loop *loop, ferry_task *t)
 #endif
 }
 
+/*
+ * The scheduler switches to task `t`.  It need not run on the same stack
+ * and fiber every time (a loop run from a task of another loop, later from
+ * its thread's own stack): its TSan fiber is taken here, and the task
+ * records its stack bounds for ASan when it lands.
+ */
 static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 {
 #ifdef FERRY_TSAN_ON
-    if (!loop->sched_fiber)
-        loop->sched_fiber = __tsan_get_current_fiber();
+    loop->sched_fiber = __tsan_get_current_fiber();
     __tsan_switch_to_fiber(t->tsan_fiber, 0);
 #endif
 #ifdef FERRY_ASAN_ON
-    /* The scheduler may run on a different stack than last time (a loop
-     * run from a task of another loop): the task learns it on arrival. */
     loop->sched_lo = NULL;
     __sanitizer_start_switch_fiber(&loop->sched_fake, t->lo,
                                    (size_t)((char *)t->hi - (char *)t->lo));
