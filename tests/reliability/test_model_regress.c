@@ -106,3 +106,53 @@ Test(fixed_bugs, run_once_runs_one_turn, .init = tu_loop_setup, .fini = tu_loop_
     cr_expect_eq(once_steps, 1, "one FERRY_RUN_ONCE ran %d steps of a yielding task", once_steps);
     ferry_loop_stop(tu_loop);
 }
+
+static ferry_loop *nest_b;
+static int nest_ticks;
+
+static int nest_yielder(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        nest_ticks++;
+        if (ferry_yield())
+            return -1;
+    }
+    return 0;
+}
+
+static int nest_runs_b(void *arg)
+{
+    (void)arg;
+    if (ferry_task_spawn(NULL, nest_b, nest_yielder, NULL, NULL) ||
+        ferry_task_spawn(NULL, nest_b, nest_yielder, NULL, NULL))
+        return -1;
+    return ferry_loop_run(nest_b, FERRY_RUN_DEFAULT);
+}
+
+/* src/switch.h: a loop's scheduler need not run on the same stack every
+ * time.  Loop b runs first inside a task of loop a, which then ends (its
+ * TSan fiber destroyed, its stack gone), then on the thread's own stack.
+ * The scheduler's TSan fiber was taken once per loop, so the second run's
+ * tasks switched back to the dead task's fiber: a TSan build crashed
+ * (SEGV in ThreadSanitizer).  The fiber is now taken at every switch. */
+Test(fixed_bugs, a_loop_run_from_a_task_then_from_its_thread, .timeout = 30.)
+{
+    ferry_loop *a;
+    ferry_task *t;
+    int st = -1;
+
+    cr_assert_eq(ferry_loop_new(&a, NULL), 0);
+    cr_assert_eq(ferry_loop_new(&nest_b, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&t, a, nest_runs_b, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(a, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(t, &st), 0);
+    cr_assert_eq(st, 0);
+    ferry_loop_free(a);
+    cr_assert_eq(ferry_task_spawn(NULL, nest_b, nest_yielder, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, nest_b, nest_yielder, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(nest_b, FERRY_RUN_DEFAULT), 0);
+    ferry_loop_free(nest_b);
+    cr_assert_eq(nest_ticks, 12);
+    cr_assert_eq(tu_leaks(), 0);
+}
