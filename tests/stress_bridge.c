@@ -159,8 +159,10 @@ Test(stress_bridge, single_item_rounds_never_strand_a_post,
  * Where each job was when its task's call returned -ECANCELED, from what
  * the call returned and what the job itself recorded:
  *   RC_NOT_RUN   ferry_to_thread(), or ferry_to_thread_abandon() whose
- *                cleanup had already run (bridge.h: only for a job that
- *                never started): fn must never run, not even later;
+ *                cleanup had already run with -ECANCELED (bridge.h: only
+ *                for a job that never started; an abandoned job's cleanup
+ *                gets fn's status, which is never negative here): fn
+ *                must never run, not even later;
  *   RC_RUNNING   ferry_to_thread_abandon(), fn had started;
  *   RC_UNSEEN    ferry_to_thread_abandon(), no cleanup yet and fn not
  *                started: the pool took the job but fn had not reached its
@@ -239,7 +241,8 @@ static void rc_note_cancelled(long i)
     for (w = 0; w < RC_MAXW; w++)
         rcs.snap[i * RC_MAXW + w] = atomic_load(&rcs.wseq[w]);
     started = atomic_load(&rcs.ran[i]) != 0;
-    if (!(i & 1) || atomic_load(&rcs.cleaned[i]))
+    if (!(i & 1) ||
+        (atomic_load(&rcs.cleaned[i]) && atomic_load(&rcs.clean_status[i]) == -ECANCELED))
         rcs.when[i] = RC_NOT_RUN;
     else
         rcs.when[i] = started ? RC_RUNNING : RC_UNSEEN;
