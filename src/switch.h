@@ -4,10 +4,10 @@
  * Loop thread only.
  *
  * There are three kinds of switch: scheduler -> task, task -> scheduler
- * and task -> task (the hand-over, ferry__switch_away()).  Each tells ASan
- * the stack it goes to before it switches and ASan the stack it came from
- * once it lands, and TSan the fiber it goes to; the same switches run in
- * every build.  They are inlined into their few callers: after a switch
+ * and task -> task (the hand-over, ferry__switch_away()).  Before each,
+ * ASan is told the stack and TSan the fiber it goes to; where it lands,
+ * ASan is told the switch has arrived.  The same switches run in every
+ * build.  They are inlined into their few callers: after a switch
  * the CPU's return-stack predictor holds the other side's return
  * addresses, so every `ret` between two switches mispredicts, and fewer
  * call levels around the switch make a yield markedly cheaper.
