@@ -374,8 +374,9 @@ Test(stress_bridge, to_thread_cancelled_at_random_moments_exact_accounting,
     cr_assert_eq(ok + abandoned + not_run, rcs.n);
     /* What the test is for: cancellations that caught a job still queued. */
     cr_assert_gt(not_run, 0);
-    cr_log_info("%ld jobs: %ld returned (%ld of them with a cancel sent during the call), %ld cancelled "
-                "before running, %ld abandoned while running (%ld before fn's first line)",
+    cr_log_info("%ld jobs: %ld returned (%ld of them with a cancel sent during the call), "
+                "%ld cancelled before running, %ld abandoned while running (%ld before fn's "
+                "first line)",
                 rcs.n, ok, waited, not_run, abandoned, unseen);
     free(rcs.ran); free(rcs.cleaned); free(rcs.clean_status); free(rcs.slot); free(rcs.entry);
     free(rcs.rc); free(rcs.when); free(rcs.snap); free(rcs.returned); free(rcs.cancelled);

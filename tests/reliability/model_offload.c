@@ -474,7 +474,8 @@ int model_offload_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len
     s->trace = trace;
     s->rep = rep;
     s->threads = 1 + (len > 1 ? bytes[1] % 3 : 0);
-    s->selftest = getenv("FERRY_MODEL_SELFTEST") && !strcmp(getenv("FERRY_MODEL_SELFTEST"), "stuck");
+    s->selftest = getenv("FERRY_MODEL_SELFTEST") &&
+                  !strcmp(getenv("FERRY_MODEL_SELFTEST"), "stuck");
     n_release_seq = 0;
     atomic_store(&inflight, 0);
     atomic_store(&max_inflight, 0);
