@@ -1,11 +1,14 @@
-/* switch.h - every switch between the scheduler and a task, with the
- * annotations that keep ASan (fiber switches), TSan (fibers) and valgrind
- * (registered stacks) accurate.
+/* switch.h - every switch between the scheduler and a task, and from one
+ * task straight to the next, with the annotations that keep ASan (fiber
+ * switches), TSan (fibers) and valgrind (registered stacks) accurate.
  * Loop thread only.
  *
- * Switches always go scheduler -> task -> scheduler, so there are exactly
- * two kinds to annotate.  They are inlined into their few callers: after a
- * switch the CPU's return-stack predictor holds the other side's return
+ * There are three kinds of switch: scheduler -> task, task -> scheduler
+ * and task -> task (the hand-over, ferry__switch_away()).  Before each,
+ * ASan is told the stack and TSan the fiber it goes to; where it lands,
+ * ASan is told the switch has arrived.  The same switches run in every
+ * build.  They are inlined into their few callers: after a switch
+ * the CPU's return-stack predictor holds the other side's return
  * addresses, so every `ret` between two switches mispredicts, and fewer
  * call levels around the switch make a yield markedly cheaper.
  */
@@ -18,24 +21,40 @@
 #include "loop_int.h"
 #include "sanitize.h"
 
-/* First thing a task does after a switch lands on its stack. */
+/*
+ * First thing a task does after a switch lands on its stack, whether the
+ * scheduler or another task switched to it.  ASan reports the bounds of
+ * the stack the switch came from; they are the scheduler's only when the
+ * scheduler asked for them (ferry__switch_to_task() clears sched_lo), so
+ * that a hand-over from another task never passes that task's stack off
+ * as the scheduler's.
+ */
 static inline void ferry__switch_arrived(ferry_loop *loop, ferry_task *t)
 {
 #ifdef FERRY_ASAN_ON
-    __sanitizer_finish_switch_fiber(t->asan_fake, &loop->sched_lo, &loop->sched_size);
+    if (!loop->sched_lo)
+        __sanitizer_finish_switch_fiber(t->asan_fake, &loop->sched_lo, &loop->sched_size);
+    else
+        __sanitizer_finish_switch_fiber(t->asan_fake, NULL, NULL);
 #else
     (void)loop; (void)t;
 #endif
 }
 
+/*
+ * The scheduler switches to task `t`.  It need not run on the same stack
+ * and fiber every time (a loop run from a task of another loop, later from
+ * its thread's own stack): its TSan fiber is taken here, and the task
+ * records its stack bounds for ASan when it lands.
+ */
 static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 {
 #ifdef FERRY_TSAN_ON
-    if (!loop->sched_fiber)
-        loop->sched_fiber = __tsan_get_current_fiber();
+    loop->sched_fiber = __tsan_get_current_fiber();
     __tsan_switch_to_fiber(t->tsan_fiber, 0);
 #endif
 #ifdef FERRY_ASAN_ON
+    loop->sched_lo = NULL;
     __sanitizer_start_switch_fiber(&loop->sched_fake, t->lo,
                                    (size_t)((char *)t->hi - (char *)t->lo));
 #endif
@@ -112,13 +131,12 @@ static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferr
  * Leave the running task `self` (already queued or waiting): hand the CPU
  * straight to the next task of the current turn if there is one, else back
  * to the scheduler.  A direct task-to-task switch halves the cost of a
- * yield.  It is skipped under ASan and TSan (their fiber bookkeeping
- * assumes scheduler <-> task switches) and while the blocked-loop detector
- * times every step.
+ * yield.  It is skipped while the blocked-loop detector times every step.
+ * Under ASan and TSan it is annotated as a switch from this task's fiber
+ * to the next task's, as the scheduler's switches are.
  */
 static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
 {
-#if !defined(FERRY_ASAN_ON) && !defined(FERRY_TSAN_ON)
     struct ferry__link *turn = loop->turn, *l;
 
     if (turn && loop->hand_limit) {
@@ -145,13 +163,21 @@ static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
                 next->state = FERRY_TASK_RUNNING;
                 loop->current = next;
                 ferry__tls_task = next;
-                if (next != self)
+                if (next != self) {
+#ifdef FERRY_TSAN_ON
+                    __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+#ifdef FERRY_ASAN_ON
+                    __sanitizer_start_switch_fiber(&self->asan_fake, next->lo,
+                                                   (size_t)((char *)next->hi - (char *)next->lo));
+#endif
                     ferry__ctx_switch(&self->ctx, &next->ctx);
+                    ferry__switch_arrived(loop, self);
+                }
                 return;
             }
         }
     }
-#endif
     ferry__switch_to_sched(loop, self, false);
 }
 

@@ -155,37 +155,97 @@ Test(stress_bridge, single_item_rounds_never_strand_a_post,
 
 /* ==== to_thread cancelled at random moments ============================ */
 
+/*
+ * Where each job was when its task's call returned -ECANCELED, from what
+ * the call returned and what the job itself recorded:
+ *   RC_NOT_RUN   ferry_to_thread(), or ferry_to_thread_abandon() whose
+ *                cleanup had already run with -ECANCELED (bridge.h: only
+ *                for a job that never started; an abandoned job's cleanup
+ *                gets fn's status, which is never negative here): fn
+ *                must never run, not even later;
+ *   RC_RUNNING   ferry_to_thread_abandon(), fn had started;
+ *   RC_UNSEEN    ferry_to_thread_abandon(), no cleanup yet and fn not
+ *                started: the pool took the job but fn had not reached its
+ *                first line.  Then fn must be the very next job its pool
+ *                thread starts after the call returned: a thread that
+ *                started or ended another job first had not taken this one
+ *                yet, so the job was still queued when its task was
+ *                cancelled.
+ */
+enum { RC_NONE = 0, RC_NOT_RUN, RC_RUNNING, RC_UNSEEN };
+enum { RC_THREADS = 4, RC_MAXW = 8 };
+
 struct rc_state {
     ferry_pool  *pool;
     long         n;
-    atomic_char *ran;       /* per job: fn ran */
-    atomic_char *cleaned;   /* per job: abandon cleanup ran */
+    atomic_char *ran;       /* per job: fn ran (times) */
+    atomic_char *cleaned;   /* per job: abandon cleanup ran (times, +100 if a wrong status) */
+    atomic_int  *clean_status; /* per job: the status cleanup got */
+    int         *slot;      /* per job: the pool thread fn ran on (written there) */
+    unsigned    *entry;     /* per job: that thread's wseq when fn began */
     int         *rc;        /* per task: the call's result */
+    char        *when;      /* per task: RC_*, noted when the call returned -ECANCELED */
+    unsigned    *snap;      /* per task: every thread's wseq when the call returned */
+    bool        *returned;  /* loop thread: the task's call has returned */
+    bool        *cancelled; /* loop thread: cancelled while its call had not returned */
     ferry_task **tasks;
     long         done;      /* loop thread: tasks of the current wave done */
     long         lo, hi;    /* loop thread: the current wave */
     unsigned     seed;
+    /* Per pool thread: +1 when fn begins and +1 when it ends, so it is odd
+     * inside fn and counts the job starts and ends of that thread. */
+    atomic_uint  wseq[RC_MAXW];
+    atomic_int   nthreads;
 };
 static struct rc_state rcs;
+static _Thread_local int rc_wslot = -1;
 
 static int rc_job(void *arg)
 {
     long i = (long)(intptr_t)arg;
-    if (atomic_fetch_add(&rcs.ran[i], 1) != 0)
+
+    if (rc_wslot < 0)
+        rc_wslot = atomic_fetch_add(&rcs.nthreads, 1) % RC_MAXW;
+    rcs.slot[i] = rc_wslot;
+    rcs.entry[i] = atomic_fetch_add(&rcs.wseq[rc_wslot], 1);
+    if (atomic_fetch_add(&rcs.ran[i], 1) != 0) {
+        atomic_fetch_add(&rcs.wseq[rc_wslot], 1);
         return -999;                               /* ran twice */
+    }
     if (i % 3 == 0)
         usleep(50);
+    atomic_fetch_add(&rcs.wseq[rc_wslot], 1);
     return (int)(i % 1000);
 }
 
 static void rc_cleanup(void *arg, int status)
 {
     long i = (long)(intptr_t)arg;
+
+    atomic_store(&rcs.clean_status[i], status);
     /* fn's late status, or -ECANCELED when it never ran. */
     if (status == (int)(i % 1000) || (status == -ECANCELED && !atomic_load(&rcs.ran[i])))
         atomic_fetch_add(&rcs.cleaned[i], 1);
     else
         atomic_fetch_add(&rcs.cleaned[i], 100);   /* wrong status */
+}
+
+/* The call of task i returned -ECANCELED: note where its job was. */
+static void rc_note_cancelled(long i)
+{
+    bool started;
+    int w;
+
+    /* The threads first, then fn's flag: a job whose fn had not begun
+     * when the flag was read had not begun at the snapshot either. */
+    for (w = 0; w < RC_MAXW; w++)
+        rcs.snap[i * RC_MAXW + w] = atomic_load(&rcs.wseq[w]);
+    started = atomic_load(&rcs.ran[i]) != 0;
+    if (!(i & 1) ||
+        (atomic_load(&rcs.cleaned[i]) && atomic_load(&rcs.clean_status[i]) == -ECANCELED))
+        rcs.when[i] = RC_NOT_RUN;
+    else
+        rcs.when[i] = started ? RC_RUNNING : RC_UNSEEN;
 }
 
 static int rc_task(void *arg)
@@ -196,6 +256,9 @@ static int rc_task(void *arg)
     rcs.rc[i] = (i & 1)
         ? ferry_to_thread_abandon(rcs.pool, rc_job, (void *)(intptr_t)i, rc_cleanup)
         : ferry_to_thread(rcs.pool, rc_job, (void *)(intptr_t)i);
+    if (rcs.rc[i] == -ECANCELED)
+        rc_note_cancelled(i);
+    rcs.returned[i] = true;
     rcs.done++;
     return 0;
 }
@@ -205,8 +268,11 @@ static int rc_canceller(void *arg)
     (void)arg;
     while (rcs.done < rcs.hi - rcs.lo) {
         long i = rcs.lo + (long)(rnd(&rcs.seed) % (unsigned)(rcs.hi - rcs.lo));
-        if (rnd(&rcs.seed) % 3 == 0)
+        if (rnd(&rcs.seed) % 3 == 0) {
+            if (!rcs.returned[i])
+                rcs.cancelled[i] = true;
             ferry_task_cancel(rcs.tasks[i]);
+        }
         if (rnd(&rcs.seed) % 2)
             ferry_yield();
         else
@@ -238,47 +304,83 @@ static int rc_main(void *arg)
 Test(stress_bridge, to_thread_cancelled_at_random_moments_exact_accounting,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
-    long ran = 0, ok = 0, cancelled_never = 0, abandoned = 0;
+    long ok = 0, not_run = 0, abandoned = 0, unseen = 0, waited = 0;
     ferry_pool_stats st;
 
     rcs.n = scaled(20000);
     rcs.seed = 12345;
     rcs.ran = calloc((size_t)rcs.n, 1);
     rcs.cleaned = calloc((size_t)rcs.n, 1);
+    rcs.clean_status = calloc((size_t)rcs.n, sizeof(atomic_int));
+    rcs.slot = calloc((size_t)rcs.n, sizeof(int));
+    rcs.entry = calloc((size_t)rcs.n, sizeof(unsigned));
     rcs.rc = calloc((size_t)rcs.n, sizeof(int));
+    rcs.when = calloc((size_t)rcs.n, 1);
+    rcs.snap = calloc((size_t)rcs.n * RC_MAXW, sizeof(unsigned));
+    rcs.returned = calloc((size_t)rcs.n, sizeof(bool));
+    rcs.cancelled = calloc((size_t)rcs.n, sizeof(bool));
     rcs.tasks = calloc((size_t)rcs.n, sizeof(ferry_task *));
-    cr_assert_eq(ferry_pool_new(&rcs.pool, &(ferry_pool_opts){ .threads = 4, .capacity = 64 }), 0);
+    cr_assert(rcs.ran && rcs.cleaned && rcs.clean_status && rcs.slot && rcs.entry && rcs.rc &&
+              rcs.when && rcs.snap && rcs.returned && rcs.cancelled && rcs.tasks);
+    cr_assert_eq(ferry_pool_new(&rcs.pool, &(ferry_pool_opts){ .threads = RC_THREADS,
+                                                               .capacity = 64 }), 0);
     cr_assert_eq(tu_run(rc_main, NULL), 0);
     ferry_pool_free(rcs.pool);          /* waits for abandoned jobs: cleanups are in */
+    cr_assert_leq(atomic_load(&rcs.nthreads), RC_MAXW);
 
     for (long i = 0; i < rcs.n; i++) {
         int r = rcs.rc[i];
         char didrun = atomic_load(&rcs.ran[i]), clean = atomic_load(&rcs.cleaned[i]);
         cr_assert_leq(didrun, 1, "job %ld ran %d times", i, didrun);
-        ran += didrun;
         if (r == (int)(i % 1000)) {
             ok++;
+            waited += rcs.cancelled[i];
             cr_assert_eq(didrun, 1, "job %ld: status without a run", i);
             cr_assert_eq(clean, 0, "job %ld: cleanup after a normal return", i);
-        } else {
-            cr_assert(r == -ECANCELED, "job %ld: rc %d", i, r);
-            if (didrun) {
-                /* Only the abandon variant may return before a job that ran. */
-                cr_assert(i & 1, "job %ld ran but its waiter got -ECANCELED", i);
-                cr_assert_eq(clean, 1, "job %ld: abandoned without its cleanup", i);
-                abandoned++;
-            } else {
-                /* Never ran: the abandon variant's cleanup got arg at once. */
-                cr_assert_eq(clean, (i & 1) ? 1 : 0, "job %ld never ran; cleanup %d", i, clean);
-                cancelled_never++;
+            continue;
+        }
+        cr_assert(r == -ECANCELED, "job %ld: rc %d", i, r);
+        switch (rcs.when[i]) {
+        case RC_NOT_RUN:
+            cr_assert_eq(didrun, 0, "job %ld: its %s returned -ECANCELED before it started%s, "
+                         "yet fn ran later", i, (i & 1) ? "ferry_to_thread_abandon" :
+                         "ferry_to_thread", (i & 1) ? " (cleanup had run)" : "");
+            /* The abandon variant's cleanup got arg at once. */
+            cr_assert_eq(clean, (i & 1) ? 1 : 0, "job %ld never ran; cleanup %d", i, clean);
+            not_run++;
+            break;
+        case RC_RUNNING:
+        case RC_UNSEEN:
+            cr_assert(i & 1, "job %ld: ferry_to_thread returned -ECANCELED for a running job", i);
+            cr_assert_eq(didrun, 1, "job %ld: abandoned while running, but fn never ran", i);
+            if (rcs.when[i] == RC_UNSEEN) {
+                int w = rcs.slot[i];
+                unsigned at = rcs.snap[i * RC_MAXW + w];
+                cr_assert_leq(rcs.entry[i], at,
+                              "job %ld was still queued when its task was cancelled, yet ran: "
+                              "its pool thread started or finished a job %u times between "
+                              "the call's -ECANCELED and fn", i, rcs.entry[i] - at);
+                unseen++;
             }
+            cr_assert_eq(clean, 1, "job %ld: abandoned; cleanup %d (status %d)", i, clean,
+                         atomic_load(&rcs.clean_status[i]));
+            abandoned++;
+            break;
+        default:
+            cr_assert_fail("job %ld: -ECANCELED not noted", i);
         }
     }
     cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);   /* default pool untouched */
-    cr_assert_eq(ok + abandoned + cancelled_never, rcs.n);
-    cr_log_info("%ld jobs: %ld returned, %ld cancelled before running, %ld abandoned",
-                rcs.n, ok, cancelled_never, abandoned);
-    free(rcs.ran); free(rcs.cleaned); free(rcs.rc); free(rcs.tasks);
+    cr_assert_eq(ok + abandoned + not_run, rcs.n);
+    /* What the test is for: cancellations that caught a job still queued. */
+    cr_assert_gt(not_run, 0);
+    cr_log_info("%ld jobs: %ld returned (%ld of them with a cancel sent during the call), "
+                "%ld cancelled before running, %ld abandoned while running (%ld before fn's "
+                "first line)",
+                rcs.n, ok, waited, not_run, abandoned, unseen);
+    free(rcs.ran); free(rcs.cleaned); free(rcs.clean_status); free(rcs.slot); free(rcs.entry);
+    free(rcs.rc); free(rcs.when); free(rcs.snap); free(rcs.returned); free(rcs.cancelled);
+    free(rcs.tasks);
 }
 
 /* ==== pool destroyed with jobs queued and running ====================== */

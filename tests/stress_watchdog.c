@@ -1,13 +1,13 @@
 /* stress_watchdog.c - cross-thread stress of the posting channel
  * (call_soon_threadsafe over the eventfd), each test under a progress
  * watchdog that fails it after 5 s without progress instead of letting CI
- * hang (a lost wakeup shows up as a stall, not as a wrong sum: TESTING.md
- * 2.1, 2.7).
+ * hang (a lost wakeup, on the channel or at shutdown, shows up as a stall,
+ * not as a wrong sum).
  *
  *   - {1, 2, 4, 8} producers x 1,000,000 posts: every post runs exactly
  *     once, the sum of the values is exact;
  *   - single-item ping-pong, 200,000 rounds x 10: one post, wait for it to
- *     run, next (the lost-wakeup detector of TESTING.md 2.1);
+ *     run, next (a post racing the drain must not be stranded);
  *   - a post racing the loop's close, 10,000 times: each post either runs
  *     or returns -ESHUTDOWN, never both, never neither.
  *

@@ -189,8 +189,7 @@ typedef struct ferry_loop_stats {
                             * a task handing the CPU straight to the next
                             * task of the turn, or a lone task going on after
                             * a yield.  Never while a stop is pending or the
-                            * blocked-loop detector times steps; under ASan
-                            * and TSan only the lone yields. */
+                            * blocked-loop detector times steps. */
 } ferry_loop_stats;
 
 /* Copy the loop's counters to *out.

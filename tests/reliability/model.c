@@ -9,8 +9,10 @@
  *   4. the driver task: runs each operation on both, compares, checks
  *      invariants, tears the sequence down.
  *
- * Loop thread only.  Uses ferry internals (linked from ferry_static) to read
- * the run queue and the primitives' counters and to fire a task's timer.
+ * Loop thread only, but for the thread that posts callbacks (D_POST).
+ * Uses ferry internals (linked from ferry_static) to read the run queue,
+ * the primitives' counters, a group's children and a task's timer node,
+ * and to fire a task's timer.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <semaphore.h>
+
 #include "loop_int.h"
 #include "ferry/ferry.h"
 #include "model.h"
@@ -28,6 +33,7 @@
 
 enum dop {
     D_SPAWN, D_CANCEL, D_EXPIRE, D_STEP, D_QUIESCE, D_FL_FINISH, D_CMD,
+    D_TIMER, D_TCANCEL, D_POST, D_WAIT,
 };
 
 enum cop {
@@ -40,6 +46,8 @@ enum cop {
     C_KL_ACQ, C_KL_REL, C_KL_TRY,
     C_EXIT,
     C_CLEANUP,   /* teardown only: release everything held, then end */
+    C_SLEEP, C_G_SPAWN, C_G_WAIT, C_G_CANCEL,
+    C_FAIL,      /* end with a status that is not 0 */
     C_NCOP
 };
 
@@ -53,10 +61,13 @@ static const char *const cop_names[] = {
     "flight_do",
     "keylock_acquire", "keylock_release", "keylock_try",
     "exit", "cleanup",
+    "sleep", "group_spawn", "group_wait", "group_cancel",
+    "fail",
 };
 
-/* Command weights: index by byte % length. */
-static const uint8_t cmd_table[] = {
+/* Command weights of format 1: index by byte % length.  Never change it:
+ * stored sequences of format 1 decode through it. */
+static const uint8_t cmd_table_v1[] = {
     C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
     C_SEM_ACQ, C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
     C_EV_WAIT, C_EV_WAIT, C_EV_SET, C_EV_CLEAR,
@@ -68,7 +79,35 @@ static const uint8_t cmd_table[] = {
     C_EXIT,
 };
 
+/* Command weights of format 2: format 1's, plus sleeps and task groups. */
+static const uint8_t cmd_table_v2[] = {
+    C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
+    C_SEM_ACQ, C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
+    C_EV_WAIT, C_EV_WAIT, C_EV_SET, C_EV_CLEAR,
+    C_COND_WAIT, C_COND_WAIT, C_COND_NOTIFY, C_COND_NOTIFY_ALL,
+    C_Q_PUT, C_Q_PUT, C_Q_GET, C_Q_GET, C_Q_TRYPUT, C_Q_TRYGET, C_Q_DONE, C_Q_JOIN,
+    C_Q_SHUT,
+    C_FL_DO, C_FL_DO,
+    C_KL_ACQ, C_KL_ACQ, C_KL_REL, C_KL_REL, C_KL_TRY,
+    C_EXIT,
+    C_SLEEP, C_SLEEP, C_SLEEP,
+    C_G_SPAWN, C_G_SPAWN, C_G_SPAWN, C_G_WAIT, C_G_WAIT, C_G_CANCEL, C_FAIL, C_FAIL,
+};
+
 enum { DL_NONE = 0, DL_FAR = 1, DL_PAST = 2 };
+
+/* Sleep kinds (the command's arg % 3): a deadline already past (the sleep
+ * yields), a short one (tens of microseconds: it passes by the driver's
+ * next wait), one an hour away (only cancellation or the command's
+ * deadline end it). */
+enum { SL_PAST = 0, SL_SHORT = 1, SL_FAR = 2 };
+
+/* What a timer's or a posted callback does when it runs. */
+enum { A_NOP, A_EV_SET, A_EV_CLEAR, A_SEM_REL, A_CANCEL, A_Q_PUT, NACT };
+
+static const char *const act_names[] = {
+    "nothing", "event_set", "event_clear", "sem_release", "cancel", "queue_try_put",
+};
 
 struct cmd {
     int op;       /* enum cop */
@@ -81,32 +120,51 @@ struct op {
     int kind;     /* enum dop */
     int actor;    /* selector byte, resolved against the live actors */
     struct cmd c;
-    int arg;      /* step count; flight key */
+    int arg;      /* step count; flight key; timer kind; how many posts */
     int arg2;     /* flight: success? */
+    int act;      /* timer, post: A_* */
+    int sel;      /* timer, post: selector of A_CANCEL's target */
 };
 
-/* Decode the operation at bytes[pos..pos+MODEL_OP_BYTES). */
-static void decode_op(const uint8_t *b, struct op *o)
+/* Decode the operation at b[0..MODEL_OP_BYTES) of a sequence of format
+ * `fmt`.  Format 1 is the original mix; format 2 adds timers, thread
+ * posts, the driver's wait for them, and sleep and group commands. */
+static void decode_op(int fmt, const uint8_t *b, struct op *o)
 {
     unsigned k = b[0] % 100;
 
     memset(o, 0, sizeof *o);
     o->actor = b[1];
-    if (k < 5)
-        o->kind = D_SPAWN;
-    else if (k < 10)
-        o->kind = D_CANCEL;
-    else if (k < 14)
-        o->kind = D_EXPIRE;
-    else if (k < 36)
-        o->kind = D_STEP;
-    else if (k < 43)
-        o->kind = D_QUIESCE;
-    else if (k < 50)
-        o->kind = D_FL_FINISH;
-    else
-        o->kind = D_CMD;
-    o->c.op = cmd_table[b[2] % sizeof cmd_table];
+    if (fmt == MODEL_FMT_V1) {
+        if (k < 5)
+            o->kind = D_SPAWN;
+        else if (k < 10)
+            o->kind = D_CANCEL;
+        else if (k < 14)
+            o->kind = D_EXPIRE;
+        else if (k < 36)
+            o->kind = D_STEP;
+        else if (k < 43)
+            o->kind = D_QUIESCE;
+        else if (k < 50)
+            o->kind = D_FL_FINISH;
+        else
+            o->kind = D_CMD;
+        o->c.op = cmd_table_v1[b[2] % sizeof cmd_table_v1];
+    } else {
+        static const struct { unsigned below; int kind; } mix[] = {
+            { 5, D_SPAWN }, { 10, D_CANCEL }, { 13, D_EXPIRE }, { 31, D_STEP },
+            { 37, D_QUIESCE }, { 42, D_FL_FINISH }, { 45, D_TIMER }, { 47, D_TCANCEL },
+            { 49, D_POST }, { 51, D_WAIT }, { 100, D_CMD },
+        };
+        unsigned i = 0;
+        while (k >= mix[i].below)
+            i++;
+        o->kind = mix[i].kind;
+        o->c.op = cmd_table_v2[b[2] % sizeof cmd_table_v2];
+        o->act = b[4] % NACT;
+        o->sel = b[5];
+    }
     o->c.arg = b[3];
     o->c.dl = b[4] % 8 == 6 ? DL_FAR : b[4] % 8 == 7 ? DL_PAST : DL_NONE;
     o->arg = b[3];
@@ -118,7 +176,8 @@ static void decode_op(const uint8_t *b, struct op *o)
 #define MAXA     12         /* actors per sequence */
 #define MAXLIVE  6          /* live at once */
 #define NKEYS    2          /* flight and keylock keys */
-#define MAXITEMS (MODEL_MAX_OPS + 8)
+#define MAXITEMS (2 * MODEL_MAX_OPS + 8)
+#define MAXCB    64         /* timers and posts per sequence */
 #define DRIVER   (-1)       /* the driver in the model's run queue */
 
 /* Lock ids (for the held lists and exit hooks). */
@@ -128,7 +187,8 @@ enum { LK_L = 0, LK_KL0 = 1 };
 /* Wait queue ids of the model. */
 enum {
     WQ_NONE = 0, WQ_LOCK, WQ_SEM, WQ_EV, WQ_COND, WQ_QGET, WQ_QPUT, WQ_QJOIN,
-    WQ_FL0, WQ_KL0 = WQ_FL0 + NKEYS, WQ_N = WQ_KL0 + NKEYS
+    WQ_FL0, WQ_KL0 = WQ_FL0 + NKEYS, WQ_G0 = WQ_KL0 + NKEYS, /* the group of actor i */
+    WQ_N = WQ_G0 + MAXA
 };
 
 /* Per-sequence configuration, from the header bytes. */
@@ -168,6 +228,22 @@ struct mact {
     int      held[NLOCKS];/* the locks it holds */
     uint64_t sem_held;
     int      done_n, last_rc, last_val;
+    bool     slept;       /* sleep: its deadline passed (not its command's) */
+    int      gi;          /* the actor whose group it is a child of, or -1 */
+    /* The group this actor owns (ferry_group_init on its first spawn). */
+    bool     g_init, g_failing, g_closed;
+    int      g_live, g_status;
+    int      g_ch[MAXA];  /* live children, in spawn order */
+    int      g_nch;
+};
+
+/* A timer (ferry_call_later) or a post from a thread, in the model. */
+struct mcb {
+    bool timer;           /* a timer, else a post */
+    bool far;             /* timer an hour away: never fires within a sequence */
+    int  act, sel, val;   /* A_*, its target selector, a queue item */
+    bool pending;         /* not run, not cancelled */
+    int  ran, rc, target; /* runs, what the action returned, whom it cancelled */
 };
 
 struct mlock {
@@ -207,6 +283,9 @@ struct model {
     /* keylock */
     bool kl_exists[NKEYS];
     int  kl_refs[NKEYS];
+    /* timers and posts, in creation order */
+    struct mcb cb[MAXCB];
+    int  ncb;
 };
 
 static void rq_push(struct model *m, int id)
@@ -571,7 +650,39 @@ static void m_kl_unref(struct model *m, int k)
 }
 
 /* A task ends: the locks it holds break, in the loop's order, then DONE. */
-static void m_finish(struct model *m, int id)
+/* Groups: cancel every live child of actor `o`'s group, in spawn order. */
+static void m_group_cancel(struct model *m, int o)
+{
+    int ch[MAXA], n = m->a[o].g_nch, i;
+
+    memcpy(ch, m->a[o].g_ch, sizeof(int) * (size_t)n);
+    for (i = 0; i < n; i++)
+        m_cancel(m, ch[i]);
+}
+
+/* A child of actor `o`'s group ended with `status` (group.c): the first
+ * failure (not the -ECANCELED of a cancelled child) cancels the siblings;
+ * the last child wakes the owner's wait. */
+static void m_group_child_done(struct model *m, int o, int id, int status)
+{
+    struct mact *g = &m->a[o];
+    int w;
+
+    ids_del(g->g_ch, &g->g_nch, id);
+    g->g_live--;
+    if (status != 0 && !(m->a[id].cancelled && status == -ECANCELED) && !g->g_failing) {
+        g->g_failing = true;
+        g->g_status = status;
+        m_group_cancel(m, o);
+    }
+    if (g->g_live == 0)
+        while ((w = wq_first(m, WQ_G0 + o)) >= 0)
+            m_grant(m, w, 0);
+}
+
+/* A task ends with `status`: the locks it holds break, in the loop's
+ * order, then DONE, then its group hears of it. */
+static void m_finish(struct model *m, int id, int status)
 {
     struct mact *a = &m->a[id];
     int i = 0;
@@ -587,6 +698,127 @@ static void m_finish(struct model *m, int id)
         }
     }
     a->st = M_DONE;
+    if (a->gi >= 0)
+        m_group_child_done(m, a->gi, id, status);
+}
+
+/* The status C_FAIL ends an actor with: a plain error, -ECANCELED from a
+ * task that may not have been cancelled (a failure all the same), or a
+ * positive one. */
+static int fail_status(int arg)
+{
+    static const int st[] = { -EIO, -ECANCELED, 3 };
+    return st[arg % 3];
+}
+
+static int m_live_count(const struct model *m)
+{
+    int i, n = 0;
+
+    for (i = 0; i < m->na; i++)
+        n += m->a[i].st != M_DONE;
+    return n;
+}
+
+/* Semaphore release of n permits by anyone (sync.h): -EOVERFLOW if a
+ * bounded semaphore would go over its bound, counting permits granted to
+ * waiters that have not run yet. */
+static int m_sem_release(struct model *m, uint64_t n)
+{
+    if (m->cfg.sem_bounded && m->sem_value + m->sem_pending + n > m->cfg.sem_v0)
+        return -EOVERFLOW;
+    m->sem_value += n;
+    m_sem_serve(m);
+    return 0;
+}
+
+static void m_ev_set(struct model *m)
+{
+    int k;
+
+    m->ev_set = true;
+    while ((k = wq_first(m, WQ_EV)) >= 0)
+        m_grant(m, k, 0);
+}
+
+static int m_q_tryput(struct model *m, int v)
+{
+    if (m->q_shutdown)
+        return -ESHUTDOWN;
+    if (m_q_free(m) == 0)
+        return -EAGAIN;
+    m_q_push(m, v);
+    return 0;
+}
+
+/*
+ * The target of A_CANCEL: the sel-th (mod count) actor that has not ended,
+ * is not in (or last given) a sleep and has no such descendant in its
+ * group (a group owner cancelled in its wait cancels its children).  A
+ * short sleep may end before or after the callback runs, as the clock has
+ * it, so a cancellation must not reach it.  `parent` is each actor's
+ * group owner or -1, `sleeping` whether it was last given a sleep.
+ */
+static int cancel_target(int n, const bool *live, const bool *sleeping, const int *parent,
+                         int sel)
+{
+    bool spared[MAXA] = { false };
+    int ids[MAXA], nc = 0, i, j;
+
+    for (i = 0; i < n; i++)
+        if (live[i] && sleeping[i])
+            for (j = i; j >= 0 && !spared[j]; j = parent[j])
+                spared[j] = true;
+    for (i = 0; i < n; i++)
+        if (live[i] && !spared[i])
+            ids[nc++] = i;
+    return nc ? ids[sel % nc] : -1;
+}
+
+static int m_cancel_target(const struct model *m, int sel)
+{
+    bool live[MAXA], sleeping[MAXA];
+    int parent[MAXA], i;
+
+    for (i = 0; i < m->na; i++) {
+        live[i] = m->a[i].st != M_DONE;
+        sleeping[i] = m->a[i].cmd.op == C_SLEEP;
+        parent[i] = m->a[i].gi;
+    }
+    return cancel_target(m->na, live, sleeping, parent, sel);
+}
+
+/* A timer's or a post's callback runs its action. */
+static void m_cb_run(struct model *m, struct mcb *c)
+{
+    c->pending = false;
+    c->ran++;
+    c->target = -1;
+    switch (c->act) {
+    case A_EV_SET:
+        m_ev_set(m);
+        c->rc = 0;
+        break;
+    case A_EV_CLEAR:
+        m->ev_set = false;
+        c->rc = 0;
+        break;
+    case A_SEM_REL:
+        c->rc = m_sem_release(m, 1);
+        break;
+    case A_CANCEL:
+        c->target = m_cancel_target(m, c->sel);
+        if (c->target >= 0)
+            m_cancel(m, c->target);
+        c->rc = 0;
+        break;
+    case A_Q_PUT:
+        c->rc = m_q_tryput(m, c->val);
+        break;
+    default:
+        c->rc = 0;
+        break;
+    }
 }
 
 static void m_park(struct model *m, int id)
@@ -653,6 +885,11 @@ static int m_lock_acq_end(struct model *m, int id, int lk)
         m_lock_pass(m, lk);
     return rc;
 }
+
+/* The one place the model asks the real side: whether the sleep an actor
+ * just began found its deadline still ahead (it waits on a timer) or
+ * already past (it yields), which the clock decides. */
+static bool r_sleep_waited(int id);
 
 /* Start or continue the actor's command.  Returns through m_done() or by
  * suspending (st M_WAIT). */
@@ -726,13 +963,9 @@ static void m_exec(struct model *m, int id, bool resumed)
         break;
     case C_SEM_REL:
         n = (uint64_t)(c->arg % 3 + 1);
-        if (m->cfg.sem_bounded && m->sem_value + m->sem_pending + n > m->cfg.sem_v0) {
-            rc = -EOVERFLOW;
-            break;
-        }
-        m->sem_value += n;
-        a->sem_held -= n < a->sem_held ? n : a->sem_held;
-        m_sem_serve(m);
+        rc = m_sem_release(m, n);
+        if (rc == 0)
+            a->sem_held -= n < a->sem_held ? n : a->sem_held;
         break;
     case C_SEM_TRY:
         n = (uint64_t)(c->arg % 3 + 1);
@@ -760,9 +993,7 @@ static void m_exec(struct model *m, int id, bool resumed)
         rc = m_wait_result(m, id);
         break;
     case C_EV_SET:
-        m->ev_set = true;
-        while ((k = wq_first(m, WQ_EV)) >= 0)
-            m_grant(m, k, 0);
+        m_ev_set(m);
         break;
     case C_EV_CLEAR:
         m->ev_set = false;
@@ -846,12 +1077,7 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_q_push(m, c->val);
         break;
     case C_Q_TRYPUT:
-        if (m->q_shutdown)
-            rc = -ESHUTDOWN;
-        else if (m_q_free(m) == 0)
-            rc = -EAGAIN;
-        else
-            m_q_push(m, c->val);
+        rc = m_q_tryput(m, c->val);
         break;
     case C_Q_GET:
         val = -1;
@@ -1032,6 +1258,109 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_lock_pass(m, LK_KL0 + k);
         m_kl_unref(m, k);
         break;
+
+    case C_SLEEP:
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (r_sleep_waited(id)) {
+                m_wait_begin(m, id, WQ_NONE);     /* the check passed just now */
+                a->timer = true;                  /* the sleep's own deadline */
+                a->slept = false;
+                a->phase = PH_WAIT1;
+                return;
+            }
+            /* The deadline had passed: ferry_sleep_until() yields once. */
+            a->phase = PH_WAIT2;
+            m_ready(m, id);
+            return;
+        }
+        if (a->phase == PH_WAIT2) {
+            rc = 0;                               /* back from the yield */
+        } else if (a->wstate == WS_CANCELLED) {
+            rc = -ECANCELED;
+        } else if (a->wstate == WS_GRANTED) {
+            rc = a->wres;                         /* nothing grants a sleep */
+        } else {
+            /* Its timer fired: the sleep's deadline (0) or the command's
+             * (-ETIMEDOUT); cancellation and deadlines are checked first. */
+            a->wstate = WS_TIMEDOUT;
+            rc = m_check(m, id);
+            if (rc == 0)
+                rc = a->slept ? 0 : -ETIMEDOUT;
+        }
+        break;
+
+    case C_G_SPAWN:
+        val = -1;
+        if (!a->g_init || a->g_closed) {
+            a->g_init = true;                     /* ferry_group_init() */
+            a->g_failing = a->g_closed = false;
+            a->g_live = a->g_status = a->g_nch = 0;
+        }
+        if (m->na >= MAXA || m_live_count(m) >= MAXLIVE) {
+            rc = -EAGAIN;                         /* the tester's limit */
+            break;
+        }
+        if (a->g_failing) {
+            rc = -ESHUTDOWN;
+            break;
+        }
+        val = m->na++;
+        memset(&m->a[val], 0, sizeof m->a[val]);
+        m->a[val].gi = id;
+        a->g_ch[a->g_nch++] = val;
+        a->g_live++;
+        m_ready(m, val);
+        break;
+    case C_G_WAIT:
+        /* ferry_group_wait(): a->saved is the first interruption. */
+        if (!resumed) {
+            if (!a->g_init) {
+                rc = -EINVAL;
+                break;
+            }
+            a->saved = 0;
+        } else {
+            rc = m_wait_result(m, id);
+            if (rc < 0 && !a->saved) {
+                a->saved = rc;
+                m_group_cancel(m, id);
+                a->shielded = true;
+            }
+        }
+        while (a->g_live) {
+            rc = m_wait_begin(m, id, WQ_G0 + id);
+            if (rc == 0) {
+                a->phase = PH_WAIT1;
+                return;
+            }
+            if (!a->saved) {
+                a->saved = rc;
+                m_group_cancel(m, id);
+                a->shielded = true;
+            }
+        }
+        a->shielded = false;
+        a->g_closed = true;
+        rc = a->saved ? a->saved : a->g_status;
+        break;
+    case C_G_CANCEL: {
+        int ids[MAXA], no = 0, i;
+
+        for (i = 0; i < m->na; i++)
+            if (m->a[i].g_init && m->a[i].st != M_DONE)
+                ids[no++] = i;
+        if (!no) {
+            rc = -ENOENT;                         /* the tester's: no group */
+            val = -1;
+            break;
+        }
+        val = ids[c->arg % no];
+        m_group_cancel(m, val);
+        break;
+    }
     default:
         break;
     }
@@ -1058,6 +1387,10 @@ static void m_cleanup(struct model *m, int id)
         a->sem_held = 0;
         m_sem_serve(m);
     }
+    /* Its group, whose children have all ended (guide() makes sure):
+     * ferry_group_wait() returns at once and closes it. */
+    if (a->g_init && !a->g_closed && a->g_live == 0)
+        a->g_closed = true;
 }
 
 /* The scheduler runs actor `id` for one step. */
@@ -1069,7 +1402,7 @@ static void m_run(struct model *m, int id)
     if (!a->started) {
         a->started = true;
         if (a->cancelled) {
-            m_finish(m, id);
+            m_finish(m, id, -ECANCELED);
             return;
         }
         m_park(m, id);
@@ -1079,12 +1412,16 @@ static void m_run(struct model *m, int id)
         /* Given a command. */
         a->shielded = false;
         if (a->cmd.op == C_EXIT) {
-            m_finish(m, id);
+            m_finish(m, id, 0);
+            return;
+        }
+        if (a->cmd.op == C_FAIL) {
+            m_finish(m, id, fail_status(a->cmd.arg));
             return;
         }
         if (a->cmd.op == C_CLEANUP) {
             m_cleanup(m, id);
-            m_finish(m, id);
+            m_finish(m, id, 0);
             return;
         }
         a->scope = a->cmd.dl;
@@ -1107,6 +1444,44 @@ static void m_step(struct model *m)
         m_run(m, id);
 }
 
+/*
+ * The driver waits (D_WAIT) until the loop has polled: the loop polls only
+ * once nothing is ready (the model's loop polls I/O and timers no other
+ * time), so first everything ready runs.  At the poll the callbacks posted
+ * from threads run, in order, inside it; then the timers that were due
+ * run, in the order they were made (each was due since it was made, so
+ * their deadlines are in that order); what they wake runs after them.
+ * Short sleeps end too, in the order of their deadlines, which the clock
+ * interleaves with the rest: a sleeper only finishes its own command, and
+ * no callback cancels a sleeper or a group owner above one, so where they
+ * fall changes nothing else.
+ */
+static void m_wait(struct model *m)
+{
+    int i;
+
+    while (m->rqn)
+        m_run(m, rq_pop(m));
+    for (i = 0; i < m->ncb; i++)
+        if (!m->cb[i].timer && m->cb[i].pending)
+            m_cb_run(m, &m->cb[i]);
+    for (i = 0; i < m->ncb; i++)
+        if (m->cb[i].timer && !m->cb[i].far && m->cb[i].pending)
+            m_cb_run(m, &m->cb[i]);
+    for (i = 0; i < m->na; i++) {
+        struct mact *a = &m->a[i];
+        if (a->st == M_WAIT && a->wstate == WS_WAITING && a->phase == PH_WAIT1 &&
+            a->cmd.op == C_SLEEP && a->cmd.arg % 3 == SL_SHORT && a->timer) {
+            a->timer = false;
+            a->slept = true;
+            a->wstate = WS_TIMEDOUT;
+            m_ready(m, i);
+        }
+    }
+    while (m->rqn)
+        m_run(m, rq_pop(m));
+}
+
 /* ---- 3. the real side --------------------------------------------------- */
 
 struct ract {
@@ -1124,6 +1499,25 @@ struct ract {
     uint64_t              sem_cur;    /* permits requested by the running sem_acquire */
     bool                  in_sem;
     bool                  ended;
+    int                   owner;      /* the actor whose group it is a child of, or -1 */
+    /* Sleep: the deadline and the timer heap's next insertion number, read
+     * just before ferry_sleep_until(), tell whether it armed its timer. */
+    bool                  in_sleep;
+    int64_t               sleep_until;
+    uint64_t              sleep_seq0;
+    ferry_group           group;      /* the group it owns, once g_used */
+    bool                  g_used;
+};
+
+/* A timer (ferry_call_later) or a post from a thread, on the real side. */
+struct rcb {
+    struct seq           *s;          /* its sequence */
+    int                   i;          /* its index */
+    ferry_timer          *h;          /* timer: the handle while pending */
+    bool                  pending;    /* made or posted, not run, not cancelled */
+    int                   ran;        /* times the callback ran */
+    int                   rc, target; /* what its action returned, whom it cancelled */
+    int                   post_rc;    /* post: what call_soon_threadsafe returned */
 };
 
 struct seq;
@@ -1152,14 +1546,18 @@ struct seq {
     int            dropped;          /* items dropped by an immediate shutdown */
     int            in_fn[NKEYS];     /* actors inside the flight fn of a key */
     int            put_counter, fin_counter;
+    struct rcb     cb[MAXCB];        /* timers and posts (the model's in m.cb) */
+    bool           stuck;            /* a wait gave up: some callback never ran */
     /* reporting */
     FILE          *trace;
     model_report  *rep;
     int            opi;
     bool           failed;
+    int            fmt;              /* MODEL_FMT_V1 or MODEL_FMT_V2 */
 };
 
 static struct seq *cur;   /* the sequence the actors belong to */
+static unsigned long stray_callbacks;   /* callbacks that ran after their sequence */
 
 /* Outcome histogram: (command, return code) -> count, for model_hist_print(). */
 static unsigned long hist[C_NCOP][160];
@@ -1204,14 +1602,137 @@ static void failf(struct seq *s, const char *fmt, ...)
         fprintf(s->trace, "FAIL at op %d: %s\n", s->opi, s->rep->msg);
 }
 
+static int actor_main(void *arg);
+
+/* The actor a task runs, by its argument: a child of a group has no
+ * handle, and the task structure of one that ended may already be
+ * another's. */
 static int r_id(struct seq *s, const ferry_task *t)
 {
-    int i;
+    if (t && t->fn == actor_main && (const struct ract *)t->arg >= s->r &&
+        (const struct ract *)t->arg < s->r + s->na)
+        return (int)((const struct ract *)t->arg - s->r);
+    return -2;
+}
+
+/* Actor i's task while it may still be read: through the handle of one the
+ * driver spawned, through its group's list of live children for a child
+ * (NULL once it has ended). */
+static ferry_task *r_task(struct seq *s, int i)
+{
+    struct ract *a = &s->r[i];
+    struct ferry__link *l;
+
+    if (a->owner < 0)
+        return a->t;
+    ferry__list_foreach(l, &s->r[a->owner].group.children) {
+        ferry_task *t = ferry__container_of(l, ferry_task, group_link);
+        if (t->arg == a)
+            return t;
+    }
+    return NULL;
+}
+
+static int r_state(struct seq *s, int i)
+{
+    ferry_task *t = r_task(s, i);
+
+    return t ? (int)ferry_task_state(t) : FERRY_TASK_DONE;
+}
+
+static bool r_live(struct seq *s, int i)
+{
+    return r_state(s, i) != FERRY_TASK_DONE;
+}
+
+static int r_live_count(struct seq *s)
+{
+    int i, n = 0;
 
     for (i = 0; i < s->na; i++)
-        if (s->r[i].t == t)
-            return i;
-    return -2;
+        n += r_live(s, i);
+    return n;
+}
+
+static bool r_sleep_waited(int id)
+{
+    struct seq *s = cur;
+    struct ract *a = &s->r[id];
+    ferry_task *t = r_task(s, id);
+    bool waited = t && t->timer.seq == a->sleep_seq0 && t->timer.key == a->sleep_until;
+
+    /* Waiting is right while the deadline is ahead; yielding only once it
+     * has passed, and a deadline an hour away never has. */
+    if (!waited && (ferry_now() < a->sleep_until || a->cmd.arg % 3 == SL_FAR))
+        failf(s, "actor %d: sleep yielded although its deadline had not passed", id);
+    if (waited && a->cmd.arg % 3 == SL_PAST)
+        failf(s, "actor %d: sleep with a deadline in the past armed a timer", id);
+    return waited;
+}
+
+/* The real side of m_cancel_target(). */
+static int r_cancel_target(struct seq *s, int sel)
+{
+    bool live[MAXA], sleeping[MAXA];
+    int parent[MAXA], i;
+
+    for (i = 0; i < s->na; i++) {
+        live[i] = r_live(s, i);
+        sleeping[i] = s->r[i].cmd.op == C_SLEEP;
+        parent[i] = s->r[i].owner;
+    }
+    return cancel_target(s->na, live, sleeping, parent, sel);
+}
+
+/* A timer's or a posted callback: run its action on the real primitives. */
+static void cb_main(void *arg)
+{
+    struct rcb *c = arg;
+    struct seq *s = c->s;
+    const struct mcb *mc;
+    int item;
+
+    if (s != cur) {
+        stray_callbacks++;          /* ran after its sequence ended */
+        return;
+    }
+    mc = &s->m.cb[c->i];
+    c->ran++;
+    if (!c->pending)
+        failf(s, "%s %d ran although it had run or was cancelled", mc->timer ? "timer" : "post",
+              c->i);
+    c->pending = false;
+    c->h = NULL;
+    c->target = -1;
+    switch (mc->act) {
+    case A_EV_SET:
+        c->rc = ferry_event_set(&s->ev);
+        break;
+    case A_EV_CLEAR:
+        c->rc = ferry_event_clear(&s->ev);
+        break;
+    case A_SEM_REL:
+        c->rc = ferry_sem_release_n(&s->sem, 1);
+        if (c->rc == 0)
+            s->sem_extra++;
+        break;
+    case A_CANCEL:
+        c->target = r_cancel_target(s, mc->sel);
+        c->rc = c->target >= 0 ? ferry_task_cancel(r_task(s, c->target)) : 0;
+        break;
+    case A_Q_PUT:
+        item = mc->val;
+        c->rc = ferry_queue_try_put(&s->q, &item);
+        if (c->rc == 0 && s->ninserted < MAXITEMS)
+            s->inserted[s->ninserted++] = item;
+        break;
+    default:
+        c->rc = 0;
+        break;
+    }
+    if (s->trace)
+        fprintf(s->trace, "    %s %d: %s -> %d\n", mc->timer ? "timer" : "post", c->i,
+                act_names[mc->act], c->rc);
 }
 
 static int qcmp(const void *a, const void *b, void *arg)
@@ -1364,6 +1885,66 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             a->holds_kl[k] = true;
         return rc;
+    case C_SLEEP: {
+        int64_t until;
+
+        switch (c->arg % 3) {
+        case SL_PAST:
+            until = 1;
+            break;
+        case SL_SHORT:
+            until = ferry_now() + FERRY_USEC(1 + (c->arg >> 2) % 4);
+            break;
+        default:
+            until = ferry_now() + FERRY_SEC(3600);
+            break;
+        }
+        a->sleep_until = until;
+        a->sleep_seq0 = s->loop->timers.seq;
+        a->in_sleep = true;
+        rc = ferry_sleep_until(until);
+        a->in_sleep = false;
+        if (rc == 0 && ferry_now() < until)
+            failf(s, "actor %d: sleep returned 0 before its deadline", (int)(a - s->r));
+        return rc;
+    }
+    case C_G_SPAWN: {
+        int id = (int)(a - s->r), cid = s->na;
+        struct ract *ch;
+
+        *val = -1;
+        if (!a->g_used || a->group.closed) {
+            rc = ferry_group_init(&a->group);
+            if (rc)
+                return rc;
+            a->g_used = true;
+        }
+        if (cid >= MAXA || r_live_count(s) >= MAXLIVE)
+            return -EAGAIN;
+        ch = &s->r[cid];
+        memset(ch, 0, sizeof *ch);
+        ch->owner = id;
+        rc = ferry_group_spawn(&a->group, actor_main, ch, &(ferry_task_opts){ .name = "child" });
+        if (rc == 0) {
+            s->na++;
+            *val = cid;
+        }
+        return rc;
+    }
+    case C_G_WAIT:
+        return ferry_group_wait(&a->group);
+    case C_G_CANCEL: {
+        int ids[MAXA], no = 0, i;
+
+        for (i = 0; i < s->na; i++)
+            if (s->r[i].g_used && r_live(s, i))
+                ids[no++] = i;
+        *val = -1;
+        if (!no)
+            return -ENOENT;
+        *val = ids[c->arg % no];
+        return ferry_group_cancel(&s->r[*val].group);
+    }
     default:
         return 0;
     }
@@ -1397,6 +1978,10 @@ static void r_cleanup(struct seq *s, struct ract *a)
             failf(s, "cleanup: sem_release(%" PRIu64 ") of held permits returned %d (value %" PRIu64 ")",
                   a->sem_held, rc, s->sem.value);
     }
+    /* No child outlives its group: wait for them (at teardown they are
+     * being cancelled and cleaned up too). */
+    if (a->g_used && !a->group.closed)
+        ferry_group_wait(&a->group);
 }
 
 static int actor_main(void *arg)
@@ -1421,6 +2006,10 @@ static int actor_main(void *arg)
         if (a->cmd.op == C_EXIT) {
             a->ended = true;
             return 0;
+        }
+        if (a->cmd.op == C_FAIL) {
+            a->ended = true;
+            return fail_status(a->cmd.arg);
         }
         if (a->cmd.op == C_CLEANUP) {
             r_cleanup(s, a);
@@ -1500,7 +2089,7 @@ static void compare(struct seq *s)
     for (i = 0; i < s->na; i++) {
         struct ract *a = &s->r[i];
         struct mact *ma = &m->a[i];
-        int rs = ferry_task_state(a->t), want;
+        int rs = r_state(s, i), want;
 
         if (a->done_n != ma->done_n) {
             failf(s, "actor %d (%s): %d commands completed, model %d (real last %d, model last %d)",
@@ -1516,6 +2105,37 @@ static void compare(struct seq *s)
                ma->st == M_WAIT ? FERRY_TASK_WAITING : FERRY_TASK_DONE;
         if (rs != want) {
             failf(s, "actor %d: task state %d, model %s", i, rs, mstate_name(ma->st));
+            return;
+        }
+        if (a->g_used != ma->g_init) {
+            failf(s, "actor %d: group initialised %d, model %d", i, a->g_used, ma->g_init);
+            return;
+        }
+        if (a->g_used && ((int)a->group.live != ma->g_live || a->group.status != ma->g_status ||
+                          a->group.failing != ma->g_failing || a->group.closed != ma->g_closed)) {
+            failf(s, "group of actor %d: live %zu status %d failing %d closed %d; "
+                  "model %d %d %d %d", i, a->group.live, a->group.status, a->group.failing,
+                  a->group.closed, ma->g_live, ma->g_status, ma->g_failing, ma->g_closed);
+            return;
+        }
+    }
+    if (s->na != m->na) {
+        failf(s, "%d actors, model %d", s->na, m->na);
+        return;
+    }
+    for (i = 0; i < m->ncb; i++) {
+        const struct rcb *c = &s->cb[i];
+        const struct mcb *mc = &m->cb[i];
+        if (c->ran != mc->ran || c->pending != mc->pending) {
+            failf(s, "%s %d (%s): ran %d times, pending %d; model %d, %d",
+                  mc->timer ? "timer" : "post", i, act_names[mc->act], c->ran, c->pending,
+                  mc->ran, mc->pending);
+            return;
+        }
+        if (c->ran && (c->rc != mc->rc || c->target != mc->target)) {
+            failf(s, "%s %d (%s) returned %d (target %d), model %d (target %d)",
+                  mc->timer ? "timer" : "post", i, act_names[mc->act], c->rc, c->target,
+                  mc->rc, mc->target);
             return;
         }
     }
@@ -1567,12 +2187,13 @@ static void invariants(struct seq *s)
 
     for (i = 0; i < s->na; i++) {
         struct ract *a = &s->r[i];
+        ferry_task *t = r_task(s, i);
         held += a->sem_held;
-        if (a->in_sem && a->t->waiter && a->t->waiter->state == FERRY__W_GRANTED)
+        if (a->in_sem && t && t->waiter && t->waiter->state == FERRY__W_GRANTED)
             granted += a->sem_cur;
         if (a->holds_l && !a->ended) {
             holders++;
-            if (s->lock.owner != a->t)
+            if (s->lock.owner != t)
                 failf(s, "lock: actor %d holds it (acquire returned 0) but the owner is actor %d",
                       i, r_id(s, s->lock.owner));
         }
@@ -1609,6 +2230,20 @@ static void invariants(struct seq *s)
                       i, s->inserted[i]);
                 break;
             }
+    /* A group counts its live children, and a closed one has none. */
+    for (i = 0; i < s->na; i++) {
+        ferry_group *g = &s->r[i].group;
+        size_t n = 0;
+        struct ferry__link *l;
+
+        if (!s->r[i].g_used)
+            continue;
+        ferry__list_foreach(l, &g->children)
+            n++;
+        if (n != g->live || (g->closed && g->live))
+            failf(s, "group of actor %d: %zu children listed, live %zu, closed %d", i, n,
+                  g->live, g->closed);
+    }
 }
 
 static bool waitq_has_waiting(struct ferry__waitq *q)
@@ -1666,16 +2301,20 @@ static void quiescent(struct seq *s)
         bool waiters = false, leader_in_fn = false;
         for (i = 0; i < s->na; i++) {
             struct ract *a = &s->r[i];
-            if (a->ended || a->cmd.op != C_FL_DO || a->cmd.arg % NKEYS != k || !a->t->waiter)
+            ferry_task *t = r_task(s, i);
+            if (!t || a->ended || a->cmd.op != C_FL_DO || a->cmd.arg % NKEYS != k || !t->waiter)
                 continue;
             if (a->fnw && a->fnw->state == FERRY__W_WAITING)
                 leader_in_fn = true;
-            else if (a->t->waiter->state == FERRY__W_WAITING && !a->parkw)
+            else if (t->waiter->state == FERRY__W_WAITING && !a->parkw)
                 waiters = true;
         }
         if (waiters && !leader_in_fn)
             failf(s, "quiescent: tasks wait for singleflight key %d but no call runs", k);
     }
+    for (i = 0; i < s->na; i++)
+        if (s->r[i].g_used && s->r[i].group.live == 0 && waitq_has_waiting(&s->r[i].group.waiters))
+            failf(s, "quiescent: the group of actor %d has no child left but its wait sleeps", i);
 }
 
 /* Yield once on both sides and compare. */
@@ -1746,6 +2385,25 @@ static bool p_far(struct seq *s, int i)
 }
 
 /*
+ * An owner that waits for its group while holding a lock can wait for
+ * ever: a child may need that lock, and a condition wait takes it back
+ * shielded from cancellation.  Such a user deadlock would only hide what
+ * the tester looks for, so a group wait becomes a release while a lock
+ * is held.
+ */
+static void guide_group_wait(struct seq *s, int id, struct cmd *c)
+{
+    const struct mact *a = &s->m.a[id];
+
+    if (s->m.lk[LK_L].owner == id) {
+        c->op = C_LOCK_REL;
+    } else if (a->nheld) {
+        c->op = C_KL_REL;
+        c->arg = a->held[0] - LK_KL0;
+    }
+}
+
+/*
  * Steer a command towards ones that do something in the actor's state (the
  * model's): a condition command or a release without holding the lock
  * mostly becomes an acquire, an acquire of a held lock becomes a condition
@@ -1796,11 +2454,27 @@ static void guide(struct seq *s, int id, struct cmd *c)
             c->op = C_Q_PUT;
         break;
     case C_EXIT:
+    case C_FAIL:
+        /* A group must be waited for before its owner ends. */
+        if (a->g_init && !a->g_closed && a->g_live > 0) {
+            c->op = C_G_WAIT;
+            guide_group_wait(s, id, c);
+            break;
+        }
         /* Ending while holding the lock breaks it for good: keep it rare. */
-        if ((holds || a->nheld) && (c->arg & 0xf0) != 0)
+        if ((holds || a->nheld) && (c->arg & 0xf0) != 0) {
             c->op = holds ? C_LOCK_REL : C_KL_REL;
-        if (c->op == C_KL_REL)
-            c->arg = a->held[0] - LK_KL0;
+            if (c->op == C_KL_REL)
+                c->arg = a->held[0] - LK_KL0;
+        }
+        break;
+    case C_G_WAIT:
+        /* Waiting for a group with no child returns at once: mostly spawn
+         * one first. */
+        if ((!a->g_init || a->g_closed || a->g_live == 0) && (c->arg & 0x30) != 0)
+            c->op = C_G_SPAWN;
+        else
+            guide_group_wait(s, id, c);
         break;
     default:
         break;
@@ -1817,6 +2491,7 @@ static void spawn(struct seq *s)
     id = s->na;
     a = &s->r[id];
     memset(a, 0, sizeof *a);
+    a->owner = -1;
     rc = ferry_task_spawn(&a->t, s->loop, actor_main, a, &(ferry_task_opts){ .name = "actor" });
     if (rc) {
         failf(s, "spawn: %d", rc);
@@ -1824,6 +2499,7 @@ static void spawn(struct seq *s)
     }
     s->na++;
     memset(&s->m.a[id], 0, sizeof s->m.a[id]);
+    s->m.a[id].gi = -1;
     s->m.na++;
     m_ready(&s->m, id);
 }
@@ -1844,9 +2520,9 @@ static void give(struct seq *s, int id, const struct cmd *c)
 
 static void expire(struct seq *s, int id)
 {
-    ferry_task *t = s->r[id].t;
+    ferry_task *t = r_task(s, id);
 
-    if (!s->r[id].scope) {
+    if (!t || !s->r[id].scope) {
         failf(s, "actor %d has no command scope (model says it does)", id);
         return;
     }
@@ -1888,21 +2564,249 @@ static void fl_finish(struct seq *s, int k, bool ok)
 static void trace_op(struct seq *s, const struct op *o, int id)
 {
     static const char *const dn[] = { "spawn", "cancel", "expire", "step", "quiesce",
-                                      "flight_finish", "cmd" };
+                                      "flight_finish", "cmd", "timer", "timer_cancel",
+                                      "post", "wait" };
     if (!s->trace)
         return;
     fprintf(s->trace, "op %3d: %s", s->opi, dn[o->kind]);
     if (o->kind == D_CMD)
-        fprintf(s->trace, " actor %d %s arg %d%s%s", id, cop_names[o->c.op], o->c.arg,
-                o->c.dl == DL_FAR ? " [deadline]" : o->c.dl == DL_PAST ? " [deadline passed]" : "",
-                o->c.op == C_Q_PUT || o->c.op == C_Q_TRYPUT ? "" : "");
+        fprintf(s->trace, " actor %d %s arg %d%s", id, cop_names[o->c.op], o->c.arg,
+                o->c.dl == DL_FAR ? " [deadline]" : o->c.dl == DL_PAST ? " [deadline passed]" : "");
     else if (o->kind == D_CANCEL || o->kind == D_EXPIRE)
         fprintf(s->trace, " actor %d", id);
     else if (o->kind == D_FL_FINISH)
         fprintf(s->trace, " key %d %s", o->arg % NKEYS, o->arg2 & 1 ? "ok" : "fail");
     else if (o->kind == D_STEP)
         fprintf(s->trace, " x%d", o->arg % 3 + 1);
+    else if (o->kind == D_TIMER)
+        fprintf(s->trace, " %d %s, %s", id, o->arg & 1 ? "in an hour" : "due", act_names[o->act]);
+    else if (o->kind == D_TCANCEL)
+        fprintf(s->trace, " %d", id);
+    else if (o->kind == D_POST)
+        fprintf(s->trace, " %d from a thread, from %s", 1 + o->arg % 3, act_names[o->act]);
     fprintf(s->trace, "\n");
+}
+
+/* ---- timers, posts from a thread, the driver's wait ------------------ */
+
+/* Add a timer or post on both sides; NULL when the sequence has its fill. */
+static struct rcb *cb_new(struct seq *s, bool timer, bool far, int act, int sel)
+{
+    struct mcb *mc;
+    struct rcb *c;
+
+    if (s->m.ncb >= MAXCB)
+        return NULL;
+    mc = &s->m.cb[s->m.ncb];
+    c = &s->cb[s->m.ncb];
+    memset(mc, 0, sizeof *mc);
+    memset(c, 0, sizeof *c);
+    mc->timer = timer;
+    mc->far = far;
+    mc->act = act;
+    mc->sel = sel;
+    mc->val = act == A_Q_PUT ? ++s->put_counter : 0;
+    mc->target = -1;
+    c->s = s;
+    c->i = s->m.ncb++;
+    c->target = -1;
+    return c;
+}
+
+/* D_TIMER: ferry_call_later(), due at the next poll (delay 0 or below) or
+ * an hour away (it never fires: it is cancelled, here or at teardown). */
+static void op_timer(struct seq *s, const struct op *o)
+{
+    bool far = o->arg & 1;
+    int64_t delay = far ? FERRY_SEC(3600) : (o->arg & 2) ? -1 : 0;
+    struct rcb *c = cb_new(s, true, far, o->act, o->sel);
+    int rc;
+
+    if (!c)
+        return;
+    trace_op(s, o, c->i);
+    rc = ferry_call_later(s->loop, delay, cb_main, c, &c->h);
+    if (rc) {
+        failf(s, "call_later: %d", rc);
+        return;
+    }
+    c->pending = true;
+    s->m.cb[c->i].pending = true;
+}
+
+/* D_TCANCEL: ferry_timer_cancel() of a timer that has not run. */
+static void op_tcancel(struct seq *s, const struct op *o)
+{
+    int ids[MAXCB], n = 0, i, rc;
+    struct rcb *c;
+
+    for (i = 0; i < s->m.ncb; i++)
+        if (s->m.cb[i].timer && s->m.cb[i].pending)
+            ids[n++] = i;
+    if (!n)
+        return;
+    c = &s->cb[ids[o->actor % n]];
+    trace_op(s, o, c->i);
+    if (!c->pending || !c->h) {
+        failf(s, "timer %d: ran or was cancelled, model says pending", c->i);
+        return;
+    }
+    rc = ferry_timer_cancel(c->h);
+    if (rc)
+        failf(s, "timer_cancel: %d", rc);
+    c->pending = false;
+    c->h = NULL;
+    s->m.cb[c->i].pending = false;
+}
+
+/*
+ * The thread that posts: one for the process.  D_POST queues its
+ * callbacks and goes on; the thread posts them while the loop runs.  The
+ * loop polls only in the driver's wait, which first waits until every
+ * queued callback has been posted (poster_flush()), so that all of them
+ * are in the inbox at that poll.
+ */
+static struct {
+    pthread_t        th;
+    bool             up;
+    pthread_mutex_t  mu;
+    pthread_cond_t   work;             /* signalled when a callback is queued */
+    pthread_cond_t   done;             /* broadcast when `posted` grows */
+    struct rcb      *q[MAXCB];         /* mu: queued, not posted yet */
+    int              qn;               /* mu */
+    unsigned long    queued, posted;   /* mu: totals */
+} poster = { .mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+             .done = PTHREAD_COND_INITIALIZER };
+
+static void *poster_main(void *arg)
+{
+    struct rcb *q[MAXCB];
+    int n, k;
+
+    (void)arg;
+    pthread_mutex_lock(&poster.mu);
+    for (;;) {
+        while (!poster.qn)
+            pthread_cond_wait(&poster.work, &poster.mu);
+        n = poster.qn;
+        memcpy(q, poster.q, sizeof(q[0]) * (size_t)n);
+        poster.qn = 0;
+        pthread_mutex_unlock(&poster.mu);
+        for (k = 0; k < n; k++)
+            q[k]->post_rc = ferry_loop_call_soon_threadsafe(q[k]->s->loop, cb_main, q[k]);
+        pthread_mutex_lock(&poster.mu);
+        poster.posted += (unsigned long)n;
+        pthread_cond_broadcast(&poster.done);
+    }
+    return NULL;
+}
+
+/* Wait until every queued callback has been posted; check what
+ * ferry_loop_call_soon_threadsafe() returned for those of `s`. */
+static void poster_flush(struct seq *s)
+{
+    int i;
+
+    if (!poster.up)
+        return;
+    pthread_mutex_lock(&poster.mu);
+    while (poster.posted != poster.queued)
+        pthread_cond_wait(&poster.done, &poster.mu);
+    pthread_mutex_unlock(&poster.mu);
+    for (i = 0; s && i < s->m.ncb; i++)
+        if (s->cb[i].post_rc) {
+            failf(s, "post %d: call_soon_threadsafe returned %d", i, s->cb[i].post_rc);
+            s->cb[i].post_rc = 0;
+        }
+}
+
+/* D_POST: 1 to 3 callbacks posted from another thread.  They run at the
+ * loop's next poll, in the driver's next wait. */
+static void op_post(struct seq *s, const struct op *o)
+{
+    int n = 1 + o->arg % 3, k;
+
+    if (!poster.up) {
+        if (pthread_create(&poster.th, NULL, poster_main, NULL)) {
+            failf(s, "cannot start the posting thread");
+            return;
+        }
+        pthread_detach(poster.th);
+        poster.up = true;
+    }
+    trace_op(s, o, -1);
+    for (k = 0; k < n; k++) {
+        struct rcb *c = cb_new(s, false, false, (o->act + k) % NACT, o->sel + 7 * k);
+        if (!c)
+            break;
+        c->pending = true;
+        s->m.cb[c->i].pending = true;
+        pthread_mutex_lock(&poster.mu);
+        poster.q[poster.qn++] = c;
+        poster.queued++;
+        pthread_cond_signal(&poster.work);
+        pthread_mutex_unlock(&poster.mu);
+    }
+}
+
+/* Anything the driver's wait is for: a post or a due timer not run, an
+ * actor inside a short sleep (real side). */
+static bool r_wait_pending(struct seq *s, int64_t *until)
+{
+    bool any = false;
+    int i;
+
+    *until = 0;
+    for (i = 0; i < s->m.ncb; i++)
+        if (s->cb[i].pending && !s->m.cb[i].far)
+            any = true;
+    for (i = 0; i < s->na; i++)
+        if (s->r[i].in_sleep && s->r[i].cmd.arg % 3 == SL_SHORT) {
+            any = true;
+            if (s->r[i].sleep_until > *until)
+                *until = s->r[i].sleep_until;
+        }
+    return any;
+}
+
+/*
+ * D_WAIT: the driver sleeps, so the loop runs what is ready and then
+ * polls: posted callbacks run, due timers fire, short sleeps end.  It
+ * sleeps until the latest short sleep's deadline, again while anything is
+ * left (a sleep whose deadline has passed only yields, without a poll),
+ * and gives up after 10 s of it: a callback that never runs is a failure,
+ * not a hang.  Then what they woke runs to the end.  See m_wait().
+ */
+static void op_wait(struct seq *s, const struct op *o)
+{
+    int64_t give_up = ferry_now() + FERRY_SEC(10), until, margin = FERRY_USEC(1);
+    bool first = true;
+
+    trace_op(s, o, -1);
+    poster_flush(s);
+    for (;;) {
+        bool left = r_wait_pending(s, &until);
+
+        if (!left && !first)
+            break;
+        first = false;
+        if (ferry_now() > give_up) {
+            s->stuck = true;
+            failf(s, "wait: a post, a due timer or a short sleep did not end in 10 s");
+            return;
+        }
+        /* A deadline that has passed by the time ferry_sleep_until() looks
+         * makes it yield without a poll (under valgrind a microsecond
+         * does): the margin doubles until the loop polls. */
+        if (until < ferry_now() + margin)
+            until = ferry_now() + margin;
+        if (margin < FERRY_MSEC(1))
+            margin *= 2;
+        ferry_sleep_until(until);
+    }
+    while (!runq_empty(s->loop))
+        ferry_yield();
+    m_wait(&s->m);
 }
 
 static void run_op(struct seq *s, const struct op *o)
@@ -1931,10 +2835,12 @@ static void run_op(struct seq *s, const struct op *o)
         if (id < 0)
             break;
         trace_op(s, o, id);
-        if (id >= 0) {
-            ferry_task_cancel(s->r[id].t);
-            m_cancel(&s->m, id);
+        if (!r_task(s, id)) {
+            failf(s, "actor %d has ended (model says it is live)", id);
+            break;
         }
+        ferry_task_cancel(r_task(s, id));
+        m_cancel(&s->m, id);
         break;
     case D_EXPIRE:
         id = pick(s, o->actor, p_far);
@@ -1956,6 +2862,18 @@ static void run_op(struct seq *s, const struct op *o)
         trace_op(s, o, -1);
         fl_finish(s, o->arg % NKEYS, o->arg2 & 1);
         break;
+    case D_TIMER:
+        op_timer(s, o);
+        break;
+    case D_TCANCEL:
+        op_tcancel(s, o);
+        break;
+    case D_POST:
+        op_post(s, o);
+        break;
+    case D_WAIT:
+        op_wait(s, o);
+        break;
     case D_CMD:
         /* Cancellation is level-triggered, so a cancelled actor can only
          * fail from now on: mostly retire it and bring in a fresh one. */
@@ -1966,7 +2884,14 @@ static void run_op(struct seq *s, const struct op *o)
             break;
         c = o->c;
         if (s->m.a[id].cancelled && (o->actor & 0x60) != 0) {
+            const struct mact *ma = &s->m.a[id];
+            /* Its group first: the wait, interrupted at once, cancels
+             * the children and still waits for them. */
             c.op = C_CLEANUP;
+            if (ma->g_init && !ma->g_closed && ma->g_live > 0) {
+                c.op = C_G_WAIT;
+                guide_group_wait(s, id, &c);
+            }
             trace_op(s, &(struct op){ .kind = D_CMD, .c = c }, id);
             give(s, id, &c);
             if (s->na < MAXA)
@@ -1994,16 +2919,25 @@ static void teardown(struct seq *s)
     struct cmd c = { .op = C_CLEANUP };
 
     s->opi = -1;
+    /* Timers that have not run never will: an hour away, or made after
+     * the last wait.  (Posts all ran in the last wait.) */
+    for (i = 0; i < s->m.ncb; i++)
+        if (s->cb[i].pending && s->cb[i].h) {
+            if ((rc = ferry_timer_cancel(s->cb[i].h)))
+                failf(s, "teardown: timer_cancel %d", rc);
+            s->cb[i].pending = false;
+            s->cb[i].h = NULL;
+        }
     for (i = 0; i < s->na; i++)
-        if (!s->r[i].ended)
-            ferry_task_cancel(s->r[i].t);
+        if (!s->r[i].ended && r_task(s, i))
+            ferry_task_cancel(r_task(s, i));
     for (round = 0; round < 50; round++) {
         bool live = false;
         while (!runq_empty(s->loop))
             ferry_yield();
         for (i = 0; i < s->na; i++) {
             struct ract *a = &s->r[i];
-            if (ferry_task_state(a->t) == FERRY_TASK_DONE)
+            if (!r_live(s, i))
                 continue;
             live = true;
             if (a->parkw) {
@@ -2015,15 +2949,22 @@ static void teardown(struct seq *s)
             break;
     }
     for (i = 0; i < s->na; i++) {
+        struct ract *a = &s->r[i];
+        ferry_task *t = r_task(s, i);
         int st;
-        if (ferry_task_try_join(s->r[i].t, &st) != 0) {
-            struct ract *a = &s->r[i];
+
+        /* A child of a group has no handle: it has ended once its group
+         * no longer lists it. */
+        if (a->owner < 0 ? ferry_task_try_join(a->t, &st) != 0 : t != NULL) {
             failf(s, "teardown: actor %d never ended (%s, waits on %s)", i,
                   cop_names[a->cmd.op],
-                  a->t->waiter && a->t->waiter->what ? a->t->waiter->what : "?");
+                  t && t->waiter && t->waiter->what ? t->waiter->what : "?");
             return;   /* cannot free its primitives safely */
         }
     }
+    for (i = 0; i < s->m.ncb; i++)
+        if (s->cb[i].pending)
+            failf(s, "teardown: %s %d never ran", s->m.cb[i].timer ? "timer" : "post", i);
     {
         uint64_t held = 0;
         for (i = 0; i < s->na; i++)
@@ -2057,35 +2998,82 @@ struct drive_arg {
     size_t         len;
 };
 
+/* FERRY_MODEL_SELFTEST=stuck: a task that never ends, not even when
+ * cancelled, as a bug that breaks a sequence can leave; it checks that
+ * the runner never runs or frees such a loop again. */
+static int stuck_main(void *arg)
+{
+    struct ferry__waiter w;
+    ferry_scope shield;
+
+    (void)arg;
+    ferry_scope_enter(&shield, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+    ferry__waiter_init(&w, ferry_task_current(), "self-test", NULL);
+    ferry__wait(NULL, &w, FERRY_NEVER);
+    ferry_scope_exit(&shield);
+    return 0;
+}
+
 static int driver_main(void *arg)
 {
     struct drive_arg *d = arg;
     struct seq *s = d->s;
     size_t pos = MODEL_HDR_BYTES;
+    int64_t until;
     struct op o;
 
+    if (getenv("FERRY_MODEL_SELFTEST") && !strcmp(getenv("FERRY_MODEL_SELFTEST"), "stuck")) {
+        ferry_task_spawn(NULL, s->loop, stuck_main, NULL, NULL);
+        failf(s, "self-test: a task that never ends");
+    }
     spawn(s);
     spawn(s);
     for (s->opi = 0; !s->failed && s->opi < MODEL_MAX_OPS &&
                      pos + MODEL_OP_BYTES <= d->len; s->opi++, pos += MODEL_OP_BYTES) {
-        decode_op(d->bytes + pos, &o);
+        decode_op(s->fmt, d->bytes + pos, &o);
         run_op(s, &o);
         s->rep->ops_run++;
     }
+    /* Posts and due timers still to run, short sleeps to end: one more
+     * wait, checked like any other. */
+    if (!s->failed && r_wait_pending(s, &until)) {
+        o = (struct op){ .kind = D_WAIT };
+        op_wait(s, &o);
+        if (!s->failed) {
+            compare(s);
+            invariants(s);
+        }
+    }
     if (!s->failed)
         quiesce(s);
-    if (!s->failed)
-        teardown(s);
-    else
-        teardown(s);   /* best effort, so the loop can go on */
+    /* Best effort after a failure: the caller puts a failed loop aside. */
+    teardown(s);
+    /* Return from ferry_loop_run() even if some task never ends. */
+    ferry_loop_stop(s->loop);
     return 0;
 }
 
+/*
+ * The model's loop polls I/O and timers only when nothing is ready (an
+ * io_interval no sequence reaches), that is only while the driver waits
+ * (D_WAIT): what a poll brings (posts, due timers, short sleeps) then
+ * arrives at a point the model knows.  The blocked-loop detector is off,
+ * so tasks hand the CPU to each other as in production.
+ */
 int model_loop_new(ferry_loop **out)
 {
-    ferry_loop_opts o = { .stack_size = 32 * 1024, .stack_cache = 64 };
+    ferry_loop_opts o = { .stack_size = 32 * 1024, .stack_cache = 64,
+                          .io_interval = 1u << 30 };
+    int rc = ferry_loop_new(out, &o);
 
-    return ferry_loop_new(out, &o);
+    if (rc == 0)
+        ferry_loop_set_slow_threshold(*out, 0);
+    return rc;
+}
+
+unsigned long model_stray_callbacks(void)
+{
+    return stray_callbacks;
 }
 
 int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
@@ -2102,11 +3090,12 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
     s.trace = trace;
     s.rep = rep;
     s.opi = -1;
+    s.fmt = len && bytes[0] == MODEL_FMT_V1 ? MODEL_FMT_V1 : MODEL_FMT_V2;
     if (len >= MODEL_HDR_BYTES) {
-        s.cfg.sem_bounded = (bytes[0] >> 2) & 1;
-        s.cfg.sem_v0 = s.cfg.sem_bounded ? 1 + bytes[0] % 3 : bytes[0] % 4;
-        s.cfg.qkind = bytes[1] % 3;
-        s.cfg.qcap = (bytes[1] >> 2) % 4;
+        s.cfg.sem_bounded = (bytes[1] >> 2) & 1;
+        s.cfg.sem_v0 = s.cfg.sem_bounded ? 1 + bytes[1] % 3 : bytes[1] % 4;
+        s.cfg.qkind = bytes[2] % 3;
+        s.cfg.qcap = (bytes[2] >> 2) % 4;
     }
     s.m.cfg = s.cfg;
     s.m.sem_value = s.cfg.sem_v0;
@@ -2123,8 +3112,8 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
     ferry_flight_init(&s.fl);
     ferry_keylock_init(&s.kl);
     if (trace)
-        fprintf(trace, "sequence: semaphore %" PRIu64 "%s, queue %s capacity %zu\n",
-                s.cfg.sem_v0, s.cfg.sem_bounded ? " bounded" : "",
+        fprintf(trace, "sequence (format %d): semaphore %" PRIu64 "%s, queue %s capacity %zu\n",
+                s.fmt, s.cfg.sem_v0, s.cfg.sem_bounded ? " bounded" : "",
                 s.cfg.qkind == 0 ? "fifo" : s.cfg.qkind == 1 ? "lifo" : "priority", s.cfg.qcap);
     cur = &s;
     rc = ferry_task_spawn(&drv, loop, driver_main, &d, &(ferry_task_opts){ .name = "driver" });
@@ -2132,9 +3121,14 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
         failf(&s, "spawn driver: %d", rc);
         return 1;
     }
+    /* The driver stops the loop when it ends, even with tasks stuck. */
     while (ferry_task_try_join(drv, &st) == -EAGAIN)
         ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    /* The posting thread holds no callback of this sequence after this:
+     * the next one reuses the memory. */
+    poster_flush(NULL);
     cur = NULL;
+    rep->stuck = s.stuck;
     return rep->failed ? 1 : 0;
 }
 
@@ -2161,7 +3155,10 @@ size_t model_seed_bytes(uint64_t seed, uint8_t *buf, size_t cap)
 
     if (n > cap)
         n = cap;
-    for (i = 0; i < n; i += 8) {
+    if (n == 0)
+        return 0;
+    buf[0] = MODEL_FMT_V2;
+    for (i = 1; i < n; i += 8) {
         uint64_t r = splitmix(&x);
         size_t j;
         for (j = 0; j < 8 && i + j < n; j++)

@@ -1,5 +1,5 @@
-/* model_offload.c - the model-based tester's offload mode (issue 6:
- * "to_thread incl. cancel and abandon"): ferry-model --offload.
+/* model_offload.c - the model-based tester's offload mode (to_thread and
+ * to_thread_abandon with cancellation): ferry-model --offload.
  *
  * A sequence runs on a real loop and a small real pool (1 to 3 threads)
  * and, step by step, on a sequential reference model of that pool written
@@ -13,7 +13,8 @@
  * until the driver releases it, so the driver decides which jobs are
  * running, which are queued and when each ends.  After each operation the
  * driver waits until the real side has settled (it polls with a 10 s
- * watchdog, never a timing assertion) and compares:
+ * watchdog, never a timing assertion; what does not settle stops the run,
+ * since a task or a pool thread may then wait for good) and compares:
  *   - which jobs have started, which waiting tasks have returned and with
  *     what code, how many times each cleanup ran and with what status;
  *   - the pool's stats: queued, running, abandoned, completed, cancelled;
@@ -22,8 +23,8 @@
  * end every job either ran exactly once or never ran and its waiter got
  * -ECANCELED.
  *
- * Operations (6 bytes each, as model.h; the header's first byte gives the
- * pool size): submit (to_thread or to_thread_abandon, a status), release a
+ * Operations (6 bytes each, as model.h; header byte 1 gives the pool
+ * size): submit (to_thread or to_thread_abandon, a status), release a
  * running job, cancel a waiting task, let the loop turn.
  */
 #include <errno.h>
@@ -32,6 +33,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ferry/ferry.h"
@@ -80,9 +82,16 @@ struct oseq {
     model_report *rep;
     int          opi;
     bool         failed;
+    bool         stuck;        /* something did not settle */
+    bool         selftest;     /* FERRY_MODEL_SELFTEST=stuck: one job is never let go */
 };
 
 static struct oseq *ocur;
+static unsigned n_release_seq;   /* releases in this sequence (the self-test) */
+/* Pools of stuck sequences: never freed (a thread may be blocked in them
+ * for good), kept reachable. */
+static ferry_pool *stuck_pools[8];
+static unsigned nstuck_pools;
 /* What the sequences exercised (printed by ferry-model --offload). */
 static unsigned long n_submit[2], n_release, n_cancel_queued, n_cancel_running[2];
 static atomic_int inflight, max_inflight;
@@ -256,16 +265,21 @@ static bool differs(struct oseq *s, char *why, size_t n)
 }
 
 /* Wait until the real side matches the model (a watchdog, not a timing
- * check), then check the values and the invariants. */
+ * check), then check the values and the invariants.  What does not settle
+ * in 10 s may never: a task or a pool thread may wait for good, so the
+ * sequence is marked stuck and the run stops there (ferry-model). */
 static void settle(struct oseq *s)
 {
     int64_t give_up = ferry_now() + FERRY_SEC(10);
     char why[256];
     int i;
 
+    if (s->stuck)
+        return;
     while (differs(s, why, sizeof why)) {
         if (ferry_now() > give_up) {
             ofail(s, "did not settle: %s", why);
+            s->stuck = true;
             return;
         }
         ferry_sleep(FERRY_USEC(20));
@@ -330,7 +344,11 @@ static void op_release(struct oseq *s, int id)
         fprintf(s->trace, "op %d: release job %d\n", s->opi, id);
     s->j[id].released = true;
     n_release++;
-    sem_post(&s->j[id].go);
+    /* The self-test of the stop: the first job released is not let go. */
+    if (s->selftest && n_release_seq++ == 0)
+        ;
+    else
+        sem_post(&s->j[id].go);
     m_release(s, id);
 }
 
@@ -354,6 +372,15 @@ static void teardown(struct oseq *s)
     int i;
 
     s->opi = -1;
+    if (s->stuck) {
+        /* Let every job go, but wait for no task: one may never end. */
+        for (i = 0; i < s->nj; i++)
+            if (!s->j[i].released) {
+                sem_post(&s->j[i].go);
+                s->j[i].released = true;
+            }
+        return;
+    }
     while (!s->failed) {
         int id = pick(s, 0, p_running);
         if (id < 0)
@@ -427,6 +454,8 @@ static int offload_driver(void *arg)
         s->opi++;
     }
     teardown(s);
+    /* Return from ferry_loop_run() even if some task never ends. */
+    ferry_loop_stop(s->loop);
     return 0;
 }
 
@@ -444,7 +473,10 @@ int model_offload_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len
     s->loop = loop;
     s->trace = trace;
     s->rep = rep;
-    s->threads = 1 + (len ? bytes[0] % 3 : 0);
+    s->threads = 1 + (len > 1 ? bytes[1] % 3 : 0);
+    s->selftest = getenv("FERRY_MODEL_SELFTEST") &&
+                  !strcmp(getenv("FERRY_MODEL_SELFTEST"), "stuck");
+    n_release_seq = 0;
     atomic_store(&inflight, 0);
     atomic_store(&max_inflight, 0);
     for (i = 0; i < MAXJ; i++)
@@ -465,6 +497,14 @@ int model_offload_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len
             ofail(s, "the driver did not finish");
     } else {
         ofail(s, "cannot spawn the driver: %d", rc);
+    }
+    rep->stuck = s->stuck;
+    if (s->stuck && nstuck_pools < sizeof stuck_pools / sizeof stuck_pools[0]) {
+        /* A pool thread may wait in a job for good: neither free the pool
+         * (that joins its threads) nor destroy the semaphores. */
+        stuck_pools[nstuck_pools++] = s->pool;
+        ocur = NULL;
+        return 1;
     }
     ferry_pool_free(s->pool);
     for (i = 0; i < MAXJ; i++)
