@@ -52,13 +52,9 @@
 
 /* libevent's allocations go through the fault hook too, so that a test can
  * fail them (as tests/fault_sites.c does). */
-static void *ev_malloc(size_t n) { return ferry__malloc(n); }
-static void *ev_realloc(void *p, size_t n) { return ferry__realloc(p, n); }
-static void ev_free(void *p) { ferry__free(p); }
-
 __attribute__((constructor)) static void route_libevent(void)
 {
-    event_set_mem_functions(ev_malloc, ev_realloc, ev_free);
+    tu_libevent_fault_hook();
 }
 
 /* ---- helpers ----------------------------------------------------------- */

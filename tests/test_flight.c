@@ -158,6 +158,7 @@ T(flight, leader_error_reaches_every_waiter)
     cr_assert_eq(g_calls, 10);
     cr_assert_eq(g_callers[13].rc, 0);
     cr_assert_eq(g_callers[13].out, 21);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int handover_main(void *arg)
@@ -199,6 +200,7 @@ T(flight, leader_cancellation_hands_over_to_a_waiter)
     cr_assert_eq(g_callers[2].out, 35);
     cr_assert_eq(g_calls, 2);
     cr_assert_eq(ferry_flight_count(&g_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 /* The leader, once its fn was cancelled, cancels the waiter it handed the
@@ -244,6 +246,7 @@ T(flight, lead_handed_to_a_cancelled_waiter_passes_on)
     cr_assert_eq(g_callers[2].out, 28);
     cr_assert_eq(g_calls, 2, "the cancelled second leader must not have run fn");
     cr_assert_eq(ferry_flight_count(&g_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int lone_leader_cancel_main(void *arg)
@@ -309,6 +312,7 @@ T(flight, waiter_leaving_does_not_stop_the_call)
     cr_assert_eq(g_callers[0].rc, 0);
     cr_assert_eq(g_callers[0].out, 21);
     cr_assert_eq(g_calls, 1);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int leader_deadline_main(void *arg)
@@ -336,6 +340,7 @@ T(flight, leader_deadline_hands_over)
     cr_assert_eq(g_callers[1].rc, 0);
     cr_assert_eq(g_callers[1].out, 14);
     cr_assert_eq(g_calls, 2);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int g_inner_rc;
@@ -564,6 +569,7 @@ T(keylock, handoff_survives_cancelled_waiters_and_frees_the_key)
     cr_assert_eq(g_norder, 2);
     cr_assert_eq(g_order[0], 2);
     cr_assert_eq(g_order[1], 4);
+    cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
 }
 
 static int kl_die_holding(void *arg)
@@ -688,6 +694,7 @@ T(keylock, per_key_cache_fetches_once_per_key)
     for (int i = 0; i < 3; i++)
         cr_assert_eq(g_cache[i], 100 + i);
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);
+    cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
 }
 
 /* ---- Wrong thread, wrong loop --------------------------------------- */

@@ -430,14 +430,16 @@ T(dump_lists_live_tasks_with_state)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
+    ferry_task *t;
 
-    ferry_task_spawn(NULL, tu_loop, dump_sleeper, NULL, &(ferry_task_opts){ .name = "napper" });
+    ferry_task_spawn(&t, tu_loop, dump_sleeper, NULL, &(ferry_task_opts){ .name = "napper" });
     ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
     cr_assert_eq(ferry_loop_dump(tu_loop, f), 1);
     fclose(f);
     cr_assert(strstr(buf, "napper") && strstr(buf, "waiting") && strstr(buf, "sleep"),
               "dump was: %s", buf);
     free(buf);
+    cr_assert_eq(tu_cancel_join(t), -ECANCELED);
 }
 
 /* ---- blocked-loop detector ---------------------------------------- */

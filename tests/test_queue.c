@@ -451,6 +451,7 @@ T(put_cancelled_queued_or_after_grant_inserts_nothing)
     cr_assert_eq(r[0], 1);
     cr_assert_eq(r[1], 103, "only the third putter's item may be in the queue");
     cr_assert_eq(r[2], -EAGAIN);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 static int cancelled_uncontended_main(void *arg)
@@ -476,6 +477,7 @@ T(uncontended_get_put_join_are_cancellation_points)
     cr_assert_eq(r[1], -ECANCELED);
     cr_assert_eq(r[2], 1);
     cr_assert_eq(r[3], -ECANCELED);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 static int deadline_getter(void *arg)
@@ -524,6 +526,7 @@ T(deadline_expires_in_get_and_put)
     cr_assert_eq(g_rc[1], -ETIMEDOUT);
     cr_assert_eq(r[0], 1);
     cr_assert_eq(r[1], 1);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 /*
@@ -690,6 +693,7 @@ T(task_done_and_join)
     cr_assert_eq(r[3], 0);
     cr_assert_eq(g_rc[1], 0);
     cr_assert_eq(r[4], -EINVAL);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 /* ---- Shutdown ------------------------------------------------------- */
