@@ -1,19 +1,24 @@
-/* selftest.c - checks the Criterion shim against the behaviour the ferry
+/* selftest.c - checks the test runners against the behaviour the ferry
  * tests rely on.  It compiles against real Criterion and against the shim;
  * check.sh runs it and compares each test's outcome with its suite name:
  * suite "pass" must pass, "fail" must fail, "skip" must be skipped.
  * Suites "shimonly" and "sanitizer" hold cases where Criterion is known to
- * get it wrong (TESTING.md) and that only the shim is held to: a failing
- * .fini, a leak reported at exit, a data race under TSan.
+ * get it wrong and that only the shim is held to: an assertion failing in
+ * .fini (Criterion has decided the verdict by then), a leak reported at
+ * exit, a data race under TSan.  The "teardown" tests break the rules of
+ * ferry's shared teardown (tests/testutil.c) and must fail under both.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <errno.h>
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "testutil.h"
 
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
@@ -204,9 +209,74 @@ Test(skip, disabled, .disabled = true)
     cr_assert_fail("not run");
 }
 
-/* Criterion ignores an assertion that fails in .fini (TESTING.md gap 3). */
+/* Criterion ignores an assertion that fails in .fini. */
 Test(shimonly, fini_fails, .init = setup, .fini = failing_teardown)
 {
+}
+
+/* ---- ferry's shared teardown (tests/testutil.c) -------------------------
+ * Each test below breaks one rule of the teardown and must fail under
+ * both runners, although the teardown's checks cannot run from .fini
+ * under Criterion. */
+
+static void nop_cb(void *arg)
+{
+    (void)arg;
+}
+
+static int sleeper(void *arg)
+{
+    (void)arg;
+    return ferry_sleep(FERRY_SEC(3600));
+}
+
+Test(pass, teardown_of_a_clean_test, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    ferry_chan *ch;
+    ferry_task *t;
+
+    cr_assert_eq(ferry_chan_new(&ch, 4), 0);
+    ferry_chan_free(ch);
+    cr_assert_eq(ferry_call_soon(tu_loop, nop_cb, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, sleeper, NULL, NULL), 0);
+    ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    cr_assert_eq(tu_cancel_join(t), -ECANCELED);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* A channel made and never freed: one allocation of ferry's leaks. */
+Test(fail, teardown_finds_a_leaked_allocation, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    ferry_chan *ch;
+
+    cr_assert_eq(ferry_chan_new(&ch, 4), 0);
+}
+
+Test(fail, teardown_finds_a_live_task, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    cr_assert_eq(ferry_task_spawn(NULL, tu_loop, sleeper, NULL, NULL), 0);
+    ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+}
+
+Test(fail, teardown_finds_a_callback_not_run, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    cr_assert_eq(ferry_call_soon(tu_loop, nop_cb, NULL), 0);
+}
+
+Test(fail, teardown_finds_a_timer_not_fired, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    cr_assert_eq(ferry_call_later(tu_loop, FERRY_SEC(3600), nop_cb, NULL, NULL), 0);
+}
+
+/* tu_leaks() counts ferry's allocations in every build, not only under
+ * LeakSanitizer. */
+Test(fail, tu_leaks_counts_ferry_allocations, .init = tu_loop_setup, .fini = tu_loop_teardown)
+{
+    ferry_chan *ch;
+
+    cr_assert_eq(ferry_chan_new(&ch, 4), 0);
+    cr_expect_eq(tu_leaks(), 0);
+    ferry_chan_free(ch);
 }
 
 #ifdef SELFTEST_ASAN
