@@ -368,8 +368,9 @@ static void sweep_disarm(void)
 }
 
 /* The end of one run: give back what it made, then every allocation made
- * since `base` (the start of the sweep) must have been freed. */
-static void end_run(const struct sweep *sw, int rc, long base, const char *what)
+ * since *base (the start of the sweep) must have been freed.  After a
+ * leak *base moves, so that each run is charged with its own. */
+static void end_run(const struct sweep *sw, int rc, long *base, const char *what)
 {
     long d;
 
@@ -378,10 +379,12 @@ static void end_run(const struct sweep *sw, int rc, long base, const char *what)
         sw->teardown();
     /* Completions posted to tu_loop (a pool's last reference) run now. */
     ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT);
-    d = tu_alloc_settle(base);
-    if (d)
+    d = tu_alloc_settle(*base);
+    if (d) {
         FAILF("%s: %s: %ld allocations %s", sw->name, what, d < 0 ? -d : d,
               d > 0 ? "leaked" : "freed more than made");
+        *base += d;
+    }
 }
 
 static void run_sweep(const struct sweep *sw)
@@ -465,7 +468,7 @@ static void run_sweep(const struct sweep *sw)
                 FAILF("%s: returned %d with no failure injected", sw->name, rc);
             snprintf(what, sizeof what, "failing point %lu (%s)", i,
                      mode ? "persistent" : "transient");
-            end_run(sw, rc, base, what);
+            end_run(sw, rc, &base, what);
         }
     }
     sweeps_run++;
