@@ -796,6 +796,7 @@ Test(pool, submit_from_a_thread_completes_on_the_loop_and_a_failing_callback_sto
     /* Nothing else keeps the loop running: the reservations do. */
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     log_capture_stop();
+    cr_assert_eq(atomic_load(&sub_fn_ran), 100);
     cr_assert_eq(sub_done_ran, 100);
     cr_assert_eq(sub_done_sum, 100 * 101 / 2);
     cr_assert(!sub_done_off_loop);
@@ -881,7 +882,8 @@ static int reentry_inner(void *arg)
 static int reentry_job(void *arg)
 {
     int st = 0;
-    int rc = ferry_loop_run_task_sync(tu_loop, reentry_inner, arg, FERRY_SEC(20), &st);
+    /* Well inside the test's timeout: a hang fails here, not by a kill. */
+    int rc = ferry_loop_run_task_sync(tu_loop, reentry_inner, arg, tu_ms(5000), &st);
     return rc ? rc : st;
 }
 

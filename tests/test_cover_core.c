@@ -1433,6 +1433,8 @@ TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
         cr_assert(trim_resident[1], "a cached stack lost its pages");
     }
     cr_assert_eq(trim_slabs[3], 2, "%zu", trim_slabs[3]);
+    /* The 100 stacks just used are all free again; none trimmed yet. */
+    cr_assert_eq(trim_nfree[3], 100, "%zu", trim_nfree[3]);
     cr_assert_eq(l->mprotect_live, 0);
     ferry_loop_free(l);
     cr_assert_eq(tu_leaks(), 0);

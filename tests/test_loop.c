@@ -59,7 +59,8 @@ T(call_later_fires_in_deadline_order_and_cancel_prevents_it)
     cr_assert_eq(order[0], 1);
     cr_assert_eq(order[1], 4);
     cr_assert_eq(order[2], 3);
-    cr_assert_geq(ferry_now() - t0, tu_ms(30) / (int64_t)1 >= FERRY_MSEC(30) ? FERRY_MSEC(30) : 0);
+    /* A timer never fires before its delay: the last one waited all of it. */
+    cr_assert_geq(ferry_now() - t0, tu_ms(30));
     cr_assert_eq(ferry_timer_cancel(NULL), -EINVAL);
 }
 
