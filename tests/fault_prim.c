@@ -28,7 +28,6 @@ static ferry_keylock g_kl;
 static int g_calls;
 static int g_bad;             /* inconsistencies seen inside tasks */
 static char g_first_bad[160]; /* the first of them */
-static int g_enomem;          /* -ENOMEM results seen */
 
 #define CHECK(cond) do {                                                        \
         if (!(cond) && !g_bad++)                                                \
