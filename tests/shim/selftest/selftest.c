@@ -284,8 +284,8 @@ Test(fail, tu_leaks_counts_ferry_allocations, .init = tu_loop_setup, .fini = tu_
  * Leak on purpose, so that a leak checker must find it.  LeakSanitizer and
  * valgrind scan memory and registers conservatively: a stale copy of the
  * only pointer to a block (in a register, or a dead slot of the stack) makes
- * the block look reachable, and the check then passes (one run in 200 did,
- * on a loaded machine).  So the blocks are made by a function of its own
+ * the block look reachable, and the check then passes (rarely, and more
+ * often on a loaded machine).  So the blocks are made by a function of its own
  * that keeps no pointer to them (each is stored complemented, which no scan
  * takes for a pointer), there are many of them (a stale copy can hide one
  * block, not all), and the stack that function used is overwritten before
