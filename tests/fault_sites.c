@@ -14,9 +14,9 @@
  *
  * A call that succeeds although a failure was injected has absorbed it.
  * That is allowed only where the design says so, named per operation: a
- * fault point's site name ("eventfd write", "fork mark") or a function on
- * the failing allocation's call path that handles the failure
- * ("schedule_step").  Each absorbed failure must match one of them.
+ * fault point's site name ("eventfd write", "fork mark") or the function
+ * that made the failing allocation ("resize": a hash table that cannot
+ * shrink keeps its array).  Each absorbed failure must match one of them.
  *
  * Sites: the link wraps ferry__malloc/calloc/realloc/fault_point
  * (tests/reliability/CMakeLists.txt adds -Wl,--wrap=...), so each injected
@@ -140,29 +140,54 @@ static const char *describe(void *addr)
     return out;
 }
 
-/* The functions on an injection's call path above the wrapper, innermost
- * first, with the functions inlined at each step: "f g h ...". */
-static const char *call_path(const struct injection *in)
+/*
+ * The functions of an injection's call path, innermost first: `path`, those
+ * above the wrapper here, and `site`, those of the call site (the frame just
+ * above the wrapper, with the functions inlined at it), which is what an
+ * absorbed failure is matched against; both space-separated.  Returns the
+ * index of the call site's frame in in->bt (a sanitizer may add frames of
+ * its own below the wrapper), or -1.
+ */
+static int call_path(const struct injection *in, char *site, size_t site_len,
+                     char *path, size_t path_len)
 {
-    static char out[1024];
-    char cmd[4400], line[512];
-    size_t len = 0, olen = 0;
+    char cmd[4400], line[512], names[INJ_BT][256];
+    size_t len, plen = 0;
+    int frame = -1, site_frame = -1;
     FILE *p;
 
-    out[0] = 0;
-    len = (size_t)snprintf(cmd, sizeof cmd, "addr2line -f -i -e '%s'", self_exe());
-    for (int i = 1; i < in->nbt && len < sizeof cmd - 32; i++)
+    site[0] = path[0] = 0;
+    memset(names, 0, sizeof names);
+    len = (size_t)snprintf(cmd, sizeof cmd, "addr2line -a -f -i -e '%s'", self_exe());
+    for (int i = 0; i < in->nbt && len < sizeof cmd - 32; i++)
         len += (size_t)snprintf(cmd + len, sizeof cmd - len, " %#lx", code_addr(in->bt[i]));
     if (!(p = popen(cmd, "r")))
-        return out;
-    /* Function names and file:line alternate; keep the names. */
+        return -1;
+    /* Per address: a line "0x...", then function names and file:line
+     * alternating, one pair per inlined function. */
     for (int k = 0; fgets(line, sizeof line, p); k++) {
+        size_t n;
+
         line[strcspn(line, "\n")] = 0;
-        if (k % 2 == 0 && olen < sizeof out - 2)
-            olen += (size_t)snprintf(out + olen, sizeof out - olen, "%s%s", olen ? " " : "", line);
+        if (strncmp(line, "0x", 2) == 0) {
+            frame++;
+            k = -1;
+            continue;
+        }
+        if (k % 2 != 0 || frame < 0 || frame >= INJ_BT)
+            continue;
+        n = strlen(names[frame]);
+        snprintf(names[frame] + n, sizeof names[frame] - n, "%s%s", n ? " " : "", line);
+        if (strncmp(line, "__wrap_", 7) == 0)
+            site_frame = frame + 1;
     }
     pclose(p);
-    return out;
+    if (site_frame < 0 || site_frame >= in->nbt)
+        return -1;
+    snprintf(site, site_len, "%s", names[site_frame]);
+    for (int i = site_frame; i < in->nbt && plen < path_len - 2; i++)
+        plen += (size_t)snprintf(path + plen, path_len - plen, "%s%s", plen ? " " : "", names[i]);
+    return site_frame;
 }
 
 static void record(void *ret, const char *site, void *const *bt, int nbt)
@@ -316,8 +341,8 @@ static bool listed(const char *list, const char *name, size_t n)
 /*
  * A run returned 0 although failures were injected: each of them must have
  * been absorbed at a site the sweep names, by the site name of its fault
- * point or by a function of its call path (innermost first, as far as
- * INJ_BT frames reach).  Returns how many were not; says which.
+ * point or by the function (or a function inlined there) that made the
+ * failing allocation.  Returns how many were not; says which.
  */
 static int check_absorbed(const struct sweep *sw, unsigned long point, int mode)
 {
@@ -326,21 +351,23 @@ static int check_absorbed(const struct sweep *sw, unsigned long point, int mode)
     pthread_mutex_lock(&hit_mu);
     for (int k = 0; k < ninj; k++) {
         const struct injection *in = &inj[k];
-        const char *path, *w;
+        char site[256], path[1024];
         bool ok = in->site && listed(sw->absorb, in->site, strlen(in->site));
 
         if (!ok) {
-            path = call_path(in);
-            for (w = path; *w && !ok; w += strcspn(w, " "), w += *w == ' ') {
+            int f = call_path(in, site, sizeof site, path, sizeof path);
+
+            for (const char *w = site; *w && !ok; w += strcspn(w, " "), w += *w == ' ') {
                 size_t n = strcspn(w, " ");
                 char name[128];
                 snprintf(name, sizeof name, "%.*s", (int)n, w);
                 ok = listed(sw->absorb, name, strlen(name));
             }
             if (!ok && !bad++)
-                FAILF("%s: failing point %lu (%s) was absorbed at %s (%s, path: %s): "
+                FAILF("%s: failing point %lu (%s) was absorbed at %s in %s (%s; path: %s): "
                       "the call returned 0", sw->name, point, mode ? "persistent" : "transient",
-                      in->site ? in->site : "?", describe(in->bt[1]), path);
+                      in->site ? in->site : "?", site, f >= 0 ? describe(in->bt[f]) : "?",
+                      path);
         }
         absorbed++;
     }
@@ -1166,14 +1193,14 @@ static const struct sweep sweeps[] = {
     /* A table that cannot shrink keeps its larger array. */
     { "keylock shrink",      setup_kl_many,    op_kl_release_all, undo_kl_many,     "resize", true },
     { "pool_new",            NULL,             op_pool_new,       undo_pool_new,    NULL },
-    /* A task's job whose flush after the turn cannot be scheduled is
-     * queued at once (defer_job); a failed eventfd write is logged and
-     * counted, and the completion still runs (the loop is woken another
-     * way). */
+    /* A task's job whose flush after the turn cannot be scheduled (the
+     * ferry_call_soon of defer_job fails) is queued at once; a failed
+     * eventfd write is logged and counted, and the completion still runs
+     * (the loop is woken another way). */
     { "to_thread",           setup_pool,       op_to_thread,      undo_nothing,
-      "defer_job|eventfd write", false, teardown_pool },
+      "ferry_call_soon|eventfd write", false, teardown_pool },
     { "to_thread_abandon",   setup_pool,       op_abandon,        undo_nothing,
-      "defer_job|eventfd write", false, teardown_pool },
+      "ferry_call_soon|eventfd write", false, teardown_pool },
     { "pool_submit",         setup_pool,       op_submit,         undo_submit,
       "eventfd write", false, teardown_pool },
     { "call_soon_threadsafe",setup_fresh_loop, op_post,           undo_post,        NULL },
