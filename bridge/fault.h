@@ -7,6 +7,12 @@
 
 #include <stdbool.h>
 
+/* Turn the fault hook and the count of live allocations on, for the rest
+ * of the process.  Off, no point fails and nothing is counted.  Call it
+ * before the process's first allocation through ferry (a constructor): an
+ * allocation made before and freed after would make the count wrong. */
+void ferry__alloc_count_on(void);
+
 /* Forget any armed fault and zero the counters. */
 void ferry__fault_reset(void);
 /* Make the nth counted point from now (1-based) fail; with `persistent`,

@@ -22,6 +22,13 @@
 
 ferry_loop *tu_loop;
 
+/* Every test program counts ferry's live allocations and may fail them,
+ * from before its first one. */
+__attribute__((constructor)) static void count_allocations(void)
+{
+    ferry__alloc_count_on();
+}
+
 /* Live allocations before tu_loop_setup() made the loop, and just after:
  * what the test must come back to once the loop is freed, and what the
  * loop itself holds while it lives. */
