@@ -820,7 +820,7 @@ static int make_fds(int *rfd, int *wfd)
     return *rfd < 0 ? -ENOMEM : 0;
 #else
     int p[2];
-    if (pipe(p) < 0)
+    if (ferry__fault_point("pipe") || pipe(p) < 0)
         return -ENOMEM;
     for (int i = 0; i < 2; i++) {
         fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);

@@ -972,8 +972,12 @@ ferry_pool *ferry_pool_default(void)
         return p;
     pthread_mutex_lock(&default_mu);
     p = atomic_load_explicit(&default_pool, memory_order_relaxed);
-    if (!p && ferry_pool_new(&p, NULL) == 0)
+    if (!p && ferry_pool_new(&p, NULL) == 0) {
+        /* Never freed: its two allocations (the pool and its thread array,
+         * which pool_unref() would free) belong to the process. */
+        ferry__alloc_resident(2);
         atomic_store_explicit(&default_pool, p, memory_order_release);
+    }
     pthread_mutex_unlock(&default_mu);
     return p;
 }

@@ -31,6 +31,10 @@ void  ferry__free(void *p);
  * thread creation, eventfd creation): returns true if the fault hook says
  * this one must fail. */
 bool  ferry__fault_point(const char *site);
+/* Declare `n` live allocations as the process's: objects made once and
+ * never freed (the default pool), which a test's count of live
+ * allocations must not take for a leak. */
+void  ferry__alloc_resident(long n);
 
 /* ---- Wait queue ------------------------------------------------------- */
 
@@ -129,6 +133,21 @@ size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
+
+/* What a loop still holds (ferry__loop_leftovers()). */
+struct ferry__leftovers {
+    size_t tasks;       /* tasks not yet ended */
+    size_t callbacks;   /* callbacks and fired timers in the run queue */
+    size_t timers;      /* timers armed: ferry_timer and the tasks' own */
+    bool   posts;       /* posts from threads (or completions) not yet run */
+};
+
+/*
+ * Count what `loop` still holds, for a test's teardown: a loop about to be
+ * freed after a test that awaited everything it started holds nothing.
+ * Thread: loop.  Suspends: no.  Returns: 0; -EPERM; -EINVAL.
+ */
+int ferry__loop_leftovers(ferry_loop *loop, struct ferry__leftovers *out /* OUT */);
 
 /* ---- Hooks for bridge/ ------------------------------------------------ */
 

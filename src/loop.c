@@ -71,7 +71,8 @@ int ferry__loop_check(const ferry_loop *loop)
 static void fork_mark_setup(ferry_loop *loop)
 {
     size_t pg = ferry__page_size();
-    unsigned char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *p = ferry__fault_point("fork mark") ? MAP_FAILED :
+        mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
     if (p == MAP_FAILED)
         return;

@@ -27,7 +27,7 @@ cmake --build "$build" -j"${JOBS:-2}"
 # Stale counters from an earlier run would inflate the figures.
 find "$build" -name '*.gcda' -delete
 status=0
-ctest --test-dir "$build" --output-on-failure ${CTEST_ARGS:-} || status=$?
+ctest --test-dir "$build" --output-on-failure --no-tests=error ${CTEST_ARGS:-} || status=$?
 
 gcov_args=(--root "$root" --filter "$root/src/" --filter "$root/bridge/"
            --exclude-unreachable-branches --exclude-throw-branches "$build")

@@ -223,6 +223,9 @@ Test(inbox, stop_from_another_thread,
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);   /* returns */
     pthread_join(t, &bad);
     cr_assert_null(bad);
+    /* A stop posted after the loop had run the first one is still
+     * pending: it ends this run at once. */
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
 }
 
 Test(inbox, bad_arguments)
@@ -914,6 +917,7 @@ Test(pool, submit_from_a_thread_completes_on_the_loop_and_a_failing_callback_sto
     /* Nothing else keeps the loop running: the reservations do. */
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     log_capture_stop();
+    cr_assert_eq(atomic_load(&sub_fn_ran), 100);
     cr_assert_eq(sub_done_ran, 100);
     cr_assert_eq(sub_done_sum, 100 * 101 / 2);
     cr_assert(!sub_done_off_loop);
@@ -999,7 +1003,8 @@ static int reentry_inner(void *arg)
 static int reentry_job(void *arg)
 {
     int st = 0;
-    int rc = ferry_loop_run_task_sync(tu_loop, reentry_inner, arg, FERRY_SEC(20), &st);
+    /* Well inside the test's timeout: a hang fails here, not by a kill. */
+    int rc = ferry_loop_run_task_sync(tu_loop, reentry_inner, arg, tu_ms(5000), &st);
     return rc ? rc : st;
 }
 

@@ -480,6 +480,7 @@ T(singleflight_without_a_result_buffer_shares_the_status)
     cr_assert_eq(flight_rc[0], 0);
     cr_assert_eq(flight_rc[1], 0);
     cr_assert_eq(ferry_flight_count(&fg), 0);
+    cr_assert_eq(ferry_flight_destroy(&fg), 0);
 }
 
 T(singleflight_leader_timing_out_on_its_own_fails_the_waiters_too)

@@ -158,6 +158,7 @@ T(flight, leader_error_reaches_every_waiter)
     cr_assert_eq(g_calls, 10);
     cr_assert_eq(g_callers[13].rc, 0);
     cr_assert_eq(g_callers[13].out, 21);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int handover_main(void *arg)
@@ -199,6 +200,7 @@ T(flight, leader_cancellation_hands_over_to_a_waiter)
     cr_assert_eq(g_callers[2].out, 35);
     cr_assert_eq(g_calls, 2);
     cr_assert_eq(ferry_flight_count(&g_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 /* The leader, once its fn was cancelled, cancels the waiter it handed the
@@ -244,6 +246,7 @@ T(flight, lead_handed_to_a_cancelled_waiter_passes_on)
     cr_assert_eq(g_callers[2].out, 28);
     cr_assert_eq(g_calls, 2, "the cancelled second leader must not have run fn");
     cr_assert_eq(ferry_flight_count(&g_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int lone_leader_cancel_main(void *arg)
@@ -309,6 +312,7 @@ T(flight, waiter_leaving_does_not_stop_the_call)
     cr_assert_eq(g_callers[0].rc, 0);
     cr_assert_eq(g_callers[0].out, 21);
     cr_assert_eq(g_calls, 1);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int leader_deadline_main(void *arg)
@@ -336,6 +340,7 @@ T(flight, leader_deadline_hands_over)
     cr_assert_eq(g_callers[1].rc, 0);
     cr_assert_eq(g_callers[1].out, 14);
     cr_assert_eq(g_calls, 2);
+    cr_assert_eq(ferry_flight_destroy(&g_f), 0);
 }
 
 static int g_inner_rc;
@@ -564,6 +569,7 @@ T(keylock, handoff_survives_cancelled_waiters_and_frees_the_key)
     cr_assert_eq(g_norder, 2);
     cr_assert_eq(g_order[0], 2);
     cr_assert_eq(g_order[1], 4);
+    cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
 }
 
 static int kl_die_holding(void *arg)
@@ -709,6 +715,7 @@ T(keylock, per_key_cache_fetches_once_per_key)
     for (int i = 0; i < 3; i++)
         cr_assert_eq(g_cache[i], 100 + i);
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);
+    cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
 }
 
 /* ---- Wrong thread, wrong loop --------------------------------------- */
@@ -759,14 +766,20 @@ T(flight, other_thread_or_other_loop_gets_eperm)
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(bind_both, NULL), 0);
     cr_assert_eq(g_calls, 1);
+    memset(r, 0, sizeof r);
+    g_n = 0;
     cr_assert_eq(pthread_create(&th, NULL, thread_flight, r), 0);
     pthread_join(th, NULL);
+    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
     for (int i = 0; i < g_n; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
+    memset(r, 0, sizeof r);
+    g_n = 0;
     cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
     cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_flight, r, NULL), 0);
     cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
     ferry_loop_free(loop2);
+    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
     for (int i = 0; i < g_n; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
     cr_assert_eq(g_calls, 1);

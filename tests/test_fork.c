@@ -189,29 +189,38 @@ T(fork_inside_a_task_child_cannot_run_the_loop)
     after_fork();
 }
 
-/* waitpid() on a pool thread, so that the loop keeps running. */
+/* waitpid() on a pool thread, so that the loop keeps running: the job
+ * then also waits until a sibling task of the waiting one has ticked a few
+ * times, which it can only do if the loop runs meanwhile (a bounded wait:
+ * a loop blocked by the job fails the test here, not by its timeout). */
 struct reap {
     pid_t pid;
     int   status;
 };
 
+static atomic_int ticks;
+
 static int reap_job(void *arg)
 {
     struct reap *r = arg;
+    int64_t until = ferry_now() + tu_ms(5000);
 
     while (waitpid(r->pid, &r->status, 0) < 0)
         if (errno != EINTR)
             return -errno;
+    while (atomic_load(&ticks) < 3) {
+        if (ferry_now() > until)
+            return -ETIMEDOUT;
+        usleep(1000);
+    }
     return 0;
 }
-
-static int ticks;
 
 static int ticker(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 1000 && ferry_sleep(FERRY_MSEC(1)) == 0; i++)
-        ticks++;
+    for (int i = 0; i < 100000 && ferry_sleep(FERRY_MSEC(1)) == 0; i++)
+        atomic_fetch_add(&ticks, 1);
     return 0;
 }
 
@@ -254,6 +263,7 @@ T(posix_spawn_from_a_task_and_reap_on_a_pool_thread)
     int mode = 0;
 
     cr_assert_eq(tu_run(spawn_true_main, &mode), 0);
+    cr_assert_geq(atomic_load(&ticks), 3);
 }
 
 T(fork_exec_from_a_task_and_reap_on_a_pool_thread)
@@ -261,4 +271,5 @@ T(fork_exec_from_a_task_and_reap_on_a_pool_thread)
     int mode = 1;
 
     cr_assert_eq(tu_run(spawn_true_main, &mode), 0);
+    cr_assert_geq(atomic_load(&ticks), 3);
 }

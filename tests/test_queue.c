@@ -451,6 +451,7 @@ T(put_cancelled_queued_or_after_grant_inserts_nothing)
     cr_assert_eq(r[0], 1);
     cr_assert_eq(r[1], 103, "only the third putter's item may be in the queue");
     cr_assert_eq(r[2], -EAGAIN);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 static int cancelled_uncontended_main(void *arg)
@@ -476,6 +477,7 @@ T(uncontended_get_put_join_are_cancellation_points)
     cr_assert_eq(r[1], -ECANCELED);
     cr_assert_eq(r[2], 1);
     cr_assert_eq(r[3], -ECANCELED);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 static int deadline_getter(void *arg)
@@ -524,6 +526,7 @@ T(deadline_expires_in_get_and_put)
     cr_assert_eq(g_rc[1], -ETIMEDOUT);
     cr_assert_eq(r[0], 1);
     cr_assert_eq(r[1], 1);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 /*
@@ -690,6 +693,7 @@ T(task_done_and_join)
     cr_assert_eq(r[3], 0);
     cr_assert_eq(g_rc[1], 0);
     cr_assert_eq(r[4], -EINVAL);
+    cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
 
 /* ---- Shutdown ------------------------------------------------------- */
@@ -903,14 +907,20 @@ T(errors_einval_eperm)
 
     cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
     cr_assert_eq(tu_run(bind_q, NULL), 0);
+    memset(r, 0, sizeof r);
+    g_n = 0;
     cr_assert_eq(pthread_create(&th, NULL, thread_q, r), 0);
     pthread_join(th, NULL);
+    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
     for (int i = 0; i < g_n; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
+    memset(r, 0, sizeof r);
+    g_n = 0;
     cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
     cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_q, r, NULL), 0);
     cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
     ferry_loop_free(loop2);
+    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
     for (int i = 0; i < g_n; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
     cr_assert_eq(ferry_queue_size(&g_q), 1);

@@ -715,16 +715,20 @@ T(sync, other_thread_or_other_loop_gets_eperm)
     cr_assert_eq(tu_run(bind_all, NULL), 0);
 
     memset(r, 0, sizeof r);
+    g_nforeign = 0;
     cr_assert_eq(pthread_create(&th, NULL, thread_calls, r), 0);
     pthread_join(th, NULL);
+    cr_assert_gt(g_nforeign, 0, "the calls from a thread did not run");
     for (int i = 0; i < g_nforeign; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
 
     memset(r, 0, sizeof r);
+    g_nforeign = 0;
     cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
     cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_task, r, NULL), 0);
     cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
     ferry_loop_free(loop2);
+    cr_assert_gt(g_nforeign, 0, "the calls from another loop did not run");
     for (int i = 0; i < g_nforeign; i++)
         cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
     cr_assert_eq(ferry_sem_value(&g_sem), 1);

@@ -1,12 +1,16 @@
 /* testutil.c - fixtures shared by ferry's test programs. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <event2/event.h>
 
 #include "testutil.h"
 #include "fault.h"
+#include "ferry_int.h"
 
 #ifndef __has_feature
 #define __has_feature(x) 0
@@ -18,22 +22,119 @@
 
 ferry_loop *tu_loop;
 
+/* Every test program counts ferry's live allocations and may fail them,
+ * from before its first one. */
+__attribute__((constructor)) static void count_allocations(void)
+{
+    ferry__alloc_count_on();
+}
+
+/* Live allocations before tu_loop_setup() made the loop, and just after:
+ * what the test must come back to once the loop is freed, and what the
+ * loop itself holds while it lives. */
+static long live_before_loop;
+static long live_with_loop;
+/* The loop live_with_loop was measured with. */
+static ferry_loop *baseline_loop;
+/* tu_loop_setup() ran and the end-of-test checks have not yet. */
+static bool fixture_open;
+
 void tu_loop_setup(void)
 {
     ferry__fault_reset();
+    live_before_loop = ferry__alloc_live();
     cr_assert_eq(ferry_loop_new(&tu_loop, NULL), 0, "ferry_loop_new failed");
+    live_with_loop = ferry__alloc_live();
+    baseline_loop = tu_loop;
+    fixture_open = true;
     /* The detector (on by default without NDEBUG) turns off the direct
      * task-to-task handover: test the production path in every build;
      * the detector's own tests turn it on. */
     ferry_loop_set_slow_threshold(tu_loop, 0);
 }
 
+long tu_alloc_settle(long want)
+{
+    int64_t until = ferry_now() + tu_ms(1000);
+    long d;
+
+    while ((d = ferry__alloc_live() - want) != 0 && ferry_now() < until)
+        usleep(1000);
+    return d;
+}
+
+/*
+ * The end of a test that used tu_loop: the loop must hold no task, no
+ * callback, no timer and no post from a thread (libuv's tests close every
+ * loop and check it); then it is freed and every allocation the test made
+ * through ferry must have been given back.  Expectations, not assertions:
+ * they never jump, so this may run from .fini after a failed body too.
+ */
+static void test_end(void)
+{
+    ferry_loop *loop = tu_loop;
+    struct ferry__leftovers lo;
+    long d;
+
+    fixture_open = false;
+    tu_loop = NULL;
+    ferry__fault_reset();
+    if (loop) {
+        int rc = ferry__loop_leftovers(loop, &lo);
+        cr_expect_eq(rc, 0, "tu_loop cannot be inspected (freed, or not this thread's)");
+        if (rc == 0)
+            cr_expect(lo.tasks == 0 && lo.callbacks == 0 && lo.timers == 0 && !lo.posts,
+                      "the test left on tu_loop: %zu live tasks, %zu callbacks, %zu timers%s",
+                      lo.tasks, lo.callbacks, lo.timers, lo.posts ? ", posts from threads" : "");
+        ferry_loop_free(loop);
+    }
+    d = tu_alloc_settle(live_before_loop);
+    cr_expect_eq(d, 0, "%ld ferry allocations %s after the loop was freed", d < 0 ? -d : d,
+                 d > 0 ? "leaked" : "freed twice or more than made");
+}
+
 void tu_loop_teardown(void)
 {
+    if (fixture_open || tu_loop)
+        test_end();
     ferry__fault_reset();
-    ferry_loop_free(tu_loop);
-    tu_loop = NULL;
 }
+
+#ifndef CRITERION_SHIM
+/*
+ * Criterion decides a test's verdict when its body returns: an assertion
+ * that fails in .fini is ignored (the test passes), so the end-of-test
+ * checks would check nothing there.  Criterion runs each body through
+ * criterion_internal_test_main(), called from the test program: this
+ * definition takes its place and runs the body, then the checks, still
+ * inside the test's main phase where a failed assertion counts.  The shim
+ * runner (tests/shim) fails a test whose .fini fails, so there the checks
+ * stay in tu_loop_teardown().
+ */
+static void (*test_body)(void);
+
+static void body_then_end(void)
+{
+    test_body();
+    if (fixture_open || tu_loop)
+        test_end();
+}
+
+void criterion_internal_test_main(void (*fn)(void))
+{
+    static void (*real)(void (*)(void));
+
+    if (!real) {
+        *(void **)&real = dlsym(RTLD_NEXT, "criterion_internal_test_main");
+        if (!real) {
+            fprintf(stderr, "testutil: Criterion's criterion_internal_test_main not found\n");
+            abort();
+        }
+    }
+    test_body = fn;
+    real(body_then_end);
+}
+#endif
 
 int tu_run(ferry_task_fn fn, void *arg)
 {
@@ -48,22 +149,70 @@ int tu_run(ferry_task_fn fn, void *arg)
     return status;
 }
 
-int64_t tu_ms(int64_t ms)
+double tu_time_mult(void)
 {
     const char *m = getenv("FERRY_TEST_TIME_MULT");
     double mult = m ? atof(m) : 1.0;
-    if (mult < 1.0)
-        mult = 1.0;
-    return (int64_t)((double)ms * mult * 1e6);
+
+    return mult < 1.0 ? 1.0 : mult;
+}
+
+int64_t tu_ms(int64_t ms)
+{
+    return (int64_t)((double)ms * tu_time_mult() * 1e6);
 }
 
 int tu_leaks(void)
 {
+    long d = 0;
+    int n;
+
+    /* A tu_loop made by another fixture holds what it holds: counted at
+     * the end of the test only. */
+    if (!tu_loop || tu_loop == baseline_loop)
+        d = tu_alloc_settle(tu_loop ? live_with_loop : live_before_loop);
+    n = (int)(d < 0 ? -d : d);
+    if (n)
+        fprintf(stderr, "tu_leaks: %ld ferry allocations live beyond what %s\n", d,
+                tu_loop ? "tu_loop held when it was made" : "the test started with");
 #ifdef TU_LSAN
-    return __lsan_do_recoverable_leak_check();
-#else
-    return 0;
+    n += __lsan_do_recoverable_leak_check();
 #endif
+    return n;
+}
+
+/* libevent's allocations, failed through the fault hook but not counted
+ * as ferry's: libevent keeps some for the whole process (the locks made
+ * when threads are enabled), and its own leaks are LeakSanitizer's and
+ * valgrind's to find. */
+static void *ev_malloc(size_t n)
+{
+    return ferry__fault_point("libevent malloc") ? NULL : malloc(n);
+}
+
+static void *ev_realloc(void *p, size_t n)
+{
+    return ferry__fault_point("libevent realloc") ? NULL : realloc(p, n);
+}
+
+static void ev_free(void *p)
+{
+    free(p);
+}
+
+void tu_libevent_fault_hook(void)
+{
+    event_set_mem_functions(ev_malloc, ev_realloc, ev_free);
+}
+
+int tu_cancel_join(ferry_task *t)
+{
+    int status = -12345;
+
+    ferry_task_cancel(t);
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT);
+    return status;
 }
 
 pthread_t tu_start_thread(void *(*fn)(void *), void *arg)

@@ -100,11 +100,13 @@ static int spin_task(void *arg)
 Test(fixed_bugs, run_once_runs_one_turn, .init = tu_loop_setup, .fini = tu_loop_teardown,
      .timeout = 10.)
 {
+    ferry_task *t;
+
     cr_assert_eq(ferry_loop_set_slow_threshold(tu_loop, 0), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, tu_loop, spin_task, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, spin_task, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);
     cr_expect_eq(once_steps, 1, "one FERRY_RUN_ONCE ran %d steps of a yielding task", once_steps);
-    ferry_loop_stop(tu_loop);
+    cr_assert_eq(tu_cancel_join(t), 0);
 }
 
 static ferry_loop *nest_b;

@@ -3,7 +3,8 @@
  * main() forks one child per test (up to --jobs at a time), enforces the
  * test's timeout from the parent, reads the child's verdict from a shared
  * page and its wait status, prints one line per test and, last,
- * "N passed, N failed" (", N skipped" when some were).  The runner itself
+ * "N passed, N failed" (", N skipped" when some were); it exits non-zero
+ * if a test failed or if none ran.  The runner itself
  * stays single-threaded, so each fork is of a one-thread process (TSan
  * supports that; it refuses to start threads after a multi-threaded fork).
  *
@@ -474,12 +475,16 @@ int main(int argc, char **argv)
 
     if (failed)
         printf("Failed tests:\n%s", failures);
+    /* A run that tested nothing (a filter that matches nothing, every test
+     * skipped) fails: it would otherwise pass while checking nothing. */
     if (selected == 0)
         printf("criterion-shim: no test matched%s%s\n", filter ? " the filter " : "",
                filter ? filter : "");
+    else if (passed + failed == 0)
+        printf("criterion-shim: no test ran (%d skipped)\n", skipped);
     if (skipped)
         printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     else
         printf("%d passed, %d failed\n", passed, failed);
-    return failed || selected == 0 ? 1 : 0;
+    return failed || passed + failed == 0 ? 1 : 0;
 }

@@ -2,7 +2,7 @@
  *
  * Criterion 2.4 does not start under ThreadSanitizer (Snaipe/Criterion#274),
  * and it counts a test as passing when LeakSanitizer, valgrind or a failing
- * .fini complain after the body has run (TESTING.md).  The same test sources
+ * .fini complain after the body has run.  The same test sources
  * compile against this header instead (tests/CMakeLists.txt puts
  * tests/shim first on the include path when FERRY_TEST_RUNNER=shim).
  *
