@@ -159,6 +159,7 @@ T(child_use_of_inherited_loop_fails_with_eperm)
     cr_assert_eq(ferry_sem_destroy(&fork_sem), 0);
     /* The parent's inbox still takes posts. */
     cr_assert_eq(ferry_inbox_post(fork_ib, noop_cb, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     after_fork();
 }
 
