@@ -17,6 +17,9 @@
 #include "ferry_int.h"
 #include "ferry/bridge.h"
 
+#include "env.h"
+#include "thread.h"
+
 /* The loop's inbox (no reference taken), or NULL if it has none.
  * Thread: any, while the loop is not freed. */
 struct ferry_inbox *ferry__inbox_of(ferry_loop *loop);
@@ -131,17 +134,6 @@ int  ferry__xwake_wait(struct ferry__xwake *x);
  * delivered, so the node may go away. */
 void ferry__xwake_settle(struct ferry__xwake *x);
 
-/* One pause in a spin-wait (the spinning worker, the loop waiting for a
- * completion). */
-static inline void ferry__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* ---- the loop waiting briefly for a completion ------------------------ */
 
 /* True if the loop has nothing to run before it would poll: no ready task
@@ -201,26 +193,5 @@ void ferry__pool_handover(struct ferry_inbox *ib);
  * Thread: any. */
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
-
-/* ---- ferry's own threads (signals.c) ---------------------------------- */
-
-/* pthread_create() for ferry's own threads: the thread starts with every
- * signal blocked but those a fault raises, so it never takes a signal
- * meant for the process (ferry/signal.h).  Same returns. */
-int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
-                               void *(*fn)(void *), void *arg);
-
-/* ---- helpers (threads.c) ---------------------------------------------- */
-
-/* A relative timeout in ns (FERRY_NEVER: none) as an absolute deadline on
- * ferry_now()'s clock; FERRY_NEVER stays FERRY_NEVER. */
-int64_t ferry__deadline(int64_t timeout);
-/* Wait on `cv` (made by ferry__cond_init) until `deadline` (FERRY_NEVER:
- * forever).  Returns 0 or ETIMEDOUT (positive, as pthread does). */
-int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
-/* Initialise a condition variable on CLOCK_MONOTONIC.  Returns 0 or -ENOMEM. */
-int ferry__cond_init(pthread_cond_t *cv);
-/* The value of environment variable `name` as 1..4096, else `dflt`. */
-unsigned ferry__env_unsigned(const char *name, unsigned dflt);
 
 #endif /* FERRY_BRIDGE_INT_H */

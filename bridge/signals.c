@@ -179,27 +179,6 @@ static void slot_give(size_t i)
         ferry__free(t);
 }
 
-/* ---- pool threads ---------------------------------------------------------- */
-
-int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
-                               void *(*fn)(void *), void *arg)
-{
-    static const int faults[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
-    sigset_t set, old;
-    int rc;
-
-    /* The new thread inherits the mask in force here.  A fault's signal
-     * stays open: blocked, the kernel would kill the process on it without
-     * running any handler (a sanitizer's, a crash reporter's). */
-    sigfillset(&set);
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
-        sigdelset(&set, faults[i]);
-    pthread_sigmask(SIG_BLOCK, &set, &old);
-    rc = pthread_create(th, attr, fn, arg);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
-}
-
 /* ==== loop thread ========================================================== */
 
 static void port_cb(evutil_socket_t fd, short what, void *arg)

@@ -15,26 +15,12 @@
 
 #include "ferry/loop.h"
 #include "ferry/task.h"
+
+#include "alloc.h"
+#include "clock.h"
 #include "list.h"
-
-/* ---- Allocation (any thread) ----------------------------------------- */
-
-/*
- * Every allocation of ferry goes through these, so a test can make the Nth
- * one fail (see ferry/testing.h).  ferry__free(NULL) is a no-op.
- */
-void *ferry__malloc(size_t size);
-void *ferry__calloc(size_t n, size_t size);
-void *ferry__realloc(void *p, size_t size);
-void  ferry__free(void *p);
-/* Count a resource acquisition that is not malloc (mmap of a stack,
- * thread creation, eventfd creation): returns true if the fault hook says
- * this one must fail. */
-bool  ferry__fault_point(const char *site);
-/* Declare `n` live allocations as the process's: objects made once and
- * never freed (the default pool), which a test's count of live
- * allocations must not take for a leak. */
-void  ferry__alloc_resident(long n);
+#include "log.h"
+#include "loops.h"
 
 /* ---- Wait queue ------------------------------------------------------- */
 
@@ -206,29 +192,5 @@ void ferry__fork_child(void);
  * exists.  Returns: 0; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
  * eventfd).  Implemented in bridge/inbox.c. */
 int ferry__bridge_attach(ferry_loop *loop);
-
-/* ---- Live loops (any thread) ------------------------------------------ */
-
-/* A loop's entry in the process-wide set of live loops (bridge/loops.c):
- * it lets a primitive's destroy tell a loop that has been freed from a
- * live one without reading through the pointer. */
-struct ferry__loop_entry {
-    struct ferry__link  link;   /* in the set; guarded by the set's mutex */
-    const ferry_loop   *loop;   /* the loop it stands for */
-};
-
-/* Enter a new loop into the set (ferry_loop_new()); take it out before
- * its memory is freed (ferry_loop_free()).  Allocate nothing, cannot fail.
- * Thread: any. */
-void ferry__loops_add(struct ferry__loop_entry *e, const ferry_loop *loop);
-void ferry__loops_remove(struct ferry__loop_entry *e);
-
-/* True if `loop` is in the set of live loops.  Compares the pointer only,
- * so `loop` may point to freed memory.  Thread: any. */
-bool ferry__loops_live(const ferry_loop *loop);
-
-/* Log a line through the log hook.  Thread: any. */
-void ferry__log(int level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 #endif /* FERRY_INT_H */

@@ -33,16 +33,6 @@ void ferry__fork_child(void)
     ferry__tls_task = NULL;
 }
 
-static ferry_log_fn log_fn;     /* set before loops run (documented) */
-static void *log_ctx;
-
-int64_t ferry_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 ferry_loop *ferry_loop_current(void)
 {
     return tls_loop;
@@ -104,28 +94,6 @@ struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop)
 bool ferry__loop_owns_base(const ferry_loop *loop)
 {
     return loop->own_base;
-}
-
-/* ---- log --------------------------------------------------------------- */
-
-void ferry_set_log(ferry_log_fn fn, void *ctx)
-{
-    log_fn = fn;
-    log_ctx = ctx;
-}
-
-void ferry__log(int level, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (log_fn)
-        log_fn(level, buf, log_ctx);
-    else
-        fprintf(stderr, "ferry: %s: %s\n", level >= FERRY_LOG_ERROR ? "error" : "warning", buf);
 }
 
 /* ---- timers ---------------------------------------------------------- */
