@@ -50,21 +50,15 @@
  */
 #define _GNU_SOURCE 1           /* sched_getcpu */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 
-#ifdef __linux__
-#include <sys/eventfd.h>
-#define FERRY__HAVE_EVENTFD 1
-#endif
-
 #include "bridge_int.h"
+#include "wakefd.h"
 /* The loop's insides, on the loop thread only: the blocked-loop
  * detector's threshold and counter (loop->slow_ns, loop->stats.slow_steps)
  * for a direct drain, and whether the loop has anything else to run
@@ -108,15 +102,15 @@ struct ferry_inbox {
     size_t               max_batch;  /* mu: most items run in one step */
     struct ferry__cnode  stop_node;  /* posted by ferry_loop_stop_threadsafe() */
     atomic_uint          refs;       /* the loop's (dropped by close) + ferry_inbox_get's */
-    int                  rfd;        /* eventfd, or the pipe's read end; closed by the last ref */
-    int                  wfd;        /* eventfd, or the pipe's write end; written under mu */
+    struct ferry__wakefd fd;         /* eventfd or pipe, -1 if none (attached base); wfd
+                                      * written under mu; closed by the last ref */
     const void          *owner;      /* identity of the loop's thread; set once */
     ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
     const volatile unsigned char *fork_mark; /* the loop's fork mark (loop_int.h), or NULL;
                                       * set once, read under mu while not closed */
 
     /* loop thread only */
-    struct event        *ev;         /* EV_READ|EV_PERSIST on rfd */
+    struct event        *ev;         /* EV_READ|EV_PERSIST on fd.rfd */
     ferry_timer         *step;       /* the scheduled drain step, or NULL */
     struct post         *lq;         /* posts taken from q, being run */
     size_t               lhead;      /* next to run in lq */
@@ -155,8 +149,6 @@ static bool refused_locked(const struct ferry_inbox *ib)
  */
 static int wake_locked(struct ferry_inbox *ib)
 {
-    static const uint64_t one = 1;
-    ssize_t n;
     int err;
 
     if (on_loop_thread(ib)) {
@@ -176,23 +168,13 @@ static int wake_locked(struct ferry_inbox *ib)
     }
     ib->wakeups++;
     atomic_store_explicit(&ib->waker_cpu, sched_getcpu(), memory_order_relaxed);
-    if (ib->wfd < 0) {
+    if (ib->fd.wfd < 0) {
         /* Attached base: libevent's own (coalescing) notification. */
         if (!ib->ev_gone)
             event_active(ib->ev, EV_READ, 1);
         return 0;
     }
-    if (ferry__fault_point("eventfd write")) {
-        n = -1;
-        err = EIO;
-    } else {
-        do
-            n = write(ib->wfd, &one, sizeof one);
-        while (n < 0 && errno == EINTR);
-        err = n == (ssize_t)sizeof one ? 0 : (n < 0 ? errno : EIO);
-        if (err == EAGAIN)
-            return 0;   /* the counter (or pipe) is full: the loop is awake */
-    }
+    err = ferry__fault_point("eventfd write") ? EIO : ferry__wakefd_write(ib->fd.wfd);
     if (!err)
         return 0;
     ib->write_errors++;
@@ -346,10 +328,7 @@ void ferry_inbox_release(struct ferry_inbox *ib)
         return;
     /* Last reference: the loop has closed (it held one until then), so no
      * thread posts and no event refers to the descriptors. */
-    if (ib->wfd != ib->rfd)
-        close(ib->wfd);
-    if (ib->rfd >= 0)
-        close(ib->rfd);
+    ferry__wakefd_close(&ib->fd);
     pthread_cond_destroy(&ib->idle);
     pthread_mutex_destroy(&ib->mu);
     ferry__free(ib->q);
@@ -705,20 +684,11 @@ static void schedule_step(struct ferry_inbox *ib)
 static void event_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct ferry_inbox *ib = arg;
-    uint64_t v;
-    char buf[64];
 
     (void)what;
     /* Read first: a write that lands after this keeps the fd readable. */
-#ifdef FERRY__HAVE_EVENTFD
-    if (fd >= 0 && read(fd, &v, sizeof v) < 0)
-        v = 0;
-    (void)buf;
-#else
-    while (fd >= 0 && read(fd, buf, sizeof buf) > 0)
-        ;
-    (void)v;
-#endif
+    if (fd >= 0)
+        ferry__wakefd_drain(fd);
     if (ib->draining || ib->step)
         return;                 /* a drain will look at the queue again */
     /* A loop attached to an application's base runs this inside the
@@ -811,27 +781,6 @@ static void hook_close(void *ctx)
     ferry_inbox_release(ib);
 }
 
-static int make_fds(int *rfd, int *wfd)
-{
-    if (ferry__fault_point("eventfd"))
-        return -ENOMEM;
-#ifdef FERRY__HAVE_EVENTFD
-    *rfd = *wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    return *rfd < 0 ? -ENOMEM : 0;
-#else
-    int p[2];
-    if (ferry__fault_point("pipe") || pipe(p) < 0)
-        return -ENOMEM;
-    for (int i = 0; i < 2; i++) {
-        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
-        fcntl(p[i], F_SETFD, FD_CLOEXEC);
-    }
-    *rfd = p[0];
-    *wfd = p[1];
-    return 0;
-#endif
-}
-
 int ferry__bridge_attach(ferry_loop *loop)
 {
     struct ferry__bridge_hooks *h = ferry__loop_bridge(loop);
@@ -852,18 +801,11 @@ int ferry__bridge_attach(ferry_loop *loop)
      * application's event_base has none: it is woken through event_active()
      * on an event that is never added, because a registered eventfd would
      * keep the application's event_base_dispatch() running forever. */
-    ib->rfd = ib->wfd = -1;
+    ib->fd.rfd = ib->fd.wfd = -1;
     if (ferry__loop_owns_base(loop)) {
-        /* make_fds() says -ENOMEM for every failure; the descriptor
-         * limits, which the application can do something about, are told
-         * by errno (cleared first: only the system calls set it). */
-        errno = 0;
-        rc = make_fds(&ib->rfd, &ib->wfd);
-        if (rc) {
-            if (errno == EMFILE || errno == ENFILE)
-                rc = -errno;
+        rc = ferry__wakefd_open(&ib->fd);
+        if (rc)
             goto err_free;
-        }
     }
     if (pthread_mutex_init(&ib->mu, NULL)) {
         rc = -ENOMEM;
@@ -872,14 +814,14 @@ int ferry__bridge_attach(ferry_loop *loop)
     rc = ferry__cond_init(&ib->idle);
     if (rc)
         goto err_mutex;
-    ib->ev = ib->rfd >= 0
-        ? event_new(ferry_loop_base(loop), ib->rfd, EV_READ | EV_PERSIST, event_cb, ib)
+    ib->ev = ib->fd.rfd >= 0
+        ? event_new(ferry_loop_base(loop), ib->fd.rfd, EV_READ | EV_PERSIST, event_cb, ib)
         : event_new(ferry_loop_base(loop), -1, 0, event_cb, ib);
     if (!ib->ev) {
         rc = -ENOMEM;
         goto err_cond;
     }
-    if (ib->rfd >= 0 && event_add(ib->ev, NULL) < 0) {
+    if (ib->fd.rfd >= 0 && event_add(ib->ev, NULL) < 0) {
         rc = -ENOMEM;
         goto err_event;
     }
@@ -896,10 +838,7 @@ err_cond:
 err_mutex:
     pthread_mutex_destroy(&ib->mu);
 err_close:
-    if (ib->wfd != ib->rfd)
-        close(ib->wfd);
-    if (ib->rfd >= 0)
-        close(ib->rfd);
+    ferry__wakefd_close(&ib->fd);
 err_free:
     ferry__free(ib);
     return rc;
