@@ -10,15 +10,47 @@
 #ifndef FERRY_BRIDGE_INT_H
 #define FERRY_BRIDGE_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <time.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "ferry_int.h"
 #include "ferry/bridge.h"
 
+#include "alloc.h"
+#include "clock.h"
 #include "env.h"
+#include "list.h"
+#include "log.h"
+#include "loop_port.h"
 #include "thread.h"
+
+struct event_base;
+
+/* ---- the inbox, for wire/ ---------------------------------------------- */
+
+/*
+ * Make the inbox of a new loop on `base` (`own_base`: the loop made the
+ * base, so the inbox watches an eventfd; an application's base is woken
+ * through event_active() instead, see inbox.c), with `ext_size` bytes of
+ * room for other parts of the bridge (ferry__inbox_ext()).  Thread: loop.
+ * Returns: 0 and *out; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
+ * eventfd).
+ */
+int  ferry__inbox_new(struct ferry_inbox **out /* OUT */, ferry_loop *loop,
+                      struct event_base *base, bool own_base, size_t ext_size);
+
+/* The loop's hooks (port/loop_port.h) that the inbox implements; `ctx`
+ * is the inbox. */
+bool ferry__inbox_pending(void *ctx);
+void ferry__inbox_close(void *ctx);
+
+/* The room for other parts of the bridge, ext_size bytes, all-zero at
+ * first, aligned for any type.  Thread: loop. */
+void *ferry__inbox_ext(struct ferry_inbox *ib);
+
+/* ---- the inbox, for the bridge ------------------------------------------ */
 
 /* The loop's inbox (no reference taken), or NULL if it has none.
  * Thread: any, while the loop is not freed. */
@@ -161,7 +193,8 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
 /*
  * Jobs that tasks of one loop offloaded during the current turn, not yet
  * handed to their pools: pool.c queues them all with one lock per pool in
- * a callback that runs after the turn (ferry_call_soon).  One per inbox.
+ * a callback that runs after the turn (ferry_call_soon).  One per loop, in
+ * its inbox's extension room (ferry__inbox_ext(); all-zero is empty).
  * Loop thread only.
  */
 struct ferry__subq {
@@ -174,14 +207,12 @@ struct ferry__subq {
     bool               scheduled;  /* loop thread: the flush callback is scheduled */
 };
 
-/* The inbox's list.  Thread: loop. */
-struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
-
-/* Hand the jobs on the inbox's list to their pools now (pool.c), without
- * waiting for the flush callback: ferry_loop_run() is about to return, and
- * an application driving the loop one pass at a time may not make the
- * next pass before these jobs are done.  Thread: loop, not in a task. */
-void ferry__pool_handover(struct ferry_inbox *ib);
+/* The loop's flush hook (port/loop_port.h; `ctx` is the inbox): hand the
+ * jobs on the loop's list to their pools now (pool.c), without waiting for
+ * the flush callback: ferry_loop_run() is about to return, and an
+ * application driving the loop one pass at a time may not make the next
+ * pass before these jobs are done.  Thread: loop, not in a task. */
+void ferry__pool_handover(void *ctx);
 
 /* ---- pool threads calling into loops ---------------------------------- */
 

@@ -53,18 +53,13 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include <event2/event.h>
 
 #include "bridge_int.h"
 #include "wakefd.h"
-/* The loop's insides, on the loop thread only: the blocked-loop
- * detector's threshold and counter (loop->slow_ns, loop->stats.slow_steps)
- * for a direct drain, and whether the loop has anything else to run
- * (runq, the running turn, the earliest timer, stop) before it stays
- * awake (see the top of this file). */
-#include "loop_int.h"
 
 /* Items run per drain step before I/O and timers get a turn. */
 #define FERRY__DRAIN_BATCH 1024
@@ -105,9 +100,9 @@ struct ferry_inbox {
     struct ferry__wakefd fd;         /* eventfd or pipe, -1 if none (attached base); wfd
                                       * written under mu; closed by the last ref */
     const void          *owner;      /* identity of the loop's thread; set once */
-    ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
-    const volatile unsigned char *fork_mark; /* the loop's fork mark (loop_int.h), or NULL;
-                                      * set once, read under mu while not closed */
+    ferry_loop          *loop;       /* set once; used on the loop thread, and by
+                                      * ferry__loop_is_fork_copy() under mu while
+                                      * not closed */
 
     /* loop thread only */
     struct event        *ev;         /* EV_READ|EV_PERSIST on fd.rfd */
@@ -117,10 +112,14 @@ struct ferry_inbox {
     size_t               llen;       /* items in lq */
     size_t               lcap;       /* capacity of lq */
     struct ferry__cnode *lc;         /* completions taken, being run */
-    struct ferry__subq   subq;       /* tasks' pool jobs not yet handed over (pool.c) */
     struct ferry__link   closers;    /* struct ferry__closer, run by close() */
     bool                 draining;   /* inside drain() */
     bool                 closing;    /* close() has begun */
+
+    /* Room for the per-loop state of other parts of the bridge (the
+     * pools' list of jobs to hand over), sized by ferry__inbox_new()'s
+     * caller; all-zero at first.  Loop thread only. */
+    max_align_t          ext[];
 };
 
 /* Its address identifies the calling thread. */
@@ -139,7 +138,7 @@ static bool on_loop_thread(const struct ferry_inbox *ib)
  * exists, and so does the page of its fork mark. */
 static bool refused_locked(const struct ferry_inbox *ib)
 {
-    return ib->closed || (ib->fork_mark && *ib->fork_mark == 0);
+    return ib->closed || ferry__loop_is_fork_copy(ib->loop);
 }
 
 /*
@@ -338,7 +337,7 @@ void ferry_inbox_release(struct ferry_inbox *ib)
 
 struct ferry_inbox *ferry__inbox_of(ferry_loop *loop)
 {
-    return loop ? ferry__loop_bridge(loop)->ctx : NULL;
+    return loop ? ferry__loop_bridge(loop) : NULL;
 }
 
 ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib)
@@ -461,19 +460,15 @@ static void account_locked(struct ferry_inbox *ib, size_t n)
 
 /*
  * The blocked-loop detector for an item that ran outside the loop's steps
- * (a direct drain): report it as run_step() reports a slow callback.
- * Returns the time the next item starts.
+ * (a direct drain): the loop reports it as it reports a slow callback of
+ * its own.  Returns the time the next item starts.
  */
 static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
 {
-    ferry_loop *loop = ib->loop;
-    int64_t t1 = ferry_now();
+    int64_t t1 = ferry_now(), slow = ferry__loop_slow_threshold(ib->loop);
 
-    if (loop->slow_ns && t1 - t0 > loop->slow_ns) {
-        loop->stats.slow_steps++;
-        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by callback (threshold %lld ms)",
-                   (long long)((t1 - t0) / 1000000), (long long)(loop->slow_ns / 1000000));
-    }
+    if (slow && t1 - t0 > slow)
+        ferry__loop_report_slow(ib->loop, t1 - t0, slow, NULL);
     return t1;
 }
 
@@ -495,7 +490,7 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yi
     int64_t t0 = 0;
 
     ib->draining = true;
-    if (timed && ib->loop->slow_ns)
+    if (timed && ferry__loop_slow_threshold(ib->loop))
         t0 = ferry_now();
     for (;;) {
         while (ib->lc && n < budget) {
@@ -603,14 +598,7 @@ static bool yield_to_waker(struct ferry_inbox *ib)
 
 bool ferry__inbox_loop_idle(const struct ferry_inbox *ib, int64_t horizon)
 {
-    const ferry_loop *loop = ib->loop;
-    const struct ferry__hnode *t = ferry__heap_min(&loop->timers);
-
-    if (!ferry__list_empty(&loop->runq) || loop->stop || ib->closing)
-        return false;
-    if (loop->turn && !ferry__list_empty(loop->turn))
-        return false;
-    return !t || t->key > ferry_now() + horizon;
+    return !ib->closing && ferry__loop_idle(ib->loop, horizon);
 }
 
 int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
@@ -702,7 +690,7 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
         schedule_step(ib);
 }
 
-static bool hook_pending(void *ctx)
+bool ferry__inbox_pending(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
     bool p;
@@ -715,14 +703,6 @@ static bool hook_pending(void *ctx)
     return p;
 }
 
-static void hook_flush(void *ctx)
-{
-    struct ferry_inbox *ib = ctx;
-
-    if (ib->subq.n)
-        ferry__pool_handover(ib);
-}
-
 void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c)
 {
     ferry__list_push_back(&ib->closers, &c->link);
@@ -733,13 +713,9 @@ void ferry__inbox_closer_del(struct ferry__closer *c)
     ferry__list_remove(&c->link);
 }
 
-/* ferry_loop_free(): every task has ended.  End what waited for the loop,
- * refuse new posts, run all accepted ones and wait for the reserved
- * completions, free the events, drop the loop's reference. */
-static void hook_close(void *ctx)
+void ferry__inbox_close(void *ctx)
 {
     struct ferry_inbox *ib = ctx;
-    struct ferry__bridge_hooks *h;
     struct ferry__link *l;
 
     ib->closing = true;
@@ -772,28 +748,23 @@ static void hook_close(void *ctx)
     }
     event_free(ib->ev);
     ib->ev = NULL;
-    h = ferry__loop_bridge(ib->loop);
-    h->pending = NULL;
-    h->flush = NULL;
-    h->close = NULL;
-    /* h->ctx stays: threads that still reach the loop pointer find a
+    /* The loop keeps the pointer: threads that still reach it find a
      * closed inbox (valid until the last reference goes). */
     ferry_inbox_release(ib);
 }
 
-int ferry__bridge_attach(ferry_loop *loop)
+int ferry__inbox_new(struct ferry_inbox **out, ferry_loop *loop, struct event_base *base,
+                     bool own_base, size_t ext_size)
 {
-    struct ferry__bridge_hooks *h = ferry__loop_bridge(loop);
     struct ferry_inbox *ib;
     int rc;
 
-    ib = ferry__calloc(1, sizeof *ib);
+    ib = ferry__calloc(1, sizeof *ib + ext_size);
     if (!ib)
         return -ENOMEM;
     ib->ctail = &ib->chead;
     ib->owner = &tls_token;
     ib->loop = loop;
-    ib->fork_mark = loop->fork_mark;
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);
@@ -802,7 +773,7 @@ int ferry__bridge_attach(ferry_loop *loop)
      * on an event that is never added, because a registered eventfd would
      * keep the application's event_base_dispatch() running forever. */
     ib->fd.rfd = ib->fd.wfd = -1;
-    if (ferry__loop_owns_base(loop)) {
+    if (own_base) {
         rc = ferry__wakefd_open(&ib->fd);
         if (rc)
             goto err_free;
@@ -815,8 +786,8 @@ int ferry__bridge_attach(ferry_loop *loop)
     if (rc)
         goto err_mutex;
     ib->ev = ib->fd.rfd >= 0
-        ? event_new(ferry_loop_base(loop), ib->fd.rfd, EV_READ | EV_PERSIST, event_cb, ib)
-        : event_new(ferry_loop_base(loop), -1, 0, event_cb, ib);
+        ? event_new(base, ib->fd.rfd, EV_READ | EV_PERSIST, event_cb, ib)
+        : event_new(base, -1, 0, event_cb, ib);
     if (!ib->ev) {
         rc = -ENOMEM;
         goto err_cond;
@@ -825,10 +796,7 @@ int ferry__bridge_attach(ferry_loop *loop)
         rc = -ENOMEM;
         goto err_event;
     }
-    h->ctx = ib;
-    h->pending = hook_pending;
-    h->flush = hook_flush;
-    h->close = hook_close;
+    *out = ib;
     return 0;
 
 err_event:
@@ -851,7 +819,7 @@ bool ferry__inbox_on_loop(const struct ferry_inbox *ib)
     return on_loop_thread(ib);
 }
 
-struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib)
+void *ferry__inbox_ext(struct ferry_inbox *ib)
 {
-    return &ib->subq;
+    return ib->ext;
 }

@@ -843,7 +843,6 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
         o = *opts;
     if (o.threads > 4096)
         return -EINVAL;
-    ferry__threads_init();
     pthread_once(&ticks_once, ticks_calibrate);
     p = ferry__calloc(1, sizeof *p);
     if (!p)
@@ -1079,6 +1078,12 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
 
 /* ==== loop thread (tasks) ============================================== */
 
+/* The loop's list of jobs to hand over, in its inbox's extension room. */
+static inline struct ferry__subq *subq_of(struct ferry_inbox *ib)
+{
+    return ferry__inbox_ext(ib);
+}
+
 /* give_up for the loop's wait: the job has not been taken in time. */
 static bool job_not_taken(void *arg, int64_t waited)
 {
@@ -1105,7 +1110,7 @@ static bool job_not_taken(void *arg, int64_t waited)
  */
 static void subq_handover(struct ferry_inbox *ib, bool may_wait)
 {
-    struct ferry__subq *q = ferry__inbox_subq(ib);
+    struct ferry__subq *q = subq_of(ib);
     struct ferry__link local, failed = {0}, *l;
     struct ferry_pool *spin_pool = NULL, *one = q->pool;
     int64_t budget = 0;
@@ -1197,21 +1202,21 @@ static void subq_flush(void *arg)
 {
     struct ferry_inbox *ib = arg;
 
-    ferry__inbox_subq(ib)->scheduled = false;
+    subq_of(ib)->scheduled = false;
     subq_handover(ib, true);
 }
 
 /* The flush callback stays scheduled: it finds the list empty, or hands
  * over what later turns add to it. */
-void ferry__pool_handover(struct ferry_inbox *ib)
+void ferry__pool_handover(void *ctx)
 {
-    subq_handover(ib, false);
+    subq_handover(ctx, false);
 }
 
 /* True while a task's job is on its loop's list.  Thread: loop. */
 static bool job_pending(const struct job *j)
 {
-    return j->gen && j->gen == ferry__inbox_subq(j->xw.ib)->gen + 1;
+    return j->gen && j->gen == subq_of(j->xw.ib)->gen + 1;
 }
 
 /* Put a task's job on its loop's list for the flush after this turn, made
@@ -1220,7 +1225,7 @@ static bool job_pending(const struct job *j)
  * done: the caller queues the job itself). */
 static int defer_job(struct ferry_pool *p, struct job *j)
 {
-    struct ferry__subq *q = ferry__inbox_subq(j->xw.ib);
+    struct ferry__subq *q = subq_of(j->xw.ib);
 
     if (!q->scheduled) {
         if (ferry_call_soon(ferry__inbox_loop(j->xw.ib), subq_flush, j->xw.ib) != 0)
@@ -1307,7 +1312,7 @@ static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, s
     if (job_pending(j)) {
         /* Still on this loop's list: never handed over. */
         ferry__list_remove(&j->link);
-        ferry__inbox_subq(j->xw.ib)->n--;
+        subq_of(j->xw.ib)->n--;
         j->gen = 0;
         pthread_mutex_lock(&p->mu);
         p->cancelled++;

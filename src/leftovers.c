@@ -22,6 +22,6 @@ int ferry__loop_leftovers(ferry_loop *loop, struct ferry__leftovers *out)
             out->callbacks++;
     }
     out->timers = loop->timers.count;
-    out->posts = loop->bridge.pending && loop->bridge.pending(loop->bridge.ctx);
+    out->posts = loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx);
     return 0;
 }

@@ -9,7 +9,6 @@
  */
 #include "loop_only.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include <time.h>
 
 #include "loop_int.h"
+#include "loop_new.h"
 #include "sig_int.h"
 #include "switch.h"
 
@@ -86,14 +86,40 @@ static void fork_mark_teardown(ferry_loop *loop)
     loop->fork_mark = NULL;
 }
 
-struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop)
+void *ferry__loop_bridge(const ferry_loop *loop)
 {
-    return &loop->bridge;
+    return loop->hooks.ctx;
 }
 
-bool ferry__loop_owns_base(const ferry_loop *loop)
+bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon)
 {
-    return loop->own_base;
+    const struct ferry__hnode *t = ferry__heap_min(&loop->timers);
+
+    if (!ferry__list_empty(&loop->runq) || loop->stop)
+        return false;
+    if (loop->turn && !ferry__list_empty(loop->turn))
+        return false;
+    return !t || t->key > ferry_now() + horizon;
+}
+
+int64_t ferry__loop_slow_threshold(const ferry_loop *loop)
+{
+    return loop->slow_ns;
+}
+
+__attribute__((cold, noinline))
+void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
+                             const char *task_name)
+{
+    long long ms = (long long)(dt / 1000000), limit = (long long)(threshold / 1000000);
+
+    loop->stats.slow_steps++;
+    if (task_name)
+        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by task '%s' (threshold %lld ms)",
+                   ms, task_name, limit);
+    else
+        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)",
+                   ms, limit);
 }
 
 /* ---- timers ---------------------------------------------------------- */
@@ -287,15 +313,8 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, str
     loop->since_poll++;
     if (slow) {
         int64_t dt = ferry_now() - t0;
-        if (dt > slow) {
-            loop->stats.slow_steps++;
-            if (is_task)
-                ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by task '%s' (threshold %lld ms)",
-                           (long long)(dt / 1000000), name, (long long)(slow / 1000000));
-            else
-                ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)",
-                           (long long)(dt / 1000000), (long long)(slow / 1000000));
-        }
+        if (dt > slow)
+            ferry__loop_report_slow(loop, dt, slow, is_task ? name : NULL);
     }
 }
 
@@ -351,7 +370,7 @@ static bool nothing_left(ferry_loop *loop)
         return false;
     if (loop->refs > 0 && !loop->closing)
         return false;
-    if (loop->bridge.pending && loop->bridge.pending(loop->bridge.ctx))
+    if (loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx))
         return false;
     return true;
 }
@@ -408,8 +427,8 @@ int ferry_loop_run(ferry_loop *loop, int mode)
      * hands it over runs in the next turn, and an application that drives
      * the loop one pass at a time may make that pass only once these jobs
      * are done. */
-    if (loop->bridge.flush)
-        loop->bridge.flush(loop->bridge.ctx);
+    if (loop->hooks.flush)
+        loop->hooks.flush(loop->hooks.ctx);
     loop->one_turn = false;
     loop->in_run = false;
     loop->stop = false;
@@ -539,122 +558,162 @@ int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out)
 
 /* ---- lifecycle ------------------------------------------------------- */
 
-int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
+int ferry__loop_opts_check(const ferry_loop_opts *opts)
 {
-    ferry_loop_opts o = {0};
-    ferry_loop *loop;
-    size_t ssz;
-    int rc;
+    size_t ssz = opts && opts->stack_size ? opts->stack_size : FERRY_STACK_DEFAULT;
 
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    if (opts)
-        o = *opts;
-    ssz = o.stack_size ? o.stack_size : FERRY_STACK_DEFAULT;
     if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
         return -EINVAL;
     if (tls_loop && tls_loop->current)
         return -EPERM;    /* not from inside a task */
-    ferry__threads_init();
-    /* Before anything is made: other threads wake the loop through the
-     * base, which needs its lock for that. */
-    if (o.base && (rc = ferry__base_check(o.base)) != 0)
-        return rc;
-    loop = ferry__calloc(1, sizeof *loop);
-    if (!loop)
-        return -ENOMEM;
-    loop->owner = &tls_token;
-    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
-    fork_mark_setup(loop);
-    loop->stack_size = ferry__stack_map_size(ssz);
-    loop->stack_cache = o.stack_cache ? o.stack_cache : 1024;
-    loop->io_interval = o.io_interval ? o.io_interval : 128;
+    return 0;
+}
+
+/* The loop's settings, from the (checked) options and the environment. */
+static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
+{
+    const char *g = getenv("FERRY_STACK_GUARD");
+
+    loop->stack_size = ferry__stack_map_size(o->stack_size ? o->stack_size : FERRY_STACK_DEFAULT);
+    loop->stack_cache = o->stack_cache ? o->stack_cache : 1024;
+    loop->io_interval = o->io_interval ? o->io_interval : 128;
     /* FERRY_STACK_GUARD=mprotect|none forces an older kernel's fallbacks
      * (for tests); the default probes MADV_GUARD_INSTALL first. */
-    {
-        const char *g = getenv("FERRY_STACK_GUARD");
-        if (g && strcmp(g, "mprotect") == 0)
-            loop->guard_mode = FERRY__GUARD_MPROTECT;
-        else if (g && strcmp(g, "none") == 0)
-            loop->guard_forced_none = true;
-    }
+    if (g && strcmp(g, "mprotect") == 0)
+        loop->guard_mode = FERRY__GUARD_MPROTECT;
+    else if (g && strcmp(g, "none") == 0)
+        loop->guard_forced_none = true;
 #ifndef NDEBUG
     loop->slow_ns = FERRY_MSEC(100);
 #endif
     ferry__loop_hand_update(loop);
-    if (o.base) {
-        loop->base = o.base;
-    } else {
-        rc = ferry__base_new(&loop->base);
-        if (rc)
-            goto err_free_loop;
-        loop->own_base = true;
-#ifdef __linux__
-        /* libevent silently falls back to poll or select when an
-         * allocation of its epoll backend fails: treat that as the -ENOMEM
-         * it is (found by tests/fault_sites.c). */
-        rc = -ENOMEM;
-        if (strcmp(event_base_get_method(loop->base), "epoll") != 0)
-            goto err_free_base;
-#endif
-    }
-    rc = -ENOMEM;
+}
+
+/*
+ * The timer tick of a loop that owns its base: a timerfd, so that a
+ * blocking poll wakes for the earliest timer at the precision of the
+ * monotonic clock (see arm_tick()).  Returns: 0; -ENOMEM; -EMFILE,
+ * -ENFILE (no descriptor left).
+ */
+static int tick_timerfd_new(ferry_loop *loop)
+{
+    if (ferry__fault_point("timerfd"))
+        return -ENOMEM;
+    loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (loop->tfd < 0)
+        return -errno;     /* -EMFILE, -ENFILE, -ENOMEM */
+    loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
+    if (loop->tick_ev && event_add(loop->tick_ev, NULL) == 0)
+        return 0;
+    if (loop->tick_ev)
+        event_free(loop->tick_ev);
+    loop->tick_ev = NULL;
+    close(loop->tfd);
+    loop->tfd = -1;
+    return -ENOMEM;
+}
+
+/* The loop's events on its base: kick_ev, which runs turns inside someone
+ * else's dispatch, and the timer tick (a timerfd for an owned base, a
+ * libevent timer for an attached one, whose precision is the
+ * application's choice).  Returns: 0; -ENOMEM; -EMFILE, -ENFILE. */
+static int events_new(ferry_loop *loop)
+{
+    int rc;
+
+    loop->tfd = -1;
     loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
     if (!loop->kick_ev)
-        goto err_free_base;
-    loop->tfd = -1;
+        return -ENOMEM;
     if (loop->own_base) {
-        if (ferry__fault_point("timerfd"))
-            goto err_free_kick;
-        loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        if (loop->tfd < 0) {
-            rc = -errno;     /* -EMFILE, -ENFILE, -ENOMEM */
-            goto err_free_kick;
-        }
-        loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
-        if (!loop->tick_ev || event_add(loop->tick_ev, NULL) != 0)
-            goto err_close_tfd;
+        rc = tick_timerfd_new(loop);
     } else {
         loop->tick_ev = evtimer_new(loop->base, tick_cb, loop);
-        if (!loop->tick_ev)
-            goto err_free_kick;
+        rc = loop->tick_ev ? 0 : -ENOMEM;
     }
-    loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
-    if (!loop->altstack)
-        goto err_free_tick;
-    rc = ferry__bridge_attach(loop);
+    if (rc) {
+        event_free(loop->kick_ev);
+        loop->kick_ev = NULL;
+    }
+    return rc;
+}
+
+static void events_free(ferry_loop *loop)
+{
+    event_free(loop->tick_ev);
+    if (loop->tfd >= 0)
+        close(loop->tfd);
+    event_free(loop->kick_ev);
+}
+
+int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts,
+                       struct event_base *base, bool own_base)
+{
+    ferry_loop_opts o = {0};
+    ferry_loop *loop;
+    int rc;
+
+    if (opts)
+        o = *opts;
+    loop = ferry__calloc(1, sizeof *loop);
+    if (!loop)
+        return -ENOMEM;
+    loop->owner = &tls_token;
+    loop->base = base;
+    loop->own_base = own_base;
+    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
+    fork_mark_setup(loop);
+    settings_init(loop, &o);
+    rc = events_new(loop);
     if (rc)
-        goto err_free_altstack;
-    ferry__overflow_setup(loop);
-    ferry__loops_add(&loop->live_entry, loop);
-    if (!tls_loop)
-        tls_loop = loop;
+        goto err_free_loop;
+    loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
+    if (!loop->altstack) {
+        rc = -ENOMEM;
+        goto err_free_events;
+    }
     *out = loop;
     return 0;
 
-err_free_altstack:
-    ferry__free(loop->altstack);
-err_free_tick:
-    event_free(loop->tick_ev);
-    loop->tick_ev = NULL;
-err_close_tfd:
-    if (loop->tick_ev)
-        event_free(loop->tick_ev);
-    if (loop->tfd >= 0)
-        close(loop->tfd);
-err_free_kick:
-    event_free(loop->kick_ev);
-err_free_base:
-    if (loop->own_base)
-        event_base_free(loop->base);
+err_free_events:
+    events_free(loop);
 err_free_loop:
     fork_mark_teardown(loop);
     ferry__free(loop);
     return rc;
 }
 
-void ferry_loop_free(ferry_loop *loop)
+void ferry__loop_discard(ferry_loop *loop)
+{
+    ferry__free(loop->altstack);
+    events_free(loop);
+    fork_mark_teardown(loop);
+    ferry__free(loop);
+}
+
+void ferry__loop_start(ferry_loop *loop, const struct ferry__loop_hooks *hooks)
+{
+    loop->hooks = *hooks;
+    ferry__overflow_setup(loop);
+    ferry__loops_add(&loop->live_entry, loop);
+    if (!tls_loop)
+        tls_loop = loop;
+}
+
+/* The bridge closes: every accepted post runs, later ones are refused.
+ * Its hooks are not called again; the context stays (loop_port.h). */
+static void hooks_close(ferry_loop *loop)
+{
+    void (*close_fn)(void *ctx) = loop->hooks.close;
+
+    loop->hooks.pending = NULL;
+    loop->hooks.flush = NULL;
+    loop->hooks.close = NULL;
+    if (close_fn)
+        close_fn(loop->hooks.ctx);
+}
+
+void ferry__loop_free(ferry_loop *loop)
 {
     struct ferry__link *l, *tmp;
     struct ferry__hnode *n;
@@ -680,9 +739,7 @@ void ferry_loop_free(ferry_loop *loop)
         else if (loop->since_poll >= loop->io_interval)
             poll_io(loop, false);
     }
-    /* Accepted cross-thread posts run now; later ones are refused. */
-    if (loop->bridge.close)
-        loop->bridge.close(loop->bridge.ctx);
+    hooks_close(loop);
     while (run_turn(loop))
         ;
     /* Subscriptions end here, before the event_base their eventfd is on. */
@@ -696,10 +753,7 @@ void ferry_loop_free(ferry_loop *loop)
     ferry__stack_drain(loop);
     ferry__overflow_teardown(loop);
     ferry__free(loop->altstack);
-    event_free(loop->tick_ev);
-    if (loop->tfd >= 0)
-        close(loop->tfd);
-    event_free(loop->kick_ev);
+    events_free(loop);
     if (loop->own_base)
         event_base_free(loop->base);
     tls_loop = (prev == loop) ? NULL : prev;

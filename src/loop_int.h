@@ -242,7 +242,7 @@ struct ferry_loop {
     uint64_t              next_id;    /* task numbering */
     int64_t               slow_ns;    /* blocked-loop threshold, 0 off */
     ferry_loop_stats      stats;      /* counters */
-    struct ferry__bridge_hooks bridge;/* set by bridge/ */
+    struct ferry__loop_hooks hooks;   /* set by wire/ (port/loop_port.h) */
     void                 *altstack;   /* memory for a sigaltstack, installed while it is the thread's */
     struct ferry__link    alt_link;   /* in the thread's list of loops relying on its sigaltstack */
     uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
@@ -254,7 +254,7 @@ struct ferry_loop {
      * child returns -EPERM (docs/fork.md).  NULL if the kernel refused
      * (then a child is not detected). */
     const volatile unsigned char *fork_mark;
-    struct ferry__loop_entry live_entry; /* in the set of live loops (bridge/loops.c) */
+    struct ferry__loop_entry live_entry; /* in the set of live loops (base/loops.c) */
     /* Locks broken by tasks that ended holding them and not destroyed
      * since, oldest first (sync.c); older ones are only counted. */
     struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
@@ -334,7 +334,7 @@ extern __thread char ferry__tls_token __attribute__((tls_model("initial-exec")))
 /* The task running on this thread, or NULL (scheduler, callbacks, other
  * threads).  Set by every switch into a task (switch.h), cleared when the
  * scheduler is back and around nested loop runs, and cleared in a forked
- * child (ferry__fork_child(), registered with pthread_atfork by bridge/):
+ * child (ferry__fork_child(), registered with pthread_atfork by wire/):
  * the primitives' entry check is one thread-local load. */
 extern __thread ferry_task *ferry__tls_task __attribute__((tls_model("initial-exec")));
 
@@ -348,10 +348,6 @@ static inline bool ferry__loop_forked(const ferry_loop *loop)
 {
     return loop->fork_mark && *loop->fork_mark == 0;
 }
-
-/* Out-of-line ferry__loop_forked() for bridge/: true in a forked child's
- * copy of `loop` (a post into it could never run).  Thread: any. */
-bool ferry__loop_is_fork_copy(const ferry_loop *loop);
 
 /* The running task of this thread's loop, or NULL (also in a forked
  * child: see ferry__tls_task). */

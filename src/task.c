@@ -508,28 +508,6 @@ int ferry_wait_signal(int signum)
     return rc;
 }
 
-int ferry_run(ferry_task_fn fn, void *arg)
-{
-    ferry_loop *loop;
-    ferry_task *t;
-    int rc, status = 0;
-
-    if (!fn)
-        return -EINVAL;
-    rc = ferry_loop_new(&loop, NULL);
-    if (rc)
-        return rc;
-    rc = ferry_task_spawn(&t, loop, fn, arg, &(ferry_task_opts){ .name = "main" });
-    if (rc) {
-        ferry_loop_free(loop);
-        return rc;
-    }
-    while (ferry_task_try_join(t, &status) == -EAGAIN)
-        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
-    ferry_loop_free(loop);
-    return status;
-}
-
 int ferry_loop_dump(ferry_loop *loop, FILE *out)
 {
     struct ferry__link *l;

@@ -1,6 +1,6 @@
-/* threads.c - one-time process setup for crossing threads (libevent's
- * locks, the fork handler), the check that an event_base has its lock, and
- * the small pthread helpers the rest of bridge/ shares.
+/* process.c - one-time process setup for crossing threads (libevent's
+ * locks, the fork handler), and the event_base of a loop: made with its
+ * lock, or checked for one.
  * Any thread.
  *
  * Other threads wake a loop through libevent (event_active() on an
@@ -19,14 +19,20 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
-#include <time.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "bridge_int.h"
+#include "alloc.h"
+#include "clock.h"
+#include "log.h"
+#include "loop_new.h"   /* ferry__fork_child() */
+#include "thread.h"
+#include "wire.h"
 
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static bool own_callbacks;            /* set once: libevent took ferry's lock callbacks */
@@ -163,7 +169,7 @@ static void threads_setup(void)
                    "running as a task in the child");
 }
 
-void ferry__threads_init(void)
+void ferry__process_init(void)
 {
     pthread_once(&threads_once, threads_setup);
 }
@@ -173,7 +179,7 @@ void ferry__threads_init(void)
  * too: the usual order is to make a base, then attach a loop to it. */
 __attribute__((constructor)) static void threads_at_load(void)
 {
-    ferry__threads_init();
+    ferry__process_init();
 }
 
 /* True unless ferry can tell that `base` has no lock.  Thread: any. */
@@ -195,23 +201,31 @@ int ferry__base_new(struct event_base **out)
     unsigned failed = tls_alloc_failed;
     struct event_base *base;
 
-    ferry__threads_init();
+    ferry__process_init();
     *out = NULL;
     base = event_base_new();
     if (!base)
         return -ENOMEM;
     /* libevent goes on without a lock or a condition it could not
      * allocate; other threads could then not wake this loop safely. */
-    if (tls_alloc_failed != failed || !base_locked(base)) {
-        event_base_free(base);
-        return -ENOMEM;
-    }
+    if (tls_alloc_failed != failed || !base_locked(base))
+        goto err_free;
+#ifdef __linux__
+    /* libevent silently falls back to poll or select when an allocation
+     * of its epoll backend fails: that is the -ENOMEM it is. */
+    if (strcmp(event_base_get_method(base), "epoll") != 0)
+        goto err_free;
+#endif
     *out = base;
     return 0;
+
+err_free:
+    event_base_free(base);
+    return -ENOMEM;
 }
 
 int ferry__base_check(struct event_base *base)
 {
-    ferry__threads_init();
+    ferry__process_init();
     return base_locked(base) ? 0 : -EINVAL;
 }
