@@ -60,8 +60,6 @@ struct ferry_inbox *ferry__inbox_of(ferry_loop *loop);
  * compared, or used on the loop thread. */
 ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib);
 
-void ferry__inbox_ref(struct ferry_inbox *ib);
-
 /* True on the inbox's loop thread.  Thread: any. */
 bool ferry__inbox_on_loop(const struct ferry_inbox *ib);
 
@@ -96,16 +94,6 @@ int  ferry__inbox_reserve(struct ferry_inbox *ib);
 void ferry__inbox_unreserve(struct ferry_inbox *ib);
 void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n);
 
-/*
- * Post a chain of `n` completions, first..last linked through `next`, in
- * one go: one lock, at most one wakeup.  `reserved` of them were promised
- * by ferry__inbox_reserve (each releases its reservation, as
- * ferry__inbox_complete_reserved does).  Same rules as
- * ferry__inbox_complete otherwise.  Thread: any.
- */
-void ferry__inbox_complete_chain(struct ferry_inbox *ib, struct ferry__cnode *first,
-                                 struct ferry__cnode *last, size_t n, size_t reserved);
-
 /* Post that may fail (the public call_soon_threadsafe path). */
 int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 
@@ -137,10 +125,10 @@ void ferry__inbox_closer_del(struct ferry__closer *c);
  * the wake once.  From another thread the wake travels as a completion
  * through the task's inbox, so the node must stay alive until it has been
  * delivered: a task that stops waiting (cancelled) after its wake was
- * fired calls ferry__xwake_settle() before leaving.
+ * fired calls ferry__task_wake_settle() before leaving.
  * Lives on the waiting task's stack.
  */
-struct ferry__xwake {
+struct ferry__task_wake {
     struct ferry__cnode  cn;        /* posted when fired from another thread */
     struct ferry__waiter w;         /* loop thread */
     struct ferry_inbox  *ib;        /* inbox of the waiting task's loop */
@@ -149,22 +137,22 @@ struct ferry__xwake {
 };
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */
-int  ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj);
+int  ferry__task_wake_init(struct ferry__task_wake *x, const char *what, const void *obj);
 /* The same for the task `self` (the caller checked that it runs it). */
-int  ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
+int  ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
                             const char *what, const void *obj);
 /* Re-arm for another wait (same task). */
-void ferry__xwake_rearm(struct ferry__xwake *x);
+void ferry__task_wake_rearm(struct ferry__task_wake *x);
 /* Any thread, once per arm: deliver `result` to the waiting task. */
-void ferry__xwake_fire(struct ferry__xwake *x, int result);
-/* ferry__xwake_fire() known to run on the task's loop thread. */
-void ferry__xwake_deliver(struct ferry__xwake *x, int result);
+void ferry__task_wake_fire(struct ferry__task_wake *x, int result);
+/* ferry__task_wake_fire() known to run on the task's loop thread. */
+void ferry__task_wake_deliver(struct ferry__task_wake *x, int result);
 /* Loop, in the task: wait for the wake.  Returns its result, or
  * -ECANCELED / -ETIMEDOUT (check x->delivered and the owner's state). */
-int  ferry__xwake_wait(struct ferry__xwake *x);
+int  ferry__task_wake_wait(struct ferry__task_wake *x);
 /* Loop, in the task: the wake was fired; wait, shielded, until it has been
  * delivered, so the node may go away. */
-void ferry__xwake_settle(struct ferry__xwake *x);
+void ferry__task_wake_settle(struct ferry__task_wake *x);
 
 /* ---- the loop waiting briefly for a completion ------------------------ */
 
@@ -190,22 +178,9 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
 
 /* ---- tasks' pool jobs, handed over once per turn ---------------------- */
 
-/*
- * Jobs that tasks of one loop offloaded during the current turn, not yet
- * handed to their pools: pool.c queues them all with one lock per pool in
- * a callback that runs after the turn (ferry_call_soon).  One per loop, in
- * its inbox's extension room (ferry__inbox_ext(); all-zero is empty).
- * Loop thread only.
- */
-struct ferry__subq {
-    struct ferry__link jobs;       /* loop thread: pool.c's jobs, FIFO */
-    void              *pool;       /* loop thread: the pool of every job in `jobs`,
-                                    * or NULL if they go to different pools */
-    size_t             n;          /* loop thread: jobs in `jobs` */
-    uint64_t           gen;        /* loop thread: flushes so far */
-    uint64_t           t;          /* loop thread: when the first job came (pool.c's clock) */
-    bool               scheduled;  /* loop thread: the flush callback is scheduled */
-};
+/* The room a loop's list of jobs to hand over (to_thread.c) takes in the
+ * loop's inbox: wire/ makes every inbox with that much extension room. */
+extern const size_t ferry__to_thread_room;
 
 /* The loop's flush hook (port/loop_port.h; `ctx` is the inbox): hand the
  * jobs on the loop's list to their pools now (pool.c), without waiting for

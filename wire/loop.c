@@ -56,7 +56,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     rc = ferry__loop_create(&loop, opts, base, own);
     if (rc)
         goto err_free_base;
-    rc = ferry__inbox_new(&ib, loop, base, own, sizeof(struct ferry__subq));
+    rc = ferry__inbox_new(&ib, loop, base, own, ferry__to_thread_room);
     if (rc)
         goto err_discard_loop;
     hooks.ctx = ib;
