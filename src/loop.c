@@ -1,32 +1,22 @@
-/* loop.c - the loop: creation, the scheduler's turns, polling libevent,
- * call_soon/call_later, and freeing with live tasks.
+/* loop.c - the loop object: the thread it belongs to and the checks every
+ * loop-side call starts with, its fork mark, the settings and counters the
+ * API reads and sets, and what it tells the bridge (port/loop_port.h).
  * Loop thread only.
  *
- * A turn runs what was ready when it began; what becomes ready during it
- * waits for the next turn.  A yield costs no system call: I/O and timers
- * are polled every `io_interval` steps, and whenever the run queue is empty
- * (then blocking until the earliest timer).
+ * Making and freeing a loop is loop_new.c, its turns sched.c, its timers
+ * timer.c.
  */
 #include "loop_only.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdint.h>
 #include <sys/mman.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
-#include <time.h>
 
 #include "loop_int.h"
 #include "loop_new.h"
-#include "sig_int.h"
-#include "switch.h"
 
 __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
 __thread char ferry__tls_token __attribute__((tls_model("initial-exec")));
 __thread ferry_task *ferry__tls_task __attribute__((tls_model("initial-exec")));
-#define tls_loop  ferry__tls_loop
-#define tls_token ferry__tls_token
 
 void ferry__fork_child(void)
 {
@@ -35,12 +25,12 @@ void ferry__fork_child(void)
 
 ferry_loop *ferry_loop_current(void)
 {
-    return tls_loop;
+    return ferry__tls_loop;
 }
 
 bool ferry_loop_is_current(const ferry_loop *loop)
 {
-    return loop && loop->owner == &tls_token && !ferry__loop_forked(loop);
+    return loop && loop->owner == &ferry__tls_token && !ferry__loop_forked(loop);
 }
 
 int ferry__loop_check(const ferry_loop *loop)
@@ -49,7 +39,7 @@ int ferry__loop_check(const ferry_loop *loop)
         return -EINVAL;
     /* In a forked child the thread token has the same address, so the fork
      * mark tells the copy from the original (docs/fork.md). */
-    return loop->owner == &tls_token && !ferry__loop_forked(loop) ? 0 : -EPERM;
+    return loop->owner == &ferry__tls_token && !ferry__loop_forked(loop) ? 0 : -EPERM;
 }
 
 #ifndef MADV_WIPEONFORK
@@ -58,7 +48,7 @@ int ferry__loop_check(const ferry_loop *loop)
 
 /* Map the loop's fork mark (struct ferry_loop).  Optional: without it
  * (kernel before 4.14, or no memory) a forked child is not detected. */
-static void fork_mark_setup(ferry_loop *loop)
+void ferry__fork_mark_setup(ferry_loop *loop)
 {
     size_t pg = ferry__page_size();
     unsigned char *p = ferry__fault_point("fork mark") ? MAP_FAILED :
@@ -79,7 +69,7 @@ bool ferry__loop_is_fork_copy(const ferry_loop *loop)
     return loop && ferry__loop_forked(loop);
 }
 
-static void fork_mark_teardown(ferry_loop *loop)
+void ferry__fork_mark_teardown(ferry_loop *loop)
 {
     if (loop->fork_mark)
         munmap((void *)(uintptr_t)loop->fork_mark, ferry__page_size());
@@ -120,375 +110,6 @@ void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
     else
         ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)",
                    ms, limit);
-}
-
-/* ---- timers ---------------------------------------------------------- */
-
-struct ferry_timer {
-    struct ferry__hnode    node;  /* in loop->timers until it fires */
-    struct ferry__cbnode   run;   /* in the run queue once fired */
-    ferry_loop            *loop;
-};
-
-static void expire_timers(ferry_loop *loop)
-{
-    struct ferry__hnode *n;
-    int64_t now;
-
-    if (!ferry__heap_min(&loop->timers))
-        return;
-    now = ferry_now();
-    while ((n = ferry__heap_min(&loop->timers)) && n->key <= now) {
-        ferry__heap_remove(&loop->timers, n);
-        n->fire(n);
-    }
-}
-
-static void timer_fire(struct ferry__hnode *n)
-{
-    ferry_timer *tm = ferry__container_of(n, ferry_timer, node);
-    ferry__list_push_back(&tm->loop->runq, &tm->run.run.link);
-}
-
-/*
- * Make the next blocking poll wake up for the earliest timer.  An owned base
- * uses the loop's timerfd, set (one system call) only when the earliest
- * deadline changed, so the quick polls between turns cost no extra call;
- * libevent's precise-timer mode would add a timerfd_settime to every poll,
- * and its default clock is the coarse one (4 ms steps here).  An attached
- * base gets a libevent timer, whose precision is the application's choice.
- */
-static void arm_tick(ferry_loop *loop)
-{
-    struct ferry__hnode *n = ferry__heap_min(&loop->timers);
-    struct timeval tv;
-    int64_t d;
-
-    if (loop->tfd >= 0) {
-        int64_t key = n ? (n->key > 0 ? n->key : 1) : 0;
-        struct itimerspec its = { { 0, 0 }, { 0, 0 } };
-
-        if (key == loop->tick_armed)
-            return;
-        its.it_value.tv_sec = (time_t)(key / 1000000000);
-        its.it_value.tv_nsec = (long)(key % 1000000000);
-        timerfd_settime(loop->tfd, TFD_TIMER_ABSTIME, &its, NULL);
-        loop->tick_armed = key;
-        return;
-    }
-    if (!n) {
-        event_del(loop->tick_ev);
-        return;
-    }
-    d = n->key - ferry_now();
-    if (d < 0)
-        d = 0;
-    tv.tv_sec = (time_t)(d / 1000000000);
-    tv.tv_usec = (suseconds_t)((d % 1000000000 + 999) / 1000);
-    if (tv.tv_usec >= 1000000) {
-        tv.tv_sec++;
-        tv.tv_usec -= 1000000;
-    }
-    event_add(loop->tick_ev, &tv);
-}
-
-static void kick(ferry_loop *loop)
-{
-    if (!loop->in_run && !loop->kick_pending) {
-        loop->kick_pending = true;
-        event_active(loop->kick_ev, EV_READ, 0);
-    }
-}
-
-void ferry__loop_timers_changed(ferry_loop *loop)
-{
-    if (!loop->in_run)
-        arm_tick(loop);
-}
-
-int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
-{
-    struct ferry__cbnode *c;
-    int rc = ferry__loop_check(loop);
-
-    if (rc)
-        return rc;
-    if (!cb)
-        return -EINVAL;
-    c = ferry__malloc(sizeof *c);
-    if (!c)
-        return -ENOMEM;
-    c->run.kind = FERRY__RUN_CB;
-    c->cb = cb;
-    c->arg = arg;
-    ferry__list_push_back(&loop->runq, &c->run.link);
-    kick(loop);
-    return 0;
-}
-
-int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
-                     ferry_timer **out)
-{
-    ferry_timer *tm;
-    int rc = ferry__loop_check(loop);
-
-    if (rc)
-        return rc;
-    if (!cb)
-        return -EINVAL;
-    tm = ferry__malloc(sizeof *tm);
-    if (!tm)
-        return -ENOMEM;
-    memset(tm, 0, sizeof *tm);
-    tm->loop = loop;
-    tm->node.fire = timer_fire;
-    tm->run.run.kind = FERRY__RUN_TIMER;
-    tm->run.cb = cb;
-    tm->run.arg = arg;
-    if (delay < 0)
-        delay = 0;
-    ferry__heap_insert(&loop->timers, &tm->node,
-                       delay > INT64_MAX - ferry_now() ? INT64_MAX : ferry_now() + delay);
-    ferry__loop_timers_changed(loop);
-    if (out)
-        *out = tm;
-    return 0;
-}
-
-int ferry_timer_cancel(ferry_timer *tm)
-{
-    int rc;
-
-    if (!tm)
-        return -EINVAL;
-    rc = ferry__loop_check(tm->loop);
-    if (rc)
-        return rc;
-    if (tm->node.linked)
-        ferry__heap_remove(&tm->loop->timers, &tm->node);
-    if (ferry__link_linked(&tm->run.run.link))
-        ferry__list_remove(&tm->run.run.link);
-    ferry__free(tm);
-    return 0;
-}
-
-/* ---- turns ------------------------------------------------------------ */
-
-static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, struct ferry__runnable *r)
-{
-    /* Read once: a step may change the threshold, and `r` may be freed by
-     * the time the step ends. */
-    int64_t slow = loop->slow_ns;
-    int64_t t0 = slow ? ferry_now() : 0;
-    bool is_task = r->kind == FERRY__RUN_TASK;
-    char name[sizeof ((ferry_task *)0)->name];
-
-    if (is_task) {
-        ferry_task *t = ferry__container_of(r, ferry_task, run);
-        if (slow)
-            memcpy(name, t->name, sizeof name);
-        if (__builtin_expect(!t->started, 0)) {
-            ferry__task_resume(t);
-        } else {
-            t->state = FERRY_TASK_RUNNING;
-            loop->current = t;
-            ferry__switch_to_task(loop, t);
-            /* Tasks may have handed over to each other: the last one is back. */
-            t = loop->current;
-            loop->current = NULL;
-            if (t->state == FERRY_TASK_DONE)
-                ferry__task_release(t);
-        }
-    } else {
-        struct ferry__cbnode *c = ferry__container_of(r, struct ferry__cbnode, run);
-        ferry_cb cb = c->cb;
-        void *arg = c->arg;
-        if (r->kind == FERRY__RUN_TIMER)
-            ferry__free(ferry__container_of(c, ferry_timer, run));
-        else
-            ferry__free(c);
-        cb(arg);
-    }
-    loop->stats.steps++;
-    loop->since_poll++;
-    if (slow) {
-        int64_t dt = ferry_now() - t0;
-        if (dt > slow)
-            ferry__loop_report_slow(loop, dt, slow, is_task ? name : NULL);
-    }
-}
-
-/* Run what is ready now.  Returns false if nothing was. */
-static bool run_turn(ferry_loop *loop)
-{
-    struct ferry__link local, *l;
-
-    if (ferry__list_empty(&loop->runq))
-        return false;
-    ferry__list_move(&local, &loop->runq);
-    loop->in_turn = true;
-    loop->turn = &local;
-    loop->stats.turns++;
-    while ((l = ferry__list_pop_front(&local))) {
-        ferry__prefetch_run(loop, local.next, &local);
-        run_step(loop, ferry__container_of(l, struct ferry__runnable, link));
-        if (loop->stop && !loop->closing) {
-            /* Put back what this turn did not reach, in order. */
-            while ((l = ferry__list_pop_front(&local)) != NULL)
-                ferry__list_push_back(&loop->runq, l);
-            break;
-        }
-    }
-    loop->in_turn = false;
-    loop->turn = NULL;
-    return true;
-}
-
-static void poll_io(ferry_loop *loop, bool block)
-{
-    int flags = EVLOOP_ONCE;
-
-    expire_timers(loop);
-    if (!ferry__list_empty(&loop->runq) || loop->stop)
-        block = false;
-    ferry__stack_poll(loop, block);
-    if (block) {
-        arm_tick(loop);
-        flags |= EVLOOP_NO_EXIT_ON_EMPTY;
-    } else {
-        flags |= EVLOOP_NONBLOCK;
-    }
-    event_base_loop(loop->base, flags);
-    loop->stats.polls++;
-    loop->since_poll = 0;
-    expire_timers(loop);
-}
-
-static bool nothing_left(ferry_loop *loop)
-{
-    if (loop->live || !ferry__list_empty(&loop->runq) || ferry__heap_min(&loop->timers))
-        return false;
-    if (loop->refs > 0 && !loop->closing)
-        return false;
-    if (loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx))
-        return false;
-    return true;
-}
-
-static void drive(ferry_loop *loop, int mode)
-{
-    for (;;) {
-        if (run_turn(loop)) {
-            if (loop->stop)
-                break;
-            if (mode == FERRY_RUN_ONCE) {
-                poll_io(loop, false);
-                break;
-            }
-            if (loop->since_poll >= loop->io_interval)
-                poll_io(loop, false);
-            continue;
-        }
-        if (loop->stop)
-            break;
-        if (mode == FERRY_RUN_ONCE) {
-            poll_io(loop, false);
-            run_turn(loop);
-            break;
-        }
-        if (mode == FERRY_RUN_DEFAULT && nothing_left(loop))
-            break;
-        poll_io(loop, true);
-    }
-}
-
-int ferry_loop_run(ferry_loop *loop, int mode)
-{
-    ferry_task *prev_task;
-    ferry_loop *prev;
-    int rc = ferry__loop_check(loop);
-
-    if (rc)
-        return rc;
-    if (mode != FERRY_RUN_DEFAULT && mode != FERRY_RUN_FOREVER && mode != FERRY_RUN_ONCE)
-        return -EINVAL;
-    if (loop->in_run || loop->in_turn)
-        return -EPERM;
-    prev = tls_loop;
-    prev_task = ferry__tls_task;     /* a task of another loop running this one */
-    tls_loop = loop;
-    ferry__tls_task = NULL;
-    loop->in_run = true;
-    loop->stop = false;
-    ferry__loop_hand_update(loop);
-    loop->one_turn = mode == FERRY_RUN_ONCE;
-    drive(loop, mode);
-    /* What the last turn offloaded goes to the pools now: the callback that
-     * hands it over runs in the next turn, and an application that drives
-     * the loop one pass at a time may make that pass only once these jobs
-     * are done. */
-    if (loop->hooks.flush)
-        loop->hooks.flush(loop->hooks.ctx);
-    loop->one_turn = false;
-    loop->in_run = false;
-    loop->stop = false;
-    ferry__loop_hand_update(loop);
-    tls_loop = prev ? prev : loop;
-    ferry__tls_task = prev_task;
-    /* Someone else's dispatch may drive us from now on. */
-    if (!ferry__list_empty(&loop->runq))
-        kick(loop);
-    ferry__loop_timers_changed(loop);
-    return 0;
-}
-
-/* Runs turns when the application's own event_base_dispatch drives us. */
-static void kick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    ferry_loop *loop = arg;
-    ferry_loop *prev = tls_loop;
-    ferry_task *prev_task = ferry__tls_task;
-    unsigned steps = 0;
-
-    (void)fd; (void)what;
-    loop->kick_pending = false;
-    if (loop->in_run || loop->in_turn)
-        return;
-    tls_loop = loop;
-    ferry__tls_task = NULL;
-    loop->since_poll = 0;
-    expire_timers(loop);
-    while (steps < loop->io_interval && !ferry__list_empty(&loop->runq)) {
-        uint64_t before = loop->stats.steps;
-        run_turn(loop);
-        steps += (unsigned)(loop->stats.steps - before);
-    }
-    ferry__stack_poll(loop, ferry__list_empty(&loop->runq));
-    tls_loop = prev ? prev : loop;
-    ferry__tls_task = prev_task;
-    if (!ferry__list_empty(&loop->runq))
-        kick(loop);
-    arm_tick(loop);
-}
-
-static void tick_cb(evutil_socket_t fd, short what, void *arg)
-{
-    ferry_loop *loop = arg;
-    uint64_t expirations;
-
-    (void)what;
-    if (loop->tfd >= 0) {
-        /* One-shot: it is disarmed now.  Reading clears the readiness. */
-        if (read(fd, &expirations, sizeof expirations) < 0)
-            expirations = 0;
-        loop->tick_armed = 0;
-    }
-    if (loop->in_run)
-        return;           /* poll_io expires timers itself */
-    expire_timers(loop);
-    if (!ferry__list_empty(&loop->runq))
-        kick(loop);
-    arm_tick(loop);
 }
 
 int ferry_loop_stop(ferry_loop *loop)
@@ -554,211 +175,4 @@ int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out)
     out->live_tasks = loop->live;
     out->stacks_cached = loop->stack_nfree;
     return 0;
-}
-
-/* ---- lifecycle ------------------------------------------------------- */
-
-int ferry__loop_opts_check(const ferry_loop_opts *opts)
-{
-    size_t ssz = opts && opts->stack_size ? opts->stack_size : FERRY_STACK_DEFAULT;
-
-    if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
-        return -EINVAL;
-    if (tls_loop && tls_loop->current)
-        return -EPERM;    /* not from inside a task */
-    return 0;
-}
-
-/* The loop's settings, from the (checked) options and the environment. */
-static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
-{
-    const char *g = getenv("FERRY_STACK_GUARD");
-
-    loop->stack_size = ferry__stack_map_size(o->stack_size ? o->stack_size : FERRY_STACK_DEFAULT);
-    loop->stack_cache = o->stack_cache ? o->stack_cache : 1024;
-    loop->io_interval = o->io_interval ? o->io_interval : 128;
-    /* FERRY_STACK_GUARD=mprotect|none forces an older kernel's fallbacks
-     * (for tests); the default probes MADV_GUARD_INSTALL first. */
-    if (g && strcmp(g, "mprotect") == 0)
-        loop->guard_mode = FERRY__GUARD_MPROTECT;
-    else if (g && strcmp(g, "none") == 0)
-        loop->guard_forced_none = true;
-#ifndef NDEBUG
-    loop->slow_ns = FERRY_MSEC(100);
-#endif
-    ferry__loop_hand_update(loop);
-}
-
-/*
- * The timer tick of a loop that owns its base: a timerfd, so that a
- * blocking poll wakes for the earliest timer at the precision of the
- * monotonic clock (see arm_tick()).  Returns: 0; -ENOMEM; -EMFILE,
- * -ENFILE (no descriptor left).
- */
-static int tick_timerfd_new(ferry_loop *loop)
-{
-    if (ferry__fault_point("timerfd"))
-        return -ENOMEM;
-    loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (loop->tfd < 0)
-        return -errno;     /* -EMFILE, -ENFILE, -ENOMEM */
-    loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
-    if (loop->tick_ev && event_add(loop->tick_ev, NULL) == 0)
-        return 0;
-    if (loop->tick_ev)
-        event_free(loop->tick_ev);
-    loop->tick_ev = NULL;
-    close(loop->tfd);
-    loop->tfd = -1;
-    return -ENOMEM;
-}
-
-/* The loop's events on its base: kick_ev, which runs turns inside someone
- * else's dispatch, and the timer tick (a timerfd for an owned base, a
- * libevent timer for an attached one, whose precision is the
- * application's choice).  Returns: 0; -ENOMEM; -EMFILE, -ENFILE. */
-static int events_new(ferry_loop *loop)
-{
-    int rc;
-
-    loop->tfd = -1;
-    loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
-    if (!loop->kick_ev)
-        return -ENOMEM;
-    if (loop->own_base) {
-        rc = tick_timerfd_new(loop);
-    } else {
-        loop->tick_ev = evtimer_new(loop->base, tick_cb, loop);
-        rc = loop->tick_ev ? 0 : -ENOMEM;
-    }
-    if (rc) {
-        event_free(loop->kick_ev);
-        loop->kick_ev = NULL;
-    }
-    return rc;
-}
-
-static void events_free(ferry_loop *loop)
-{
-    event_free(loop->tick_ev);
-    if (loop->tfd >= 0)
-        close(loop->tfd);
-    event_free(loop->kick_ev);
-}
-
-int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts,
-                       struct event_base *base, bool own_base)
-{
-    ferry_loop_opts o = {0};
-    ferry_loop *loop;
-    int rc;
-
-    if (opts)
-        o = *opts;
-    loop = ferry__calloc(1, sizeof *loop);
-    if (!loop)
-        return -ENOMEM;
-    loop->owner = &tls_token;
-    loop->base = base;
-    loop->own_base = own_base;
-    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
-    fork_mark_setup(loop);
-    settings_init(loop, &o);
-    rc = events_new(loop);
-    if (rc)
-        goto err_free_loop;
-    loop->altstack = ferry__malloc(FERRY__ALTSTACK_SIZE);
-    if (!loop->altstack) {
-        rc = -ENOMEM;
-        goto err_free_events;
-    }
-    *out = loop;
-    return 0;
-
-err_free_events:
-    events_free(loop);
-err_free_loop:
-    fork_mark_teardown(loop);
-    ferry__free(loop);
-    return rc;
-}
-
-void ferry__loop_discard(ferry_loop *loop)
-{
-    ferry__free(loop->altstack);
-    events_free(loop);
-    fork_mark_teardown(loop);
-    ferry__free(loop);
-}
-
-void ferry__loop_start(ferry_loop *loop, const struct ferry__loop_hooks *hooks)
-{
-    loop->hooks = *hooks;
-    ferry__overflow_setup(loop);
-    ferry__loops_add(&loop->live_entry, loop);
-    if (!tls_loop)
-        tls_loop = loop;
-}
-
-/* The bridge closes: every accepted post runs, later ones are refused.
- * Its hooks are not called again; the context stays (loop_port.h). */
-static void hooks_close(ferry_loop *loop)
-{
-    void (*close_fn)(void *ctx) = loop->hooks.close;
-
-    loop->hooks.pending = NULL;
-    loop->hooks.flush = NULL;
-    loop->hooks.close = NULL;
-    if (close_fn)
-        close_fn(loop->hooks.ctx);
-}
-
-void ferry__loop_free(ferry_loop *loop)
-{
-    struct ferry__link *l, *tmp;
-    struct ferry__hnode *n;
-    ferry_task *prev_task;
-    ferry_loop *prev;
-
-    if (!loop || ferry__loop_check(loop) || loop->in_run || loop->in_turn)
-        return;
-    prev = tls_loop;
-    prev_task = ferry__tls_task;
-    tls_loop = loop;
-    ferry__tls_task = NULL;
-    loop->closing = true;
-    loop->in_run = true;
-    /* Cancel every live task and run until all have ended. */
-    while (loop->live || !ferry__list_empty(&loop->runq)) {
-        ferry__list_foreach_safe(l, tmp, &loop->tasks)
-            ferry_task_cancel(ferry__container_of(l, ferry_task, all));
-        loop->stop = false;
-        ferry__loop_hand_update(loop);
-        if (!run_turn(loop))
-            poll_io(loop, loop->live != 0);
-        else if (loop->since_poll >= loop->io_interval)
-            poll_io(loop, false);
-    }
-    hooks_close(loop);
-    while (run_turn(loop))
-        ;
-    /* Subscriptions end here, before the event_base their eventfd is on. */
-    ferry__signal_loop_free(loop);
-    /* Timers that never fired are dropped with their loop. */
-    while ((n = ferry__heap_min(&loop->timers))) {
-        ferry__heap_remove(&loop->timers, n);
-        ferry__free(ferry__container_of(n, ferry_timer, node));
-    }
-    loop->in_run = false;
-    ferry__stack_drain(loop);
-    ferry__overflow_teardown(loop);
-    ferry__free(loop->altstack);
-    events_free(loop);
-    if (loop->own_base)
-        event_base_free(loop->base);
-    tls_loop = (prev == loop) ? NULL : prev;
-    ferry__tls_task = prev_task;
-    fork_mark_teardown(loop);
-    ferry__loops_remove(&loop->live_entry);
-    ferry__free(loop);
 }
