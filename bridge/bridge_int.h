@@ -1,6 +1,9 @@
-/* bridge_int.h - what the files of bridge/ share: the loop's inbox seen
- * from inside, completions that cannot fail, and cross-thread wakes of a
- * waiting task.
+/* bridge_int.h - what the files of bridge/ share, and what wire/ calls in
+ * bridge/: the loop's inbox seen from inside, completions that cannot
+ * fail, cross-thread wakes of a waiting task, the pools' hooks.
+ *
+ * bridge/ sees the loop only through port/loop_port.h and the public
+ * headers; what any thread may use comes from base/.
  *
  * Lock order (outermost first), for every file of bridge/:
  *   ferry_pool.mu  ->  ferry_chan.mu  ->  ferry_inbox.mu
@@ -33,8 +36,9 @@ struct event_base;
 /*
  * Make the inbox of a new loop on `base` (`own_base`: the loop made the
  * base, so the inbox watches an eventfd; an application's base is woken
- * through event_active() instead, see inbox.c), with `ext_size` bytes of
- * room for other parts of the bridge (ferry__inbox_ext()).  Thread: loop.
+ * through event_active() instead, see inbox_loop.c), with `ext_size`
+ * bytes of room for other parts of the bridge (ferry__inbox_ext()).
+ * Thread: loop.
  * Returns: 0 and *out; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
  * eventfd).
  */
@@ -183,9 +187,9 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
 extern const size_t ferry__to_thread_room;
 
 /* The loop's flush hook (port/loop_port.h; `ctx` is the inbox): hand the
- * jobs on the loop's list to their pools now (pool.c), without waiting for
- * the flush callback: ferry_loop_run() is about to return, and an
- * application driving the loop one pass at a time may not make the next
+ * jobs on the loop's list to their pools now (to_thread.c), without
+ * waiting for the flush callback: ferry_loop_run() is about to return, and
+ * an application driving the loop one pass at a time may not make the next
  * pass before these jobs are done.  Thread: loop, not in a task. */
 void ferry__pool_handover(void *ctx);
 

@@ -7,7 +7,7 @@
  * retries, so no item is ever held by a waiter that might not run.  A task
  * that was woken but leaves anyway (cancelled, deadline) passes the wake on
  * to the next waiter of its side, so a wake is never swallowed
- * (TESTING.md 2.2).  Every state change wakes one thread and one task of
+ * (docs/testing.md).  Every state change wakes one thread and one task of
  * the side that can now proceed; an extra wake costs only a retry.
  *
  * Lock order: ferry_chan.mu -> ferry_inbox.mu (bridge_int.h).

@@ -16,7 +16,7 @@
  *   drain clears it only under mu, after finding the queue empty.  The
  *   eventfd is read at the start of the event callback, before the queue is
  *   looked at, so a write that lands while the loop drains stays readable
- *   and only costs an extra, empty drain (TESTING.md 2.1).
+ *   and only costs an extra, empty drain (docs/testing.md).
  *
  * The loop drains in steps of at most FERRY__DRAIN_BATCH items.  The first
  * step runs directly in the eventfd's callback (no timer, no allocation per

@@ -121,7 +121,8 @@ struct job {
     ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
 };
 
-_Static_assert(offsetof(struct job, gen) <= 64, "a worker's fields of struct job fit one cache line");
+_Static_assert(offsetof(struct job, gen) <= 64,
+               "a worker's fields of struct job fit one cache line");
 _Static_assert(sizeof(struct job) <= 192, "a task's job fits three cache lines");
 
 /* A task waiting for room in the queue (the fallback path, see offload). */
@@ -192,7 +193,8 @@ struct ferry_pool {
     /* Apart from the fields the workers write all the time: the loop
      * thread takes and drops a reference per ferry_to_thread. */
     char                pad0[64];
-    atomic_uint         refs;      /* creator + calls in progress + pending completions + posted sink */
+    atomic_uint         refs;      /* creator + calls in progress + pending completions
+                                    * + posted sink */
     char                pad1[64];
     struct sink         sink;      /* mu (cn: see struct sink) */
 };
@@ -216,7 +218,7 @@ struct ferry_pool {
 extern _Thread_local struct ferry_pool *ferry__pool_tls;
 
 /* A monotonic counter for the service time and the queueing delay: the
- * TSC on x86-64 (about a third of the cost of ferry_now()), else
+ * TSC on x86-64 (cheaper to read than ferry_now()), else
  * ferry_now().  Only compared with the waking policy's thresholds
  * (pool_worker.c), so an imprecise TSC costs at most a worker woken late
  * or early. */

@@ -365,8 +365,8 @@ void ferry__pool_block_enter(void)
     p->nblocked++;
     if (p->nblocked >= p->nthreads) {
         /* No thread is left to start a queued job until a loop call
-         * returns, and that call may be waiting for one of them (Trio
-         * #810): fail them with a clear error instead of hanging. */
+         * returns, and that call may be waiting for one of them: fail
+         * them with a clear error instead of hanging. */
         stuck = ferry__pool_drop_queued_locked(p, &dropped, -EDEADLK);
         if (stuck)
             ferry__pool_room_kick_locked(p);

@@ -7,7 +7,7 @@
  * it, a task that stops waiting after its wake was fired must settle (wait,
  * shielded, for the delivery) before its stack frame goes away: the
  * thread-pool job writing into a cancelled task's stack is the bug this
- * prevents (TESTING.md 2.5).
+ * prevents (docs/testing.md).
  *
  * Loop thread, except ferry__task_wake_fire (any thread).
  */

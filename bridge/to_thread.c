@@ -332,8 +332,8 @@ static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
 }
 
 /* Fill in a task's job (not its wake, which offload() sets up).  Field by
- * field: zeroing the whole struct cost a fifth of a round trip's time on
- * the loop thread. */
+ * field: zeroing the whole struct would be a large part of a round trip's
+ * time on the loop thread. */
 static void job_init_task(struct job *j, ferry_job_fn fn, void *arg, bool heap,
                           ferry_job_cleanup cleanup)
 {

@@ -170,8 +170,9 @@ static inline ferry_task *ferry__stack_task(const struct ferry__stack *s)
     return (ferry_task *)(void *)((char *)s - offsetof(ferry_task, stk));
 }
 
-/* Start of a stack (its guard region).  Computed, not stored: 8 bytes
- * more in the task structure measurably slowed spawn. */
+/* Start of a stack (its guard region).  Computed, not stored: the task
+ * structure is what a spawn writes, field by field, so it stays as small
+ * as it can. */
 static inline char *ferry__stack_base(const struct ferry__stack *s)
 {
     return (char *)ferry__stack_task(s) + FERRY__TASK_ROOM + ferry__stack_color(s->size, s->slot) -
@@ -427,10 +428,10 @@ int ferry__loop_check(const ferry_loop *loop);
 
 /*
  * The inline forms of ferry__enter_task(), ferry__bind() and ferry__check()
- * of ferry_int.h, for src/.  Every primitive call passes through them; out
- * of line they cost about 100 of the 538 instructions of a lock round trip.
- * The out-of-line functions stay for bridge/, which does not see the task
- * structure.  Same contracts as there.
+ * of port/loop_port.h and ferry_int.h, for src/.  Every primitive call
+ * passes through them, and out of line they would be a large part of a
+ * lock round trip.  The out-of-line functions stay for bridge/, which does
+ * not see the task structure.  Same contracts as there.
  */
 static inline int ferry__enter_task_inline(ferry_task **self /* OUT */)
 {

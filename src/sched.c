@@ -46,7 +46,8 @@ int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
     return 0;
 }
 
-static inline __attribute__((always_inline)) void run_step(ferry_loop *loop, struct ferry__runnable *r)
+static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
+                                                           struct ferry__runnable *r)
 {
     /* Read once: a step may change the threshold, and `r` may be freed by
      * the time the step ends. */

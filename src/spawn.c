@@ -79,7 +79,7 @@ static inline int spawn_check(ferry_loop **loop, ferry_task_fn fn, const ferry_t
     return 0;
 }
 
-/* The task's name, copied by hand: snprintf() would cost a third of a
+/* The task's name, copied by hand: snprintf() would be a large part of a
  * spawn. */
 static inline void name_set(ferry_task *t, const ferry_task_opts *opts)
 {

@@ -4,8 +4,8 @@
  *
  * Stacks of the loop's default size are cut from slabs: one mapping holds
  * a header page and up to FERRY__SLAB_SLOTS stacks, so a new stack costs
- * no mmap and a freed one no munmap (each munmap split the merged mapping
- * and cost about 10 us).  A slot gets its guard region (FERRY__GUARD_SIZE,
+ * no mmap and a freed one no munmap (each munmap would split the merged
+ * mapping, a costly system call).  A slot gets its guard region (FERRY__GUARD_SIZE,
  * loop_int.h) the first time it is used and keeps it for the slab's life
  * (see guard_install() for why one slot at a time).  Free stacks go to the
  * loop's list, most recent first, so the stacks reused are the ones whose
@@ -81,8 +81,8 @@ struct ferry__slab {
     uint8_t             guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
 };
 
-/* The page size, read once at load time: spawn needs it on every call and
- * sysconf() costs about 50 instructions. */
+/* The page size, read once at load time: spawn needs it on every call,
+ * and sysconf() is a call into the C library each time. */
 static size_t page_size = 4096;
 
 __attribute__((constructor)) static void page_size_init(void)
@@ -477,12 +477,13 @@ void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
     /* Poison all but the task structure (the header is in it): a waiter
      * left behind in a returned stack is then reported by ASan instead of
      * read silently. */
-    ferry__san_poison(ferry__stack_lo(s), (size_t)((char *)ferry__stack_task(s) - ferry__stack_lo(s)));
+    ferry__san_poison(ferry__stack_lo(s),
+                      (size_t)((char *)ferry__stack_task(s) - ferry__stack_lo(s)));
 }
 
 /* Unmap slabs with no live stack while more stacks than the cache are
- * free: about 0.4 us per resident page, against 3 us for an madvise of one
- * stack (measured here). */
+ * free: unmapping a whole slab costs far less per stack than an madvise()
+ * of each of its stacks. */
 static void trim_slabs(ferry_loop *loop)
 {
     struct ferry__link *l, *tmp;

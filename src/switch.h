@@ -96,7 +96,7 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
 
 /* Below this many live tasks their stacks stay in the L1 cache between
  * two runs, and ferry__prefetch_run() would only cost instructions (a
- * yield between two tasks measured 3% slower with it). */
+ * yield between two tasks is slower with it). */
 #define FERRY__PREFETCH_MIN_TASKS 64
 
 /*
@@ -104,8 +104,7 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
  * a list ending at `end`), if it is a task: the switch to it pops its
  * registers from there and returns through the frames just above, lines
  * last touched a whole turn ago.  Called one task ahead, so the lines
- * arrive while the task before it runs (1,000 tasks offloading to a pool:
- * about 5% faster, bench/README.md).
+ * arrive while the task before it runs.
  */
 static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferry__link *l,
                                        const struct ferry__link *end)

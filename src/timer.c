@@ -37,7 +37,7 @@ static void timer_fire(struct ferry__hnode *n)
  * uses the loop's timerfd, set (one system call) only when the earliest
  * deadline changed, so the quick polls between turns cost no extra call;
  * libevent's precise-timer mode would add a timerfd_settime to every poll,
- * and its default clock is the coarse one (4 ms steps here).  An attached
+ * and its default clock is the coarse one (milliseconds).  An attached
  * base gets a libevent timer, whose precision is the application's choice.
  */
 void ferry__timers_arm(ferry_loop *loop)

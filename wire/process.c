@@ -58,7 +58,8 @@ static void *ev_lock_alloc(unsigned locktype)
         mu = NULL;
     else
         mu = malloc(sizeof *mu);     /* libevent's memory, not ferry's */
-    if (mu && pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive : NULL)) {
+    if (mu && pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive
+                                                                            : NULL)) {
         free(mu);
         mu = NULL;
     }
