@@ -60,18 +60,10 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
         ferry_task *t = ferry__container_of(r, ferry_task, run);
         if (slow)
             memcpy(name, t->name, sizeof name);
-        if (__builtin_expect(!t->started, 0)) {
+        if (__builtin_expect(!t->started, 0))
             ferry__task_resume(t);
-        } else {
-            t->state = FERRY_TASK_RUNNING;
-            loop->current = t;
-            ferry__switch_to_task(loop, t);
-            /* Tasks may have handed over to each other: the last one is back. */
-            t = loop->current;
-            loop->current = NULL;
-            if (t->state == FERRY_TASK_DONE)
-                ferry__task_release(t);
-        }
+        else
+            ferry__task_run(loop, t);
     } else {
         struct ferry__cbnode *c = ferry__container_of(r, struct ferry__cbnode, run);
         ferry_cb cb = c->cb;

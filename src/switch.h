@@ -66,6 +66,23 @@ static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 #endif
 }
 
+/*
+ * The scheduler runs task `t` (started) until the CPU comes back to it.
+ * Tasks may hand over to each other meanwhile: the last one to run is the
+ * one that came back, and its stack is given back here if it ended (it
+ * could not give it back while it ran on it).
+ */
+static inline __attribute__((always_inline)) void ferry__task_run(ferry_loop *loop, ferry_task *t)
+{
+    t->state = FERRY_TASK_RUNNING;
+    loop->current = t;
+    ferry__switch_to_task(loop, t);
+    t = loop->current;
+    loop->current = NULL;
+    if (t->state == FERRY_TASK_DONE)
+        ferry__task_release(t);
+}
+
 void ferry__canary_dead(ferry_task *t) __attribute__((noreturn, cold));
 
 /* A task leaving the CPU: if its stack has no guard page, its canary must

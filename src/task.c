@@ -84,13 +84,7 @@ void ferry__task_resume(ferry_task *t)
             return;
         }
     }
-    t->state = FERRY_TASK_RUNNING;
-    loop->current = t;
-    ferry__switch_to_task(loop, t);
-    t = loop->current;
-    loop->current = NULL;
-    if (t->state == FERRY_TASK_DONE)
-        ferry__task_release(t);
+    ferry__task_run(loop, t);
 }
 
 void ferry__task_release(ferry_task *t)
