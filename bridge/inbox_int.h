@@ -101,9 +101,9 @@ struct ferry_inbox {
     struct ferry__wakefd fd;         /* eventfd or pipe, -1 if none (attached base); wfd
                                       * written under mu; closed by the last ref */
     const void          *owner;      /* identity of the loop's thread; set once */
-    ferry_loop          *loop;       /* set once; used on the loop thread, and by
-                                      * ferry__loop_is_fork_copy() under mu while
-                                      * not closed */
+    ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
+    const volatile unsigned char *fork_mark; /* the loop's (loop_port.h), or NULL; set
+                                      * once, read under mu while not closed */
 
     /* loop thread only */
     struct event        *ev;         /* EV_READ|EV_PERSIST on fd.rfd */
@@ -137,7 +137,7 @@ static inline bool ferry__inbox_on_loop_thread(const struct ferry_inbox *ib)
  * exists, and so does the page of its fork mark. */
 static inline bool ferry__inbox_refused_locked(const struct ferry_inbox *ib)
 {
-    return ib->closed || ferry__loop_is_fork_copy(ib->loop);
+    return ib->closed || ferry__fork_mark_copied(ib->fork_mark);
 }
 
 #endif /* FERRY_INBOX_INT_H */

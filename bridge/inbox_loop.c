@@ -333,6 +333,7 @@ int ferry__inbox_new(struct ferry_inbox **out, ferry_loop *loop, struct event_ba
     ib->ctail = &ib->chead;
     ib->owner = &ferry__inbox_token;
     ib->loop = loop;
+    ib->fork_mark = ferry__loop_fork_mark(loop);
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);
     atomic_init(&ib->waker_cpu, -1);

@@ -64,6 +64,11 @@ void ferry__fork_mark_setup(ferry_loop *loop)
     loop->fork_mark = p;
 }
 
+const volatile unsigned char *ferry__loop_fork_mark(const ferry_loop *loop)
+{
+    return loop->fork_mark;
+}
+
 bool ferry__loop_is_fork_copy(const ferry_loop *loop)
 {
     return loop && ferry__loop_forked(loop);

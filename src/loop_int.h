@@ -264,15 +264,6 @@ struct ferry_loop {
         int64_t             tick_armed;  /* deadline tfd is set to, 0 if disarmed */
     };
 
-    /* ---- its base and its place among the layers (loop.c, loop_new.c) ---- */
-    struct {
-        struct event_base  *base;        /* libevent base */
-        bool                own_base;    /* made for it: freed with it */
-        long                refs;        /* ferry_loop_ref() count */
-        struct ferry__loop_hooks hooks;  /* set by wire/ (port/loop_port.h) */
-        struct ferry__loop_entry live_entry; /* in the set of live loops (base/loops.c) */
-    };
-
     /* ---- stacks (stack.c) ---- */
     struct {
         size_t              stack_size;  /* default task stack size (mapping) */
@@ -289,6 +280,20 @@ struct ferry_loop {
         size_t              mprotect_live; /* live mprotect-guarded stacks */
         uint8_t             guard_mode;  /* FERRY__GUARD_*: what worked last */
         bool                guard_forced_none; /* FERRY_STACK_GUARD=none */
+    };
+
+    /* ---- its base and its place among the layers (loop.c, loop_new.c).
+     * Seldom written (made, referenced, freed): hooks.ctx is read by
+     * every post from another thread, so this part stays away from the
+     * fields the loop's thread writes on every step or timer change (the
+     * scheduler, the timers), whose cache lines would otherwise move
+     * between the two threads on every post. ---- */
+    struct {
+        struct event_base  *base;        /* libevent base */
+        bool                own_base;    /* made for it: freed with it */
+        long                refs;        /* ferry_loop_ref() count */
+        struct ferry__loop_hooks hooks;  /* set by wire/ (port/loop_port.h) */
+        struct ferry__loop_entry live_entry; /* in the set of live loops (base/loops.c) */
     };
 
     /* ---- the stack-overflow reporter (overflow.c) ---- */

@@ -144,8 +144,24 @@ int64_t ferry__loop_slow_threshold(const ferry_loop *loop);
 void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
                              const char *task_name);
 
-/* True in a forked child's copy of `loop` (a post into it could never
- * run; docs/fork.md).  Thread: any, while the loop is not freed. */
+/* The loop's fork mark: a page of its own that reads 0 in a forked
+ * child's copy of the loop (a post into it could never run; docs/fork.md),
+ * or NULL if the kernel refused it (then a child is not detected).  Set
+ * when the loop is made and valid until it is freed.  A thread that tests
+ * it on every post keeps the pointer and tests it with
+ * ferry__fork_mark_copied(): the loop's structure, which the loop's thread
+ * writes on every step, stays out of the poster's path. */
+const volatile unsigned char *ferry__loop_fork_mark(const ferry_loop *loop);
+
+/* True in a forked child's copy of `loop` (NULL: false).  Thread: any,
+ * while the loop is not freed. */
 bool ferry__loop_is_fork_copy(const ferry_loop *loop);
+
+/* True if `mark` (from ferry__loop_fork_mark()) says this process is a
+ * forked child of the one that made the loop.  Thread: any. */
+static inline bool ferry__fork_mark_copied(const volatile unsigned char *mark)
+{
+    return mark && *mark == 0;
+}
 
 #endif /* FERRY_LOOP_PORT_H */
