@@ -1,6 +1,9 @@
-/* bridge_int.h - what the files of bridge/ share: the loop's inbox seen
- * from inside, completions that cannot fail, and cross-thread wakes of a
- * waiting task.
+/* bridge_int.h - what the files of bridge/ share, and what wire/ calls in
+ * bridge/: the loop's inbox seen from inside, completions that cannot
+ * fail, cross-thread wakes of a waiting task, the pools' hooks.
+ *
+ * bridge/ sees the loop only through port/loop_port.h and the public
+ * headers; what any thread may use comes from base/.
  *
  * Lock order (outermost first), for every file of bridge/:
  *   ferry_pool.mu  ->  ferry_chan.mu  ->  ferry_inbox.mu
@@ -10,12 +13,48 @@
 #ifndef FERRY_BRIDGE_INT_H
 #define FERRY_BRIDGE_INT_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <time.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include "ferry_int.h"
 #include "ferry/bridge.h"
+
+#include "alloc.h"
+#include "clock.h"
+#include "env.h"
+#include "list.h"
+#include "log.h"
+#include "loop_port.h"
+#include "thread.h"
+
+struct event_base;
+
+/* ---- the inbox, for wire/ ---------------------------------------------- */
+
+/*
+ * Make the inbox of a new loop on `base` (`own_base`: the loop made the
+ * base, so the inbox watches an eventfd; an application's base is woken
+ * through event_active() instead, see inbox_loop.c), with `ext_size`
+ * bytes of room for other parts of the bridge (ferry__inbox_ext()).
+ * Thread: loop.
+ * Returns: 0 and *out; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
+ * eventfd).
+ */
+int  ferry__inbox_new(struct ferry_inbox **out /* OUT */, ferry_loop *loop,
+                      struct event_base *base, bool own_base, size_t ext_size);
+
+/* The loop's hooks (port/loop_port.h) that the inbox implements; `ctx`
+ * is the inbox. */
+bool ferry__inbox_pending(void *ctx);
+void ferry__inbox_close(void *ctx);
+
+/* The room for other parts of the bridge, ext_size bytes, all-zero at
+ * first, aligned for any type.  Thread: loop. */
+void *ferry__inbox_ext(struct ferry_inbox *ib);
+
+/* ---- the inbox, for the bridge ------------------------------------------ */
 
 /* The loop's inbox (no reference taken), or NULL if it has none.
  * Thread: any, while the loop is not freed. */
@@ -24,8 +63,6 @@ struct ferry_inbox *ferry__inbox_of(ferry_loop *loop);
 /* The loop an inbox belongs to.  Thread: any; the pointer is only
  * compared, or used on the loop thread. */
 ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib);
-
-void ferry__inbox_ref(struct ferry_inbox *ib);
 
 /* True on the inbox's loop thread.  Thread: any. */
 bool ferry__inbox_on_loop(const struct ferry_inbox *ib);
@@ -61,16 +98,6 @@ int  ferry__inbox_reserve(struct ferry_inbox *ib);
 void ferry__inbox_unreserve(struct ferry_inbox *ib);
 void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n);
 
-/*
- * Post a chain of `n` completions, first..last linked through `next`, in
- * one go: one lock, at most one wakeup.  `reserved` of them were promised
- * by ferry__inbox_reserve (each releases its reservation, as
- * ferry__inbox_complete_reserved does).  Same rules as
- * ferry__inbox_complete otherwise.  Thread: any.
- */
-void ferry__inbox_complete_chain(struct ferry_inbox *ib, struct ferry__cnode *first,
-                                 struct ferry__cnode *last, size_t n, size_t reserved);
-
 /* Post that may fail (the public call_soon_threadsafe path). */
 int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 
@@ -102,10 +129,10 @@ void ferry__inbox_closer_del(struct ferry__closer *c);
  * the wake once.  From another thread the wake travels as a completion
  * through the task's inbox, so the node must stay alive until it has been
  * delivered: a task that stops waiting (cancelled) after its wake was
- * fired calls ferry__xwake_settle() before leaving.
+ * fired calls ferry__task_wake_settle() before leaving.
  * Lives on the waiting task's stack.
  */
-struct ferry__xwake {
+struct ferry__task_wake {
     struct ferry__cnode  cn;        /* posted when fired from another thread */
     struct ferry__waiter w;         /* loop thread */
     struct ferry_inbox  *ib;        /* inbox of the waiting task's loop */
@@ -114,33 +141,22 @@ struct ferry__xwake {
 };
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */
-int  ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj);
+int  ferry__task_wake_init(struct ferry__task_wake *x, const char *what, const void *obj);
 /* The same for the task `self` (the caller checked that it runs it). */
-int  ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
+int  ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
                             const char *what, const void *obj);
 /* Re-arm for another wait (same task). */
-void ferry__xwake_rearm(struct ferry__xwake *x);
+void ferry__task_wake_rearm(struct ferry__task_wake *x);
 /* Any thread, once per arm: deliver `result` to the waiting task. */
-void ferry__xwake_fire(struct ferry__xwake *x, int result);
-/* ferry__xwake_fire() known to run on the task's loop thread. */
-void ferry__xwake_deliver(struct ferry__xwake *x, int result);
+void ferry__task_wake_fire(struct ferry__task_wake *x, int result);
+/* ferry__task_wake_fire() known to run on the task's loop thread. */
+void ferry__task_wake_deliver(struct ferry__task_wake *x, int result);
 /* Loop, in the task: wait for the wake.  Returns its result, or
  * -ECANCELED / -ETIMEDOUT (check x->delivered and the owner's state). */
-int  ferry__xwake_wait(struct ferry__xwake *x);
+int  ferry__task_wake_wait(struct ferry__task_wake *x);
 /* Loop, in the task: the wake was fired; wait, shielded, until it has been
  * delivered, so the node may go away. */
-void ferry__xwake_settle(struct ferry__xwake *x);
-
-/* One pause in a spin-wait (the spinning worker, the loop waiting for a
- * completion). */
-static inline void ferry__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
+void ferry__task_wake_settle(struct ferry__task_wake *x);
 
 /* ---- the loop waiting briefly for a completion ------------------------ */
 
@@ -166,30 +182,16 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
 
 /* ---- tasks' pool jobs, handed over once per turn ---------------------- */
 
-/*
- * Jobs that tasks of one loop offloaded during the current turn, not yet
- * handed to their pools: pool.c queues them all with one lock per pool in
- * a callback that runs after the turn (ferry_call_soon).  One per inbox.
- * Loop thread only.
- */
-struct ferry__subq {
-    struct ferry__link jobs;       /* loop thread: pool.c's jobs, FIFO */
-    void              *pool;       /* loop thread: the pool of every job in `jobs`,
-                                    * or NULL if they go to different pools */
-    size_t             n;          /* loop thread: jobs in `jobs` */
-    uint64_t           gen;        /* loop thread: flushes so far */
-    uint64_t           t;          /* loop thread: when the first job came (pool.c's clock) */
-    bool               scheduled;  /* loop thread: the flush callback is scheduled */
-};
+/* The room a loop's list of jobs to hand over (to_thread.c) takes in the
+ * loop's inbox: wire/ makes every inbox with that much extension room. */
+extern const size_t ferry__to_thread_room;
 
-/* The inbox's list.  Thread: loop. */
-struct ferry__subq *ferry__inbox_subq(struct ferry_inbox *ib);
-
-/* Hand the jobs on the inbox's list to their pools now (pool.c), without
+/* The loop's flush hook (port/loop_port.h; `ctx` is the inbox): hand the
+ * jobs on the loop's list to their pools now (to_thread.c), without
  * waiting for the flush callback: ferry_loop_run() is about to return, and
- * an application driving the loop one pass at a time may not make the
- * next pass before these jobs are done.  Thread: loop, not in a task. */
-void ferry__pool_handover(struct ferry_inbox *ib);
+ * an application driving the loop one pass at a time may not make the next
+ * pass before these jobs are done.  Thread: loop, not in a task. */
+void ferry__pool_handover(void *ctx);
 
 /* ---- pool threads calling into loops ---------------------------------- */
 
@@ -201,26 +203,5 @@ void ferry__pool_handover(struct ferry_inbox *ib);
  * Thread: any. */
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
-
-/* ---- ferry's own threads (signals.c) ---------------------------------- */
-
-/* pthread_create() for ferry's own threads: the thread starts with every
- * signal blocked but those a fault raises, so it never takes a signal
- * meant for the process (ferry/signal.h).  Same returns. */
-int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
-                               void *(*fn)(void *), void *arg);
-
-/* ---- helpers (threads.c) ---------------------------------------------- */
-
-/* A relative timeout in ns (FERRY_NEVER: none) as an absolute deadline on
- * ferry_now()'s clock; FERRY_NEVER stays FERRY_NEVER. */
-int64_t ferry__deadline(int64_t timeout);
-/* Wait on `cv` (made by ferry__cond_init) until `deadline` (FERRY_NEVER:
- * forever).  Returns 0 or ETIMEDOUT (positive, as pthread does). */
-int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
-/* Initialise a condition variable on CLOCK_MONOTONIC.  Returns 0 or -ENOMEM. */
-int ferry__cond_init(pthread_cond_t *cv);
-/* The value of environment variable `name` as 1..4096, else `dflt`. */
-unsigned ferry__env_unsigned(const char *name, unsigned dflt);
 
 #endif /* FERRY_BRIDGE_INT_H */

@@ -1,9 +1,9 @@
-/* ferry_int.h - what ferry's own files share: the allocator with its fault
- * hook, the wait queue every primitive waits through, and the hooks the
- * bridge needs into a loop.
+/* ferry_int.h - what the files of src/ share beyond the loop's structure:
+ * the foundations of base/ they use, the wait queue every primitive waits
+ * through (its public half is port/loop_port.h), binding a primitive to
+ * its loop, and what a loop still holds.
  *
- * Loop thread only, except the allocator (any thread) and the fields of
- * struct ferry__bridge_hooks (set once by bridge/ on the loop thread).
+ * Loop thread only, except what base/ declares (any thread).
  */
 #ifndef FERRY_INT_H
 #define FERRY_INT_H
@@ -15,70 +15,18 @@
 
 #include "ferry/loop.h"
 #include "ferry/task.h"
+
+#include "alloc.h"
+#include "clock.h"
 #include "list.h"
-
-/* ---- Allocation (any thread) ----------------------------------------- */
-
-/*
- * Every allocation of ferry goes through these, so a test can make the Nth
- * one fail (see ferry/testing.h).  ferry__free(NULL) is a no-op.
- */
-void *ferry__malloc(size_t size);
-void *ferry__calloc(size_t n, size_t size);
-void *ferry__realloc(void *p, size_t size);
-void  ferry__free(void *p);
-/* Count a resource acquisition that is not malloc (mmap of a stack,
- * thread creation, eventfd creation): returns true if the fault hook says
- * this one must fail. */
-bool  ferry__fault_point(const char *site);
-/* Declare `n` live allocations as the process's: objects made once and
- * never freed (the default pool), which a test's count of live
- * allocations must not take for a leak. */
-void  ferry__alloc_resident(long n);
+#include "log.h"
+#include "loops.h"
+#include "port/loop_port.h"
 
 /* ---- Wait queue ------------------------------------------------------- */
 
-/* States of a waiter: the explicit state that closes the "granted but not
- * yet run" window of every primitive. */
-enum ferry__wstate {
-    FERRY__W_IDLE = 0,    /* not waiting */
-    FERRY__W_WAITING,     /* linked in a waitq (or waiting on a timer/fd) */
-    FERRY__W_GRANTED,     /* woken by a grant; `result` says what */
-    FERRY__W_CANCELLED,   /* woken by ferry_task_cancel() */
-    FERRY__W_TIMEDOUT,    /* woken by its deadline */
-};
-
-/*
- * A waiting task's node.  It lives on the waiting task's stack for the
- * duration of one wait: waiting allocates nothing.
- */
-struct ferry__waiter {
-    struct ferry__link  link;   /* in a waitq while WAITING */
-    struct ferry_task  *task;   /* the waiting task */
-    int                 state;  /* enum ferry__wstate */
-    int                 result; /* set by the granter */
-    uint64_t            n;      /* primitive's own: weight, count */
-    void               *data;   /* primitive's own: item buffer */
-    const char         *what;   /* for the dump: "lock", "queue get" */
-    const void         *obj;    /* for the dump: the object waited on */
-};
-
-/* Initialise a waiter for the calling task `self`.  Inline: every wait
- * of every primitive starts here. */
-static inline void ferry__waiter_init(struct ferry__waiter *w, struct ferry_task *self,
-                                      const char *what, const void *obj)
-{
-    __builtin_memset(w, 0, sizeof *w);
-    w->task = self;
-    w->what = what;
-    w->obj = obj;
-}
-
-/*
- * The calling task, checked: 0 and *self set when called from a task on its
- * loop's thread; -EPERM otherwise.
- */
-int ferry__enter_task(struct ferry_task **self /* OUT */);
+/* The waiter, ferry__wait(), ferry__grant() and the task entry checks are
+ * in port/loop_port.h: bridge/ parks tasks on them too. */
 
 /*
  * Bind a primitive to the current loop at its first use: *bound NULL is set
@@ -86,36 +34,6 @@ int ferry__enter_task(struct ferry_task **self /* OUT */);
  * -EPERM.
  */
 int ferry__bind(ferry_loop **bound);
-
-/*
- * The cancellation point: 0, or -ECANCELED (task cancelled, not shielded)
- * or -ETIMEDOUT (an active deadline scope has passed; the scope is marked
- * fired).  Does not suspend.
- */
-int ferry__check(struct ferry_task *self);
-
-/*
- * Suspend `w->task` until the waiter is granted, the task is cancelled,
- * the task's deadline passes or `until` (FERRY_NEVER for none) passes.
- * With `q` not NULL the waiter is appended to `q` (FIFO).
- *
- * First checks ferry__check(): a task already cancelled gets -ECANCELED
- * without suspending.
- *
- * Returns:
- *   w->result   granted (state GRANTED) and not cancelled meanwhile;
- *   -ECANCELED  cancelled; state CANCELLED (never granted: nothing to undo)
- *               or GRANTED (granted, then cancelled before it ran: the
- *               caller must pass the grant on to the next waiter);
- *   -ETIMEDOUT  an enclosing deadline passed (state TIMEDOUT), never granted;
- *   1           `until` passed (state TIMEDOUT): a sleep ended.
- * On every return the waiter is unlinked from `q`.
- */
-int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
-
-/* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
- * Returns false (and does nothing) if it is not WAITING. */
-bool ferry__grant(struct ferry__waiter *w, int result);
 
 static inline bool ferry__waitq_empty(const struct ferry__waitq *q)
 {
@@ -131,9 +49,6 @@ static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq
 /* Grant every waiter present now; returns how many. */
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 
-/* The loop a task runs on. */
-ferry_loop *ferry__task_loop(const struct ferry_task *task);
-
 /* What a loop still holds (ferry__loop_leftovers()). */
 struct ferry__leftovers {
     size_t tasks;       /* tasks not yet ended */
@@ -148,87 +63,5 @@ struct ferry__leftovers {
  * Thread: loop.  Suspends: no.  Returns: 0; -EPERM; -EINVAL.
  */
 int ferry__loop_leftovers(ferry_loop *loop, struct ferry__leftovers *out /* OUT */);
-
-/* ---- Hooks for bridge/ ------------------------------------------------ */
-
-/*
- * Functions bridge/ registers on a loop (loop thread).  `ctx` is the
- * bridge's per-loop state.
- *   pending(ctx)   true while callbacks posted from threads await running:
- *                  FERRY_RUN_DEFAULT does not end then;
- *   flush(ctx)     ferry_loop_run() is about to return: hand what the last
- *                  turn left for other threads (jobs that tasks offloaded)
- *                  to them now, not in a later pass of the loop;
- *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
- *                  ones with -ESHUTDOWN, release the channel.  Called after
- *                  every task has ended, before the event_base is freed.
- */
-struct ferry__bridge_hooks {
-    void *ctx;
-    bool (*pending)(void *ctx);
-    void (*flush)(void *ctx);
-    void (*close)(void *ctx);
-};
-
-/* Returns the loop's hooks slot (all NULL until the bridge sets it). */
-struct ferry__bridge_hooks *ferry__loop_bridge(ferry_loop *loop);
-
-/* True if the loop made its event_base; false if it is attached to an
- * application's base (whose dispatch must not be kept alive by bridge/'s
- * idle inbox event).  Set once at creation.  Thread: any. */
-bool ferry__loop_owns_base(const ferry_loop *loop);
-
-/* One-time process setup for threads (libevent's locking, the fork
- * handler below), done by bridge/ when the program starts, and before the
- * first loop makes its event_base.  Thread: any. */
-void ferry__threads_init(void);
-
-/* The event_base of a loop that owns it, with the lock that other
- * threads' wakeups need.  Thread: any.
- * Returns: 0 and *out; -ENOMEM (no base, or libevent could not give it
- * its lock or condition and went on without). */
-int ferry__base_new(struct event_base **out /* OUT */);
-
-/* Check an application's event_base before a loop attaches to it.
- * Thread: any.  Returns: 0; -EINVAL (the base has no lock: it was made
- * before ferry installed libevent's thread callbacks, or with
- * EVENT_BASE_FLAG_NOLOCK; wakeups from other threads would never reach
- * it). */
-int ferry__base_check(struct event_base *base);
-
-/* The child side of fork(), registered with pthread_atfork(): no task runs
- * in the child, so a task's code that goes on there gets -EPERM from every
- * suspension point (docs/fork.md).  Thread: the forking one. */
-void ferry__fork_child(void);
-
-/* Give a new loop its cross-thread inbox (eventfd, event, hooks above);
- * called by ferry_loop_new() on the loop thread once the event_base
- * exists.  Returns: 0; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
- * eventfd).  Implemented in bridge/inbox.c. */
-int ferry__bridge_attach(ferry_loop *loop);
-
-/* ---- Live loops (any thread) ------------------------------------------ */
-
-/* A loop's entry in the process-wide set of live loops (bridge/loops.c):
- * it lets a primitive's destroy tell a loop that has been freed from a
- * live one without reading through the pointer. */
-struct ferry__loop_entry {
-    struct ferry__link  link;   /* in the set; guarded by the set's mutex */
-    const ferry_loop   *loop;   /* the loop it stands for */
-};
-
-/* Enter a new loop into the set (ferry_loop_new()); take it out before
- * its memory is freed (ferry_loop_free()).  Allocate nothing, cannot fail.
- * Thread: any. */
-void ferry__loops_add(struct ferry__loop_entry *e, const ferry_loop *loop);
-void ferry__loops_remove(struct ferry__loop_entry *e);
-
-/* True if `loop` is in the set of live loops.  Compares the pointer only,
- * so `loop` may point to freed memory.  Thread: any. */
-bool ferry__loops_live(const ferry_loop *loop);
-
-/* Log a line through the log hook.  Thread: any. */
-void ferry__log(int level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 #endif /* FERRY_INT_H */

@@ -177,7 +177,8 @@ int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
     }
     st = fn(arg, out, out_size);
     /* A leader stopped by its own cancellation or deadline does not fail
-     * the waiters: one of them takes over (the seeds' nuance, Go #33519). */
+     * the waiters: one of them takes over, as the waiters were not
+     * cancelled. */
     if ((st == -ECANCELED || st == -ETIMEDOUT) && ferry__check_inline(self) != 0 &&
         flight_hand_over(c))
         return st;

@@ -170,8 +170,9 @@ static inline ferry_task *ferry__stack_task(const struct ferry__stack *s)
     return (ferry_task *)(void *)((char *)s - offsetof(ferry_task, stk));
 }
 
-/* Start of a stack (its guard region).  Computed, not stored: 8 bytes
- * more in the task structure measurably slowed spawn. */
+/* Start of a stack (its guard region).  Computed, not stored: the task
+ * structure is what a spawn writes, field by field, so it stays as small
+ * as it can. */
 static inline char *ferry__stack_base(const struct ferry__stack *s)
 {
     return (char *)ferry__stack_task(s) + FERRY__TASK_ROOM + ferry__stack_color(s->size, s->slot) -
@@ -197,70 +198,124 @@ struct ferry__broken_lock {
 /* Broken locks a loop keeps for its dump: the most recent ones. */
 #define FERRY__BROKEN_KEPT 16
 
+/*
+ * A loop, in parts, each owned by the file that uses it (its banner says
+ * which); the parts are anonymous, so a field is named as if the struct
+ * were flat (loop->runq).  The order is deliberate: the identity and the
+ * scheduler part come first and fill the first two cache lines (on LP64)
+ * with what every check, step, switch and hand-over reads, so that a
+ * switch touches as few of the loop's lines as it can.
+ */
 struct ferry_loop {
-    const void           *owner;      /* identity of the owning thread */
-    struct event_base    *base;       /* libevent base */
-    bool                  own_base;   /* created by us */
-    struct event         *kick_ev;    /* runs turns when driven by someone else's dispatch */
-    struct event         *tick_ev;    /* wakes a blocking poll for the earliest timer */
-    int                   tfd;        /* timerfd behind tick_ev (owned base), or -1 */
-    int64_t               tick_armed; /* deadline tfd is set to, 0 if disarmed */
-    bool                  kick_pending; /* kick_ev is active */
-    bool                  in_run;     /* inside ferry_loop_run() */
-    bool                  in_turn;    /* running a turn */
-    struct ferry__link   *turn;       /* the running turn's list, or NULL */
-    bool                  one_turn;   /* FERRY_RUN_ONCE: no new turn inside a handover */
-    bool                  stop;       /* ferry_loop_stop() was called */
-    bool                  closing;    /* ferry_loop_free() in progress */
-    struct ferry__link    runq;       /* of struct ferry__runnable */
-    struct ferry__link    held_locks; /* ferry_locks owned by a task (lock->held) */
-    struct ferry__heap    timers;     /* task timers and ferry_timer */
-    struct ferry__link    tasks;      /* live tasks */
-    size_t                live;       /* live tasks */
-    long                  refs;       /* ferry_loop_ref() count */
-    ferry_task           *current;    /* running task, or NULL */
-    ferry__ctx            sched_ctx;  /* the scheduler's context */
-    void                 *sched_fake; /* ASan fake stack of the scheduler */
-    const void           *sched_lo;   /* scheduler stack bounds for ASan */
-    size_t                sched_size;
-    void                 *sched_fiber;/* TSan fiber of the scheduler */
-    size_t                stack_size; /* default task stack size (mapping) */
-    size_t                stack_cache;/* free stacks kept */
-    struct ferry__link    stack_free; /* free resident stacks of stack_size, most recent first */
-    size_t                stack_nfree;/* stacks in stack_free: above stack_cache until trimmed */
-    int64_t               stack_over_since; /* when stack_nfree went above stack_cache, or 0 */
-    struct ferry__link    slabs;      /* every slab (struct ferry__slab) */
-    struct ferry__link    slabs_avail;/* slabs with a slot never used or given back */
-    size_t                slabs_empty;/* slabs with no live stack */
-    unsigned              io_interval;/* steps between polls */
-    unsigned              since_poll; /* steps since the last poll */
-    /* 0 while a task must not hand the CPU straight to the next one (stop
-     * requested, or the blocked-loop detector timing each step), else
-     * io_interval: a task may then begin the next turn itself while
-     * since_poll is below it.  Kept by ferry__loop_hand_update(). */
-    unsigned              hand_limit;
-    uint64_t              next_id;    /* task numbering */
-    int64_t               slow_ns;    /* blocked-loop threshold, 0 off */
-    ferry_loop_stats      stats;      /* counters */
-    struct ferry__bridge_hooks bridge;/* set by bridge/ */
-    void                 *altstack;   /* memory for a sigaltstack, installed while it is the thread's */
-    struct ferry__link    alt_link;   /* in the thread's list of loops relying on its sigaltstack */
-    uint8_t               guard_mode; /* FERRY__GUARD_*: what worked last */
-    bool                  canaries;   /* a stack without a guard was handed out */
-    bool                  guard_forced_none; /* FERRY_STACK_GUARD=none */
-    size_t                mprotect_live; /* live mprotect-guarded stacks */
-    /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
-     * child inherits the loop but reads 0 there, and every loop call of the
-     * child returns -EPERM (docs/fork.md).  NULL if the kernel refused
-     * (then a child is not detected). */
-    const volatile unsigned char *fork_mark;
-    struct ferry__loop_entry live_entry; /* in the set of live loops (bridge/loops.c) */
-    /* Locks broken by tasks that ended holding them and not destroyed
-     * since, oldest first (sync.c); older ones are only counted. */
-    struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
-    unsigned              nbroken;    /* entries in `broken` */
-    uint64_t              broken_dropped; /* broken locks pushed out of `broken` */
-    struct ferry__sigport *sigport;   /* signal subscriptions (sig_int.h), or NULL */
+    /* ---- who may use it (loop.c): read by every entry check ---- */
+    struct {
+        const void     *owner;        /* identity of the owning thread */
+        /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
+         * child inherits the loop but reads 0 there, and every loop call of
+         * the child returns -EPERM (docs/fork.md).  NULL if the kernel
+         * refused (then a child is not detected). */
+        const volatile unsigned char *fork_mark;
+    };
+
+    /* ---- the scheduler (sched.c, switch.h, task.c, spawn.c) ---- */
+    struct {
+        struct ferry__link  runq;     /* of struct ferry__runnable */
+        struct ferry__link *turn;     /* the running turn's list, or NULL */
+        ferry_task         *current;  /* running task, or NULL */
+        unsigned            since_poll; /* steps since the last poll */
+        /* 0 while a task must not hand the CPU straight to the next one
+         * (stop requested, or the blocked-loop detector timing each step),
+         * else io_interval: a task may then begin the next turn itself
+         * while since_poll is below it.  Kept by ferry__loop_hand_update(). */
+        unsigned            hand_limit;
+        bool                in_run;   /* inside ferry_loop_run() */
+        bool                in_turn;  /* running a turn */
+        bool                one_turn; /* FERRY_RUN_ONCE: no new turn inside a handover */
+        bool                stop;     /* ferry_loop_stop() was called */
+        bool                closing;  /* ferry_loop_free() in progress */
+        bool                kick_pending; /* kick_ev is active */
+        /* A stack without a guard was handed out (set by stack.c): from
+         * then on every switch checks the canary of such a stack. */
+        bool                canaries;
+        ferry_loop_stats    stats;    /* counters */
+        size_t              live;     /* live tasks */
+        int64_t             slow_ns;  /* blocked-loop threshold, 0 off */
+        unsigned            io_interval; /* steps between polls */
+        struct ferry__link  tasks;    /* live tasks */
+        uint64_t            next_id;  /* task numbering */
+        struct event       *kick_ev;  /* runs turns when driven by someone else's dispatch */
+    };
+
+    /* ---- the scheduler's own context, and what ASan and TSan know of it
+     * (switch.h) ---- */
+    struct {
+        ferry__ctx          sched_ctx;   /* the scheduler's context */
+        void               *sched_fake;  /* ASan fake stack of the scheduler */
+        const void         *sched_lo;    /* scheduler stack bounds for ASan */
+        size_t              sched_size;
+        void               *sched_fiber; /* TSan fiber of the scheduler */
+    };
+
+    /* ---- timers (timer.c) ---- */
+    struct {
+        struct ferry__heap  timers;      /* task timers and ferry_timer */
+        struct event       *tick_ev;     /* wakes a blocking poll for the earliest timer */
+        int                 tfd;         /* timerfd behind tick_ev (owned base), or -1 */
+        int64_t             tick_armed;  /* deadline tfd is set to, 0 if disarmed */
+    };
+
+    /* ---- stacks (stack.c) ---- */
+    struct {
+        size_t              stack_size;  /* default task stack size (mapping) */
+        size_t              stack_cache; /* free stacks kept */
+        struct ferry__link  stack_free;  /* free resident stacks of stack_size, most
+                                          * recent first */
+        size_t              stack_nfree; /* stacks in stack_free: above stack_cache
+                                          * until trimmed */
+        int64_t             stack_over_since; /* when stack_nfree went above
+                                               * stack_cache, or 0 */
+        struct ferry__link  slabs;       /* every slab (struct ferry__slab) */
+        struct ferry__link  slabs_avail; /* slabs with a slot never used or given back */
+        size_t              slabs_empty; /* slabs with no live stack */
+        size_t              mprotect_live; /* live mprotect-guarded stacks */
+        uint8_t             guard_mode;  /* FERRY__GUARD_*: what worked last */
+        bool                guard_forced_none; /* FERRY_STACK_GUARD=none */
+    };
+
+    /* ---- its base and its place among the layers (loop.c, loop_new.c).
+     * Seldom written (made, referenced, freed): hooks.ctx is read by
+     * every post from another thread, so this part stays away from the
+     * fields the loop's thread writes on every step or timer change (the
+     * scheduler, the timers), whose cache lines would otherwise move
+     * between the two threads on every post. ---- */
+    struct {
+        struct event_base  *base;        /* libevent base */
+        bool                own_base;    /* made for it: freed with it */
+        long                refs;        /* ferry_loop_ref() count */
+        struct ferry__loop_hooks hooks;  /* set by wire/ (port/loop_port.h) */
+        struct ferry__loop_entry live_entry; /* in the set of live loops (base/loops.c) */
+    };
+
+    /* ---- the stack-overflow reporter (overflow.c) ---- */
+    struct {
+        void               *altstack;    /* memory for a sigaltstack, installed while
+                                          * it is the thread's */
+        struct ferry__link  alt_link;    /* in the thread's list of loops relying on its
+                                          * sigaltstack */
+    };
+
+    /* ---- locks held and broken (sync.c) ---- */
+    struct {
+        struct ferry__link  held_locks;  /* ferry_locks owned by a task (lock->held) */
+        /* Locks broken by tasks that ended holding them and not destroyed
+         * since, oldest first; older ones are only counted. */
+        struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
+        unsigned            nbroken;     /* entries in `broken` */
+        uint64_t            broken_dropped; /* broken locks pushed out of `broken` */
+    };
+
+    /* ---- signals (signal.c, sigport.c) ---- */
+    struct ferry__sigport  *sigport;     /* signal subscriptions (sig_int.h), or NULL */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */
@@ -269,8 +324,19 @@ static inline void ferry__loop_hand_update(ferry_loop *loop)
     loop->hand_limit = loop->stop || loop->slow_ns ? 0 : loop->io_interval;
 }
 
-/* Wake someone else's dispatch to run our turns (not inside ferry_loop_run). */
-void ferry__task_ready_kick(ferry_loop *loop);
+/* The scheduler (sched.c). */
+/* Outside ferry_loop_run(), someone else's dispatch runs the loop's
+ * turns: make it run one (once, however often this is called before it
+ * does).  Inside ferry_loop_run() it does nothing. */
+void ferry__loop_kick(ferry_loop *loop);
+/* The kick event; freeing it. */
+int  ferry__sched_init(ferry_loop *loop);
+void ferry__sched_fini(ferry_loop *loop);
+/* ferry_loop_free(): cancel every live task and run until all have ended;
+ * then run the turns that the bridge's close made ready. */
+void ferry__sched_end_tasks(ferry_loop *loop);
+void ferry__sched_run_ready(ferry_loop *loop);
+
 /* Make a task ready to run in the next turn.  Inline: every grant ends
  * here. */
 static inline void ferry__task_ready(ferry_task *t)
@@ -280,8 +346,10 @@ static inline void ferry__task_ready(ferry_task *t)
     t->state = FERRY_TASK_READY;
     ferry__list_insert_before(&loop->runq, &t->run.link);  /* runq is linked from the start */
     if (__builtin_expect(!loop->in_run, 0))
-        ferry__task_ready_kick(loop);
+        ferry__loop_kick(loop);
 }
+/* The body every task's context starts in (task.c). */
+void ferry__task_entry(void *arg);
 /* ferry_task_spawn(), and with `group` not NULL ferry_group_spawn(): the
  * task joins the group before it can run. */
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
@@ -323,7 +391,10 @@ static inline void ferry__stack_poll(ferry_loop *loop, bool block)
  * region, or the stack pointer has left the stack downwards and the fault
  * is near it (a stack without a guard, or a frame that jumped the guard). */
 bool ferry__stack_overflowed(const ferry_task *t, const void *addr, const void *sp);
-/* Install the overflow reporter for this thread; undo it. */
+/* The overflow reporter (overflow.c): the memory for an alternate signal
+ * stack (-ENOMEM); installing the reporter for this thread; undoing it and
+ * freeing the memory (also when it was never installed). */
+int  ferry__overflow_init(ferry_loop *loop);
 void ferry__overflow_setup(ferry_loop *loop);
 void ferry__overflow_teardown(ferry_loop *loop);
 
@@ -334,7 +405,7 @@ extern __thread char ferry__tls_token __attribute__((tls_model("initial-exec")))
 /* The task running on this thread, or NULL (scheduler, callbacks, other
  * threads).  Set by every switch into a task (switch.h), cleared when the
  * scheduler is back and around nested loop runs, and cleared in a forked
- * child (ferry__fork_child(), registered with pthread_atfork by bridge/):
+ * child (ferry__fork_child(), registered with pthread_atfork by wire/):
  * the primitives' entry check is one thread-local load. */
 extern __thread ferry_task *ferry__tls_task __attribute__((tls_model("initial-exec")));
 
@@ -349,10 +420,6 @@ static inline bool ferry__loop_forked(const ferry_loop *loop)
     return loop->fork_mark && *loop->fork_mark == 0;
 }
 
-/* Out-of-line ferry__loop_forked() for bridge/: true in a forked child's
- * copy of `loop` (a post into it could never run).  Thread: any. */
-bool ferry__loop_is_fork_copy(const ferry_loop *loop);
-
 /* The running task of this thread's loop, or NULL (also in a forked
  * child: see ferry__tls_task). */
 static inline ferry_task *ferry__self(void)
@@ -366,10 +433,10 @@ int ferry__loop_check(const ferry_loop *loop);
 
 /*
  * The inline forms of ferry__enter_task(), ferry__bind() and ferry__check()
- * of ferry_int.h, for src/.  Every primitive call passes through them; out
- * of line they cost about 100 of the 538 instructions of a lock round trip.
- * The out-of-line functions stay for bridge/, which does not see the task
- * structure.  Same contracts as there.
+ * of port/loop_port.h and ferry_int.h, for src/.  Every primitive call
+ * passes through them, and out of line they would be a large part of a
+ * lock round trip.  The out-of-line functions stay for bridge/, which does
+ * not see the task structure.  Same contracts as there.
  */
 static inline int ferry__enter_task_inline(ferry_task **self /* OUT */)
 {
@@ -414,8 +481,29 @@ static inline int ferry__check_inline(ferry_task *t)
         return t->cancelled ? -ECANCELED : 0;
     return ferry__check_scopes(t);
 }
+/* Timers (timer.c). */
+/* A timer of ferry_call_later(). */
+struct ferry_timer {
+    struct ferry__hnode    node;  /* in loop->timers until it fires */
+    struct ferry__cbnode   run;   /* in the run queue once fired */
+    ferry_loop            *loop;
+};
+/* Fire the timers due now. */
+void ferry__timers_expire(ferry_loop *loop);
+/* Make the next blocking poll wake up for the earliest timer. */
+void ferry__timers_arm(ferry_loop *loop);
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */
 void ferry__loop_timers_changed(ferry_loop *loop);
+/* The tick that wakes a blocking poll (a timerfd for an owned base, a
+ * libevent timer otherwise): -ENOMEM, -EMFILE, -ENFILE.  Freeing it drops
+ * the timers that never fired too. */
+int  ferry__timers_init(ferry_loop *loop);
+void ferry__timers_fini(ferry_loop *loop);
+
+/* The fork mark (loop.c): mapped when the loop is made (optional: without
+ * it a forked child is not detected), unmapped when it is freed. */
+void ferry__fork_mark_setup(ferry_loop *loop);
+void ferry__fork_mark_teardown(ferry_loop *loop);
 
 /* `t` ended holding t->locks ferry_locks: break each of them, log each
  * and keep it for the dump (sync.c). */

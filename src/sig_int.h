@@ -1,37 +1,20 @@
 /* sig_int.h - signals between src/signal.c (subscriptions, waiting) and
- * bridge/signals.c (the process-wide handler, its counters and table, and
- * each loop's port: the eventfd the handler writes).
- *
- * Loop thread only, except where a comment says otherwise.
+ * src/sigport.c (the loop's port on the process's signal table,
+ * base/sigtab.c).
+ * Loop thread only.
  */
 #ifndef FERRY_SIG_INT_H
 #define FERRY_SIG_INT_H
 
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "ferry_int.h"
 #include "ferry/signal.h"
+#include "sigtab.h"
+#include "wakefd.h"
 
 struct event;
-
-/* Signal numbers are 1..FERRY__NSIG-1; signal s is bit s-1 of a mask. */
-#define FERRY__NSIG 65
-_Static_assert(NSIG <= FERRY__NSIG, "a signal mask is one 64-bit word");
-
-static inline uint64_t ferry__sig_bit(int signum)
-{
-    return (uint64_t)1 << (signum - 1);
-}
-
-/* True for a number a subscription accepts (see ferry/signal.h); the C
- * library's own signals pass here and are refused by sigaction(). */
-static inline bool ferry__sig_valid(int signum)
-{
-    return signum > 0 && signum < NSIG && signum != SIGKILL && signum != SIGSTOP &&
-           signum != SIGSEGV && signum != SIGBUS && signum != SIGFPE && signum != SIGILL;
-}
 
 /*
  * A loop's signal state, made by its first subscription and freed by
@@ -40,13 +23,11 @@ static inline bool ferry__sig_valid(int signum)
 struct ferry__sigport {
     /* src/signal.c */
     struct ferry__link  subs;                /* the loop's live ferry_sigsubs */
-    /* bridge/signals.c */
+    /* src/sigport.c */
     ferry_loop         *loop;                /* the loop it belongs to */
-    struct event       *ev;                  /* EV_READ|EV_PERSIST on rfd, added
+    struct event       *ev;                  /* EV_READ|EV_PERSIST on fd.rfd, added
                                               * while `total` > 0 */
-    int                 rfd;                 /* eventfd, or a pipe's read end */
-    int                 wfd;                 /* what the handler writes: rfd, or
-                                              * the pipe's write end */
+    struct ferry__wakefd fd;                 /* what the handler writes (fd.wfd) */
     size_t              slot;                /* its slot in the process table */
     size_t              total;               /* subscriptions x signals: sum of refs */
     uint64_t            mask;                /* signals with refs > 0 */
@@ -55,7 +36,7 @@ struct ferry__sigport {
                                               * has been handed to subscriptions */
 };
 
-/* ---- bridge/signals.c, on the loop thread ------------------------------ */
+/* ---- src/sigport.c -------------------------------------------------------- */
 
 /*
  * One more subscription of `loop` to `signum` (valid): the first one of the
@@ -80,7 +61,7 @@ void ferry__sig_collect(ferry_loop *loop);
 
 /* ferry_loop_free(): the loop has a port and no subscription left; close
  * the port (after it left the table, so no handler writes the closed
- * eventfd). */
+ * descriptor). */
 void ferry__sig_port_free(ferry_loop *loop);
 
 /* ---- src/signal.c -------------------------------------------------------- */

@@ -2,10 +2,11 @@
  * the tasks that wait to receive them.
  * Loop thread only.
  *
- * bridge/signals.c counts deliveries per signal, process-wide, and hands
- * each loop what it has not seen yet (ferry__sig_deliver()), when the
- * loop's eventfd wakes it and whenever a receive or a new subscription asks
- * (ferry__sig_collect(), which reads counters only).  Here each
+ * base/sigtab.c counts deliveries per signal, process-wide, and the loop's
+ * port (sigport.c) hands the loop what it has not seen yet
+ * (ferry__sig_deliver()), when the handler wakes it and whenever a receive
+ * or a new subscription asks (ferry__sig_collect(), which reads counters
+ * only).  Here each
  * subscription adds those to its own per-signal counts.
  *
  * Hand-over by reservation, as the queue does: a delivery stays counted in

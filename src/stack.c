@@ -1,12 +1,11 @@
 /* stack.c - task stacks: cut from slabs, guarded, cached for reuse,
- * unmapped even when munmap() fails at first; how deep a stack was used;
- * and the stack-overflow reporter.
- * Loop thread only (the SIGSEGV handler runs on the faulting thread).
+ * unmapped even when munmap() fails at first; how deep a stack was used.
+ * Loop thread only.
  *
  * Stacks of the loop's default size are cut from slabs: one mapping holds
  * a header page and up to FERRY__SLAB_SLOTS stacks, so a new stack costs
- * no mmap and a freed one no munmap (each munmap split the merged mapping
- * and cost about 10 us).  A slot gets its guard region (FERRY__GUARD_SIZE,
+ * no mmap and a freed one no munmap (each munmap would split the merged
+ * mapping, a costly system call).  A slot gets its guard region (FERRY__GUARD_SIZE,
  * loop_int.h) the first time it is used and keeps it for the slab's life
  * (see guard_install() for why one slot at a time).  Free stacks go to the
  * loop's list, most recent first, so the stacks reused are the ones whose
@@ -32,12 +31,10 @@
  */
 #include "loop_only.h"
 
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "loop_int.h"
@@ -84,8 +81,8 @@ struct ferry__slab {
     uint8_t             guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
 };
 
-/* The page size, read once at load time: spawn needs it on every call and
- * sysconf() costs about 50 instructions. */
+/* The page size, read once at load time: spawn needs it on every call,
+ * and sysconf() is a call into the C library each time. */
 static size_t page_size = 4096;
 
 __attribute__((constructor)) static void page_size_init(void)
@@ -480,12 +477,13 @@ void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
     /* Poison all but the task structure (the header is in it): a waiter
      * left behind in a returned stack is then reported by ASan instead of
      * read silently. */
-    ferry__san_poison(ferry__stack_lo(s), (size_t)((char *)ferry__stack_task(s) - ferry__stack_lo(s)));
+    ferry__san_poison(ferry__stack_lo(s),
+                      (size_t)((char *)ferry__stack_task(s) - ferry__stack_lo(s)));
 }
 
 /* Unmap slabs with no live stack while more stacks than the cache are
- * free: about 0.4 us per resident page, against 3 us for an madvise of one
- * stack (measured here). */
+ * free: unmapping a whole slab costs far less per stack than an madvise()
+ * of each of its stacks. */
 static void trim_slabs(ferry_loop *loop)
 {
     struct ferry__link *l, *tmp;
@@ -609,108 +607,4 @@ size_t ferry__stack_used(const ferry_task *t)
                 return (size_t)(hi - (p + i * page_size));
     }
     return 0;
-}
-
-/* ---- the overflow reporter ------------------------------------------ */
-
-/* How far below the stack pointer a fault still counts as the stack's: a
- * push or call writes just below it, a leaf function's red zone is 128
- * bytes, an aarch64 frame record is stored up to 512 bytes below. */
-#define FERRY__SP_REACH ((size_t)4096)
-
-bool ferry__stack_overflowed(const ferry_task *t, const void *addr, const void *sp)
-{
-    uintptr_t a = (uintptr_t)addr, p = (uintptr_t)sp, lo = (uintptr_t)t->lo;
-
-    if (a >= (uintptr_t)ferry__stack_base(&t->stk) && a < lo)
-        return true;
-    /* The stack pointer is below the stack only if the task ran off it; the
-     * fault near it rules out a fault elsewhere (a signal handler on the
-     * alternate stack, say). */
-    return p && p < lo && a < lo && a + FERRY__SP_REACH >= p;
-}
-
-/* The stack pointer of the interrupted context, NULL where unknown. */
-static const void *context_sp(const void *uc)
-{
-#if defined(__x86_64__)
-    return (const void *)(uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
-#elif defined(__aarch64__)
-    return (const void *)(uintptr_t)((const ucontext_t *)uc)->uc_mcontext.sp;
-#else
-    (void)uc;
-    return NULL;
-#endif
-}
-
-static void write_str(const char *s)
-{
-    ssize_t r = write(STDERR_FILENO, s, strlen(s));
-    (void)r;
-}
-
-static void segv_handler(int sig, siginfo_t *si, void *uc)
-{
-    ferry_task *t = ferry__tls_task;
-
-    if (t && ferry__stack_overflowed(t, si->si_addr, context_sp(uc))) {
-        write_str("ferry: stack overflow in task '");
-        write_str(t->name);
-        write_str("'; raise ferry_task_opts.stack_size\n");
-    }
-    /* Fall back to the default action: the fault repeats and kills us. */
-    signal(sig, SIG_DFL);
-}
-
-/*
- * The loops of this thread: the handler runs on the thread's alternate
- * signal stack (an overflowed stack has no room for it), which is the
- * memory of one of them if none was installed when the first was made.
- * A loop being freed whose memory is installed hands the job to another
- * loop of the list, and the last one out removes it.
- */
-static __thread struct ferry__link alt_loops __attribute__((tls_model("initial-exec")));
-
-static void altstack_set(void *mem)
-{
-    stack_t ss;
-
-    memset(&ss, 0, sizeof ss);
-    ss.ss_sp = mem;
-    ss.ss_size = FERRY__ALTSTACK_SIZE;
-    ss.ss_flags = mem ? 0 : SS_DISABLE;
-    sigaltstack(&ss, NULL);
-}
-
-void ferry__overflow_setup(ferry_loop *loop)
-{
-    struct sigaction old, sa;
-    stack_t ss;
-
-    ferry__list_push_back(&alt_loops, &loop->alt_link);
-    if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_DISABLE))
-        altstack_set(loop->altstack);
-    if (sigaction(SIGSEGV, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-        old.sa_handler == SIG_DFL) {
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = segv_handler;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGSEGV, &sa, NULL);
-    }
-}
-
-void ferry__overflow_teardown(ferry_loop *loop)
-{
-    struct ferry__link *next;
-    stack_t ss;
-
-    if (!ferry__link_linked(&loop->alt_link))
-        return;
-    ferry__list_remove(&loop->alt_link);
-    /* An alternate stack the application installed stays. */
-    if (sigaltstack(NULL, &ss) != 0 || (ss.ss_flags & SS_DISABLE) || ss.ss_sp != loop->altstack)
-        return;
-    next = ferry__list_first(&alt_loops);
-    altstack_set(next ? ferry__container_of(next, ferry_loop, alt_link)->altstack : NULL);
 }

@@ -66,6 +66,23 @@ static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 #endif
 }
 
+/*
+ * The scheduler runs task `t` (started) until the CPU comes back to it.
+ * Tasks may hand over to each other meanwhile: the last one to run is the
+ * one that came back, and its stack is given back here if it ended (it
+ * could not give it back while it ran on it).
+ */
+static inline __attribute__((always_inline)) void ferry__task_run(ferry_loop *loop, ferry_task *t)
+{
+    t->state = FERRY_TASK_RUNNING;
+    loop->current = t;
+    ferry__switch_to_task(loop, t);
+    t = loop->current;
+    loop->current = NULL;
+    if (t->state == FERRY_TASK_DONE)
+        ferry__task_release(t);
+}
+
 void ferry__canary_dead(ferry_task *t) __attribute__((noreturn, cold));
 
 /* A task leaving the CPU: if its stack has no guard page, its canary must
@@ -96,7 +113,7 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
 
 /* Below this many live tasks their stacks stay in the L1 cache between
  * two runs, and ferry__prefetch_run() would only cost instructions (a
- * yield between two tasks measured 3% slower with it). */
+ * yield between two tasks is slower with it). */
 #define FERRY__PREFETCH_MIN_TASKS 64
 
 /*
@@ -104,8 +121,7 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
  * a list ending at `end`), if it is a task: the switch to it pops its
  * registers from there and returns through the frames just above, lines
  * last touched a whole turn ago.  Called one task ahead, so the lines
- * arrive while the task before it runs (1,000 tasks offloading to a pool:
- * about 5% faster, bench/README.md).
+ * arrive while the task before it runs.
  */
 static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferry__link *l,
                                        const struct ferry__link *end)
@@ -128,57 +144,81 @@ static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferr
 }
 
 /*
+ * The task that a task leaving the CPU may hand it to: the next one of the
+ * current turn, if it has started (a new task starts through the
+ * scheduler).  When the turn is over and no poll is due, the next turn
+ * begins here, as the scheduler would begin it; within a turn the
+ * hand-over goes on however many steps it has run, as the scheduler polls
+ * only between turns.  NULL: go back to the scheduler (no turn running, a
+ * stop requested, the blocked-loop detector timing every step, or nothing
+ * to hand to).
+ */
+static inline __attribute__((always_inline)) ferry_task *ferry__turn_next(ferry_loop *loop)
+{
+    struct ferry__link *turn = loop->turn, *l;
+    struct ferry__runnable *r;
+
+    if (!turn || !loop->hand_limit)
+        return NULL;
+    if (ferry__list_empty_linked(turn) && !ferry__list_empty_linked(&loop->runq) &&
+        !loop->one_turn && loop->since_poll < loop->hand_limit) {
+        ferry__list_move(turn, &loop->runq);
+        loop->stats.turns++;
+    }
+    l = turn->next;
+    if (l == turn)
+        return NULL;
+    r = ferry__container_of(l, struct ferry__runnable, link);
+    if (r->kind != FERRY__RUN_TASK || !ferry__container_of(r, ferry_task, run)->started)
+        return NULL;
+    return ferry__container_of(r, ferry_task, run);
+}
+
+/*
+ * Hand the CPU from `self` straight to `next`, the first of the turn
+ * (ferry__turn_next()), counting the step as the scheduler would.  Under
+ * ASan and TSan it is annotated as a switch from this task's fiber to the
+ * next task's, as the scheduler's switches are.
+ */
+static inline __attribute__((always_inline)) void
+ferry__switch_hand_over(ferry_loop *loop, ferry_task *self, ferry_task *next)
+{
+    ferry__canary_check(loop, self);
+    ferry__list_remove(&next->run.link);
+    ferry__prefetch_run(loop, loop->turn->next, loop->turn);
+    loop->stats.steps++;
+    loop->stats.handoffs++;
+    loop->since_poll++;
+    next->state = FERRY_TASK_RUNNING;
+    loop->current = next;
+    ferry__tls_task = next;
+    if (next == self)
+        return;
+#ifdef FERRY_TSAN_ON
+    __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+#ifdef FERRY_ASAN_ON
+    __sanitizer_start_switch_fiber(&self->asan_fake, next->lo,
+                                   (size_t)((char *)next->hi - (char *)next->lo));
+#endif
+    ferry__ctx_switch(&self->ctx, &next->ctx);
+    ferry__switch_arrived(loop, self);
+}
+
+/*
  * Leave the running task `self` (already queued or waiting): hand the CPU
  * straight to the next task of the current turn if there is one, else back
  * to the scheduler.  A direct task-to-task switch halves the cost of a
- * yield.  It is skipped while the blocked-loop detector times every step.
- * Under ASan and TSan it is annotated as a switch from this task's fiber
- * to the next task's, as the scheduler's switches are.
+ * yield.
  */
 static inline void ferry__switch_away(ferry_loop *loop, ferry_task *self)
 {
-    struct ferry__link *turn = loop->turn, *l;
+    ferry_task *next = ferry__turn_next(loop);
 
-    if (turn && loop->hand_limit) {
-        if (ferry__list_empty_linked(turn) && !ferry__list_empty_linked(&loop->runq) &&
-            !loop->one_turn && loop->since_poll < loop->hand_limit) {
-            /* The turn is over and no poll is due: begin the next one
-             * here, as the scheduler would.  Within a turn the hand-over
-             * goes on however many steps it has run: the scheduler polls
-             * only between turns. */
-            ferry__list_move(turn, &loop->runq);
-            loop->stats.turns++;
-        }
-        l = turn->next;
-        if (l != turn) {
-            struct ferry__runnable *r = ferry__container_of(l, struct ferry__runnable, link);
-            ferry_task *next = ferry__container_of(r, ferry_task, run);
-            if (r->kind == FERRY__RUN_TASK && next->started) {
-                ferry__canary_check(loop, self);
-                ferry__list_remove(l);
-                ferry__prefetch_run(loop, turn->next, turn);
-                loop->stats.steps++;
-                loop->stats.handoffs++;
-                loop->since_poll++;
-                next->state = FERRY_TASK_RUNNING;
-                loop->current = next;
-                ferry__tls_task = next;
-                if (next != self) {
-#ifdef FERRY_TSAN_ON
-                    __tsan_switch_to_fiber(next->tsan_fiber, 0);
-#endif
-#ifdef FERRY_ASAN_ON
-                    __sanitizer_start_switch_fiber(&self->asan_fake, next->lo,
-                                                   (size_t)((char *)next->hi - (char *)next->lo));
-#endif
-                    ferry__ctx_switch(&self->ctx, &next->ctx);
-                    ferry__switch_arrived(loop, self);
-                }
-                return;
-            }
-        }
-    }
-    ferry__switch_to_sched(loop, self, false);
+    if (next)
+        ferry__switch_hand_over(loop, self, next);
+    else
+        ferry__switch_to_sched(loop, self, false);
 }
 
 #endif /* FERRY_SWITCH_H */

@@ -411,13 +411,13 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
         sem->pending -= n;
         if (rc != 0) {
             /* Granted, then cancelled before running: give the permits
-             * back to whoever waits next (python/asyncio#270).  Releases
+             * back to whoever waits next, or they are lost.  Releases
              * keep room for them, so they cannot wrap the count. */
             sem_put(sem, n);
         }
     } else if (rc != 0) {
         /* Left the queue: if we were the head, the smaller requests
-         * behind us may fit now (embassy-rs PR #6964). */
+         * behind us may fit now, and nobody else would look. */
         sem_serve(sem);
     }
     return rc;

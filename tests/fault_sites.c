@@ -1,6 +1,6 @@
 /* fault_sites.c - SQLite-style allocation-failure injection over every
  * public operation that allocates, with the failures attributed to their
- * call sites in src/ and bridge/.
+ * call sites in the library's folders (base/, src/, bridge/, wire/).
  *
  * For each operation: run it once clean and count the fault points it
  * passes (n); then for i = 1..n fail the i-th, once ("transient") and from
@@ -51,7 +51,7 @@
 #include "fault.h"
 #include "ferry_int.h"
 
-/* Set by tests/reliability/CMakeLists.txt: where src/ and bridge/ are. */
+/* Set by tests/reliability/CMakeLists.txt: where the library's folders are. */
 #ifndef FERRY_SOURCE_DIR
 #define FERRY_SOURCE_DIR "."
 #endif
@@ -1210,11 +1210,11 @@ static void scan_file(const char *dir, const char *rel)
 
 static void scan_sources(void)
 {
-    static const char *const dirs[] = { "src", "bridge" };
+    static const char *const dirs[] = { "base", "src", "bridge", "wire" };
     char cmd[4200], name[256];
     FILE *ls;
 
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < (int)(sizeof dirs / sizeof dirs[0]); d++) {
         snprintf(cmd, sizeof cmd, "ls '%s/%s'", FERRY_SOURCE_DIR, dirs[d]);
         if (!(ls = popen(cmd, "r")))
             continue;
@@ -1223,7 +1223,7 @@ static void scan_sources(void)
             name[strcspn(name, "\n")] = 0;
             if (strlen(name) < 3 || strcmp(name + strlen(name) - 2, ".c") != 0)
                 continue;
-            if (d == 1 && strcmp(name, "alloc.c") == 0)
+            if (d == 0 && strcmp(name, "alloc.c") == 0)
                 continue;   /* where they are defined */
             snprintf(rel, sizeof rel, "%s/%s", dirs[d], name);
             scan_file(FERRY_SOURCE_DIR, rel);

@@ -16,7 +16,9 @@
  */
 #include <pthread.h>
 
-#include "bridge_int.h"
+#include "list.h"
+#include "log.h"
+#include "loops.h"
 
 static pthread_mutex_t loops_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ferry__link loops;        /* of ferry__loop_entry; guarded by loops_mu */

@@ -1,13 +1,13 @@
-/* mixed.c - ferry_chan: a bounded channel between threads and tasks.
+/* chan.c - ferry_chan: a bounded channel between threads and tasks.
  *
  * One mutex guards a ring buffer.  Threads wait on two condition
  * variables; tasks wait on nodes of their own (on their stacks) in two
- * FIFO lists and are woken through their loop's inbox (ferry__xwake).
+ * FIFO lists and are woken through their loop's inbox (ferry__task_wake, task_wake.c).
  * A wake is a hint, not a handoff: the woken waiter takes the mutex and
  * retries, so no item is ever held by a waiter that might not run.  A task
  * that was woken but leaves anyway (cancelled, deadline) passes the wake on
  * to the next waiter of its side, so a wake is never swallowed
- * (TESTING.md 2.2).  Every state change wakes one thread and one task of
+ * (docs/testing.md).  Every state change wakes one thread and one task of
  * the side that can now proceed; an extra wake costs only a retry.
  *
  * Lock order: ferry_chan.mu -> ferry_inbox.mu (bridge_int.h).
@@ -19,7 +19,7 @@
 
 struct cwait {
     struct ferry__link  link;   /* mu: in recvq or sendq until woken */
-    struct ferry__xwake xw;     /* the waiting task */
+    struct ferry__task_wake tw;     /* the waiting task */
 };
 
 struct ferry_chan {
@@ -54,7 +54,7 @@ static void wake_one_locked(struct ferry_chan *ch, bool receivers)
         l = ferry__list_pop_front(&ch->sendq);
     }
     if (l)
-        ferry__xwake_fire(&ferry__container_of(l, struct cwait, link)->xw, 0);
+        ferry__task_wake_fire(&ferry__container_of(l, struct cwait, link)->tw, 0);
 }
 
 static void wake_all_locked(struct ferry__link *q)
@@ -62,7 +62,7 @@ static void wake_all_locked(struct ferry__link *q)
     struct ferry__link *l;
 
     while ((l = ferry__list_pop_front(q)) != NULL)
-        ferry__xwake_fire(&ferry__container_of(l, struct cwait, link)->xw, 0);
+        ferry__task_wake_fire(&ferry__container_of(l, struct cwait, link)->tw, 0);
 }
 
 /* Requires mu and room. */
@@ -272,18 +272,18 @@ static int park_locked(struct ferry_chan *ch, struct cwait *cw, struct ferry__li
     bool fired;
     int rc;
 
-    ferry__xwake_rearm(&cw->xw);
+    ferry__task_wake_rearm(&cw->tw);
     ferry__link_init(&cw->link);
     ferry__list_push_back(q, &cw->link);
     pthread_mutex_unlock(&ch->mu);
-    rc = ferry__xwake_wait(&cw->xw);
+    rc = ferry__task_wake_wait(&cw->tw);
     pthread_mutex_lock(&ch->mu);
     fired = !ferry__link_linked(&cw->link);
     if (!fired) {
         ferry__list_remove(&cw->link);
-    } else if (!cw->xw.delivered) {
+    } else if (!cw->tw.delivered) {
         pthread_mutex_unlock(&ch->mu);
-        ferry__xwake_settle(&cw->xw);
+        ferry__task_wake_settle(&cw->tw);
         pthread_mutex_lock(&ch->mu);
     }
     if (rc == -ECANCELED || rc == -ETIMEDOUT) {
@@ -298,11 +298,11 @@ static int park_locked(struct ferry_chan *ch, struct cwait *cw, struct ferry__li
  * point (every suspension point is one, also when it need not wait). */
 static int task_begin(struct cwait *cw, const char *what, const void *obj)
 {
-    int rc = ferry__xwake_init(&cw->xw, what, obj);
+    int rc = ferry__task_wake_init(&cw->tw, what, obj);
 
     if (rc)
         return rc;
-    return ferry__check(cw->xw.w.task);
+    return ferry__check(cw->tw.w.task);
 }
 
 int ferry_chan_send(ferry_chan *ch, void *item)

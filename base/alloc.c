@@ -1,11 +1,11 @@
 /* alloc.c - the one allocator of ferry, with a SQLite-style fault hook and
  * a count of live allocations.
  *
- * Any thread: pool threads allocate too, so the counters are atomics and
- * this file lives in bridge/.  Tests arm the hook through the declarations
- * in fault.h: "fail the Nth counted point from now", once (transient) or
- * from then on (persistent).  Every malloc-like call and every
- * ferry__fault_point() (stack mmap, thread creation, eventfd) counts.
+ * Any thread: pool threads allocate too, so the counters are atomics.
+ * Tests arm the hook through the declarations in fault.h: "fail the Nth
+ * counted point from now", once (transient) or from then on (persistent).
+ * Every malloc-like call and every ferry__fault_point() (stack mmap,
+ * thread creation, eventfd) counts.
  *
  * The live count is what lets every test, in every build, assert that a
  * freed loop gave back everything it took; LeakSanitizer and valgrind see
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ferry_int.h"
+#include "alloc.h"
 #include "fault.h"
 
 static atomic_ulong fault_count;     /* points passed since the last reset */

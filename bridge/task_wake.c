@@ -1,4 +1,4 @@
-/* xwake.c - waking one waiting task from any thread.
+/* task_wake.c - waking one waiting task from any thread.
  *
  * The waiting task owns the node (on its stack).  A wake fired on the
  * task's own loop thread grants the waiter at once; from another thread it
@@ -7,21 +7,21 @@
  * it, a task that stops waiting after its wake was fired must settle (wait,
  * shielded, for the delivery) before its stack frame goes away: the
  * thread-pool job writing into a cancelled task's stack is the bug this
- * prevents (TESTING.md 2.5).
+ * prevents (docs/testing.md).
  *
- * Loop thread, except ferry__xwake_fire (any thread).
+ * Loop thread, except ferry__task_wake_fire (any thread).
  */
 #include "bridge_int.h"
 
 static void deliver(struct ferry__cnode *n)
 {
-    struct ferry__xwake *x = ferry__container_of(n, struct ferry__xwake, cn);
+    struct ferry__task_wake *x = ferry__container_of(n, struct ferry__task_wake, cn);
 
     x->delivered = true;
     ferry__grant(&x->w, x->result);
 }
 
-int ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
+int ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
                            const char *what, const void *obj)
 {
     x->ib = ferry__inbox_of(ferry__task_loop(self));
@@ -35,30 +35,30 @@ int ferry__xwake_init_self(struct ferry__xwake *x, struct ferry_task *self,
     return 0;
 }
 
-int ferry__xwake_init(struct ferry__xwake *x, const char *what, const void *obj)
+int ferry__task_wake_init(struct ferry__task_wake *x, const char *what, const void *obj)
 {
     struct ferry_task *self;
     int rc = ferry__enter_task(&self);
 
     if (rc)
         return rc;
-    return ferry__xwake_init_self(x, self, what, obj);
+    return ferry__task_wake_init_self(x, self, what, obj);
 }
 
-void ferry__xwake_rearm(struct ferry__xwake *x)
+void ferry__task_wake_rearm(struct ferry__task_wake *x)
 {
     ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
     x->result = 0;
     x->delivered = false;
 }
 
-void ferry__xwake_deliver(struct ferry__xwake *x, int result)
+void ferry__task_wake_deliver(struct ferry__task_wake *x, int result)
 {
     x->result = result;
     deliver(&x->cn);
 }
 
-void ferry__xwake_fire(struct ferry__xwake *x, int result)
+void ferry__task_wake_fire(struct ferry__task_wake *x, int result)
 {
     x->result = result;
     if (ferry__inbox_on_loop(x->ib))
@@ -67,14 +67,14 @@ void ferry__xwake_fire(struct ferry__xwake *x, int result)
         ferry__inbox_complete(x->ib, &x->cn);
 }
 
-int ferry__xwake_wait(struct ferry__xwake *x)
+int ferry__task_wake_wait(struct ferry__task_wake *x)
 {
     if (x->delivered)
         return x->result;    /* fired on this thread before we waited */
     return ferry__wait(NULL, &x->w, FERRY_NEVER);
 }
 
-void ferry__xwake_settle(struct ferry__xwake *x)
+void ferry__task_wake_settle(struct ferry__task_wake *x)
 {
     ferry_scope sc;
 

@@ -1,6 +1,6 @@
-/* threads.c - one-time process setup for crossing threads (libevent's
- * locks, the fork handler), the check that an event_base has its lock, and
- * the small pthread helpers the rest of bridge/ shares.
+/* process.c - one-time process setup for crossing threads (libevent's
+ * locks, the fork handler), and the event_base of a loop: made with its
+ * lock, or checked for one.
  * Any thread.
  *
  * Other threads wake a loop through libevent (event_active() on an
@@ -19,14 +19,20 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
-#include <time.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "bridge_int.h"
+#include "alloc.h"
+#include "clock.h"
+#include "log.h"
+#include "loop_new.h"   /* ferry__fork_child() */
+#include "thread.h"
+#include "wire.h"
 
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static bool own_callbacks;            /* set once: libevent took ferry's lock callbacks */
@@ -52,7 +58,8 @@ static void *ev_lock_alloc(unsigned locktype)
         mu = NULL;
     else
         mu = malloc(sizeof *mu);     /* libevent's memory, not ferry's */
-    if (mu && pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive : NULL)) {
+    if (mu && pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive
+                                                                            : NULL)) {
         free(mu);
         mu = NULL;
     }
@@ -163,7 +170,7 @@ static void threads_setup(void)
                    "running as a task in the child");
 }
 
-void ferry__threads_init(void)
+void ferry__process_init(void)
 {
     pthread_once(&threads_once, threads_setup);
 }
@@ -173,7 +180,7 @@ void ferry__threads_init(void)
  * too: the usual order is to make a base, then attach a loop to it. */
 __attribute__((constructor)) static void threads_at_load(void)
 {
-    ferry__threads_init();
+    ferry__process_init();
 }
 
 /* True unless ferry can tell that `base` has no lock.  Thread: any. */
@@ -195,73 +202,31 @@ int ferry__base_new(struct event_base **out)
     unsigned failed = tls_alloc_failed;
     struct event_base *base;
 
-    ferry__threads_init();
+    ferry__process_init();
     *out = NULL;
     base = event_base_new();
     if (!base)
         return -ENOMEM;
     /* libevent goes on without a lock or a condition it could not
      * allocate; other threads could then not wake this loop safely. */
-    if (tls_alloc_failed != failed || !base_locked(base)) {
-        event_base_free(base);
-        return -ENOMEM;
-    }
+    if (tls_alloc_failed != failed || !base_locked(base))
+        goto err_free;
+#ifdef __linux__
+    /* libevent silently falls back to poll or select when an allocation
+     * of its epoll backend fails: that is the -ENOMEM it is. */
+    if (strcmp(event_base_get_method(base), "epoll") != 0)
+        goto err_free;
+#endif
     *out = base;
     return 0;
+
+err_free:
+    event_base_free(base);
+    return -ENOMEM;
 }
 
 int ferry__base_check(struct event_base *base)
 {
-    ferry__threads_init();
+    ferry__process_init();
     return base_locked(base) ? 0 : -EINVAL;
-}
-
-int64_t ferry__deadline(int64_t timeout)
-{
-    int64_t now;
-
-    if (timeout == FERRY_NEVER)
-        return FERRY_NEVER;
-    if (timeout < 0)
-        timeout = 0;
-    now = ferry_now();
-    return timeout > INT64_MAX - now ? FERRY_NEVER : now + timeout;
-}
-
-int ferry__cond_init(pthread_cond_t *cv)
-{
-    pthread_condattr_t a;
-    int rc;
-
-    if (pthread_condattr_init(&a))
-        return -ENOMEM;
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-    return rc ? -ENOMEM : 0;
-}
-
-int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
-{
-    struct timespec ts;
-
-    if (deadline == FERRY_NEVER)
-        return pthread_cond_wait(cv, mu);
-    ts.tv_sec = (time_t)(deadline / 1000000000);
-    ts.tv_nsec = (long)(deadline % 1000000000);
-    return pthread_cond_timedwait(cv, mu, &ts);
-}
-
-unsigned ferry__env_unsigned(const char *name, unsigned dflt)
-{
-    const char *s = getenv(name);
-    char *end;
-    unsigned long v;
-
-    if (!s || !*s)
-        return dflt;
-    v = strtoul(s, &end, 10);
-    if (*end || v == 0 || v > 4096)
-        return dflt;
-    return (unsigned)v;
 }

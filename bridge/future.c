@@ -1,4 +1,4 @@
-/* fromthread.c - a foreign thread runs a function or a task on a loop and
+/* future.c - a foreign thread runs a function or a task on a loop and
  * waits for its status: futures, run_sync, run_task_sync.
  *
  * The future is shared by the thread that holds the handle and the loop

@@ -1,0 +1,162 @@
+/* loop_new.c - making a loop and freeing it (loop_new.h: wire/ calls
+ * these for ferry_loop_new() and ferry_loop_free()).
+ * Loop thread only.
+ */
+#include "loop_only.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop_int.h"
+#include "loop_new.h"
+#include "sig_int.h"
+
+int ferry__loop_opts_check(const ferry_loop_opts *opts)
+{
+    size_t ssz = opts && opts->stack_size ? opts->stack_size : FERRY_STACK_DEFAULT;
+
+    if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
+        return -EINVAL;
+    if (ferry__tls_loop && ferry__tls_loop->current)
+        return -EPERM;    /* not from inside a task */
+    return 0;
+}
+
+/* The loop's settings, from the (checked) options and the environment. */
+static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
+{
+    const char *g = getenv("FERRY_STACK_GUARD");
+
+    loop->stack_size = ferry__stack_map_size(o->stack_size ? o->stack_size : FERRY_STACK_DEFAULT);
+    loop->stack_cache = o->stack_cache ? o->stack_cache : 1024;
+    loop->io_interval = o->io_interval ? o->io_interval : 128;
+    /* FERRY_STACK_GUARD=mprotect|none forces an older kernel's fallbacks
+     * (for tests); the default probes MADV_GUARD_INSTALL first. */
+    if (g && strcmp(g, "mprotect") == 0)
+        loop->guard_mode = FERRY__GUARD_MPROTECT;
+    else if (g && strcmp(g, "none") == 0)
+        loop->guard_forced_none = true;
+#ifndef NDEBUG
+    loop->slow_ns = FERRY_MSEC(100);
+#endif
+    ferry__loop_hand_update(loop);
+}
+
+/* The loop's events on its base: kick_ev, which runs turns inside someone
+ * else's dispatch, and the timer tick.  Returns: 0; -ENOMEM; -EMFILE,
+ * -ENFILE. */
+static int events_new(ferry_loop *loop)
+{
+    int rc = ferry__sched_init(loop);
+
+    if (rc)
+        return rc;
+    rc = ferry__timers_init(loop);
+    if (rc)
+        ferry__sched_fini(loop);
+    return rc;
+}
+
+static void events_free(ferry_loop *loop)
+{
+    ferry__timers_fini(loop);
+    ferry__sched_fini(loop);
+}
+
+int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts,
+                       struct event_base *base, bool own_base)
+{
+    ferry_loop_opts o = {0};
+    ferry_loop *loop;
+    int rc;
+
+    if (opts)
+        o = *opts;
+    loop = ferry__calloc(1, sizeof *loop);
+    if (!loop)
+        return -ENOMEM;
+    loop->owner = &ferry__tls_token;
+    loop->base = base;
+    loop->own_base = own_base;
+    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
+    ferry__fork_mark_setup(loop);
+    settings_init(loop, &o);
+    rc = events_new(loop);
+    if (rc)
+        goto err_free_loop;
+    rc = ferry__overflow_init(loop);
+    if (rc)
+        goto err_free_events;
+    *out = loop;
+    return 0;
+
+err_free_events:
+    events_free(loop);
+err_free_loop:
+    ferry__fork_mark_teardown(loop);
+    ferry__free(loop);
+    return rc;
+}
+
+void ferry__loop_discard(ferry_loop *loop)
+{
+    ferry__overflow_teardown(loop);
+    events_free(loop);
+    ferry__fork_mark_teardown(loop);
+    ferry__free(loop);
+}
+
+void ferry__loop_start(ferry_loop *loop, const struct ferry__loop_hooks *hooks)
+{
+    loop->hooks = *hooks;
+    ferry__overflow_setup(loop);
+    ferry__loops_add(&loop->live_entry, loop);
+    if (!ferry__tls_loop)
+        ferry__tls_loop = loop;
+}
+
+/* The bridge closes: every accepted post runs, later ones are refused.
+ * Its hooks are not called again; the context stays (loop_port.h). */
+static void hooks_close(ferry_loop *loop)
+{
+    void (*close_fn)(void *ctx) = loop->hooks.close;
+
+    loop->hooks.pending = NULL;
+    loop->hooks.flush = NULL;
+    loop->hooks.close = NULL;
+    if (close_fn)
+        close_fn(loop->hooks.ctx);
+}
+
+void ferry__loop_free(ferry_loop *loop)
+{
+    ferry_task *prev_task;
+    ferry_loop *prev;
+
+    if (!loop || ferry__loop_check(loop) || loop->in_run || loop->in_turn)
+        return;
+    prev = ferry__tls_loop;
+    prev_task = ferry__tls_task;
+    ferry__tls_loop = loop;
+    ferry__tls_task = NULL;
+    loop->closing = true;
+    loop->in_run = true;
+    ferry__sched_end_tasks(loop);
+    hooks_close(loop);
+    /* What the accepted posts made ready. */
+    ferry__sched_run_ready(loop);
+    /* Subscriptions end here, before the event_base their descriptor is
+     * on. */
+    ferry__signal_loop_free(loop);
+    loop->in_run = false;
+    ferry__stack_drain(loop);
+    ferry__overflow_teardown(loop);
+    events_free(loop);
+    if (loop->own_base)
+        event_base_free(loop->base);
+    ferry__tls_loop = (prev == loop) ? NULL : prev;
+    ferry__tls_task = prev_task;
+    ferry__fork_mark_teardown(loop);
+    ferry__loops_remove(&loop->live_entry);
+    ferry__free(loop);
+}

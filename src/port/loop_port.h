@@ -1,0 +1,167 @@
+/* loop_port.h - what the loop (src/) offers the layers above it: the one
+ * header of src/ that bridge/ sees.
+ *
+ * bridge/ reaches a loop only through this header and the public ones:
+ * a waiter to park a task on and the grant that wakes it, the checks a
+ * task-side call starts with, the loop's idle test and its blocked-loop
+ * report, the fork-copy test, and the per-loop state that wire/ hands the
+ * loop in the hooks below.  Everything else of a loop (its structure, the
+ * run queue, the timers) stays private to src/.  docs/design.md ("Layout")
+ * has the picture.
+ *
+ * Loop thread only, except where a function says otherwise.
+ */
+#ifndef FERRY_LOOP_PORT_H
+#define FERRY_LOOP_PORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferry/detail.h"
+#include "ferry/loop.h"
+#include "ferry/task.h"
+
+/* ---- Waiting ------------------------------------------------------------ */
+
+/* States of a waiter: the explicit state that closes the "granted but not
+ * yet run" window of every primitive. */
+enum ferry__wstate {
+    FERRY__W_IDLE = 0,    /* not waiting */
+    FERRY__W_WAITING,     /* linked in a waitq (or waiting on a timer/fd) */
+    FERRY__W_GRANTED,     /* woken by a grant; `result` says what */
+    FERRY__W_CANCELLED,   /* woken by ferry_task_cancel() */
+    FERRY__W_TIMEDOUT,    /* woken by its deadline */
+};
+
+/*
+ * A waiting task's node.  It lives on the waiting task's stack for the
+ * duration of one wait: waiting allocates nothing.
+ */
+struct ferry__waiter {
+    struct ferry__link  link;   /* in a waitq while WAITING */
+    struct ferry_task  *task;   /* the waiting task */
+    int                 state;  /* enum ferry__wstate */
+    int                 result; /* set by the granter */
+    uint64_t            n;      /* primitive's own: weight, count */
+    void               *data;   /* primitive's own: item buffer */
+    const char         *what;   /* for the dump: "lock", "queue get" */
+    const void         *obj;    /* for the dump: the object waited on */
+};
+
+/* Initialise a waiter for the calling task `self`.  Inline: every wait
+ * of every primitive starts here. */
+static inline void ferry__waiter_init(struct ferry__waiter *w, struct ferry_task *self,
+                                      const char *what, const void *obj)
+{
+    __builtin_memset(w, 0, sizeof *w);
+    w->task = self;
+    w->what = what;
+    w->obj = obj;
+}
+
+/*
+ * The calling task, checked: 0 and *self set when called from a task on its
+ * loop's thread; -EPERM otherwise.
+ */
+int ferry__enter_task(struct ferry_task **self /* OUT */);
+
+/*
+ * The cancellation point: 0, or -ECANCELED (task cancelled, not shielded)
+ * or -ETIMEDOUT (an active deadline scope has passed; the scope is marked
+ * fired).  Does not suspend.
+ */
+int ferry__check(struct ferry_task *self);
+
+/*
+ * Suspend `w->task` until the waiter is granted, the task is cancelled,
+ * the task's deadline passes or `until` (FERRY_NEVER for none) passes.
+ * With `q` not NULL the waiter is appended to `q` (FIFO).
+ *
+ * First checks ferry__check(): a task already cancelled gets -ECANCELED
+ * without suspending.
+ *
+ * Returns:
+ *   w->result   granted (state GRANTED) and not cancelled meanwhile;
+ *   -ECANCELED  cancelled; state CANCELLED (never granted: nothing to undo)
+ *               or GRANTED (granted, then cancelled before it ran: the
+ *               caller must pass the grant on to the next waiter);
+ *   -ETIMEDOUT  an enclosing deadline passed (state TIMEDOUT), never granted;
+ *   1           `until` passed (state TIMEDOUT): a sleep ended.
+ * On every return the waiter is unlinked from `q`.
+ */
+int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
+
+/* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
+ * Returns false (and does nothing) if it is not WAITING. */
+bool ferry__grant(struct ferry__waiter *w, int result);
+
+/* The loop a task runs on. */
+ferry_loop *ferry__task_loop(const struct ferry_task *task);
+
+/* ---- The loop ------------------------------------------------------------- */
+
+/*
+ * What the loop needs from the layers above, filled in by wire/ when it
+ * makes the loop (libevent's way: the lower layer declares the table, the
+ * upper one fills it).  `ctx` is the bridge's per-loop state (the inbox).
+ *   pending(ctx)   true while callbacks posted from threads await running:
+ *                  FERRY_RUN_DEFAULT does not end then;
+ *   flush(ctx)     ferry_loop_run() is about to return: hand what the last
+ *                  turn left for other threads (jobs that tasks offloaded)
+ *                  to them now, not in a later pass of the loop;
+ *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
+ *                  ones with -ESHUTDOWN, release the channel.  Called after
+ *                  every task has ended, before the event_base is freed.
+ * The loop clears the three functions once it has called close(); `ctx`
+ * stays, so that a thread that still reaches the loop finds the closed
+ * inbox.
+ */
+struct ferry__loop_hooks {
+    void *ctx;
+    bool (*pending)(void *ctx);
+    void (*flush)(void *ctx);
+    void (*close)(void *ctx);
+};
+
+/* The bridge's per-loop state (hooks.ctx), NULL if the loop has none.
+ * Thread: any, once ferry_loop_new() has returned the loop. */
+void *ferry__loop_bridge(const ferry_loop *loop);
+
+/* True if the loop has nothing to run before it would poll: no ready task
+ * or callback, none left in the running turn, no timer due within
+ * `horizon` ns, no stop requested.  What the bridge asks before it keeps
+ * the loop's thread busy waiting for a completion. */
+bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon);
+
+/* The blocked-loop detector's threshold in ns (0: off). */
+int64_t ferry__loop_slow_threshold(const ferry_loop *loop);
+
+/* The blocked-loop detector's report of a step that ran `dt` ns, more than
+ * `threshold` (the threshold when the step began): counted in the loop's
+ * statistics and logged, naming the task (`task_name`) or, with NULL, a
+ * callback.  The loop reports its own steps so; the bridge reports work
+ * that runs outside them (a drain straight from the inbox's event). */
+void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
+                             const char *task_name);
+
+/* The loop's fork mark: a page of its own that reads 0 in a forked
+ * child's copy of the loop (a post into it could never run; docs/fork.md),
+ * or NULL if the kernel refused it (then a child is not detected).  Set
+ * when the loop is made and valid until it is freed.  A thread that tests
+ * it on every post keeps the pointer and tests it with
+ * ferry__fork_mark_copied(): the loop's structure, which the loop's thread
+ * writes on every step, stays out of the poster's path. */
+const volatile unsigned char *ferry__loop_fork_mark(const ferry_loop *loop);
+
+/* True in a forked child's copy of `loop` (NULL: false).  Thread: any,
+ * while the loop is not freed. */
+bool ferry__loop_is_fork_copy(const ferry_loop *loop);
+
+/* True if `mark` (from ferry__loop_fork_mark()) says this process is a
+ * forked child of the one that made the loop.  Thread: any. */
+static inline bool ferry__fork_mark_copied(const volatile unsigned char *mark)
+{
+    return mark && *mark == 0;
+}
+
+#endif /* FERRY_LOOP_PORT_H */

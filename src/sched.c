@@ -1,0 +1,270 @@
+/* sched.c - the scheduler: the run queue, one turn at a time, polling
+ * libevent between turns, ferry_loop_run(), and running turns inside an
+ * application's own dispatch.
+ * Loop thread only.
+ *
+ * A turn runs what was ready when it began; what becomes ready during it
+ * waits for the next turn.  A yield costs no system call: I/O and timers
+ * are polled every `io_interval` steps, and whenever the run queue is empty
+ * (then blocking until the earliest timer).  Tasks hand the CPU to each
+ * other within a turn without coming back here (switch.h).
+ */
+#include "loop_only.h"
+
+#include <string.h>
+
+#include "loop_int.h"
+#include "loop_new.h"
+#include "switch.h"
+
+void ferry__loop_kick(ferry_loop *loop)
+{
+    if (!loop->in_run && !loop->kick_pending) {
+        loop->kick_pending = true;
+        event_active(loop->kick_ev, EV_READ, 0);
+    }
+}
+
+int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
+{
+    struct ferry__cbnode *c;
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (!cb)
+        return -EINVAL;
+    c = ferry__malloc(sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->run.kind = FERRY__RUN_CB;
+    c->cb = cb;
+    c->arg = arg;
+    ferry__list_push_back(&loop->runq, &c->run.link);
+    if (!loop->in_run)
+        ferry__loop_kick(loop);
+    return 0;
+}
+
+static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
+                                                           struct ferry__runnable *r)
+{
+    /* Read once: a step may change the threshold, and `r` may be freed by
+     * the time the step ends. */
+    int64_t slow = loop->slow_ns;
+    int64_t t0 = slow ? ferry_now() : 0;
+    bool is_task = r->kind == FERRY__RUN_TASK;
+    char name[sizeof ((ferry_task *)0)->name];
+
+    if (is_task) {
+        ferry_task *t = ferry__container_of(r, ferry_task, run);
+        if (slow)
+            memcpy(name, t->name, sizeof name);
+        if (__builtin_expect(!t->started, 0))
+            ferry__task_resume(t);
+        else
+            ferry__task_run(loop, t);
+    } else {
+        struct ferry__cbnode *c = ferry__container_of(r, struct ferry__cbnode, run);
+        ferry_cb cb = c->cb;
+        void *arg = c->arg;
+        if (r->kind == FERRY__RUN_TIMER)
+            ferry__free(ferry__container_of(c, ferry_timer, run));
+        else
+            ferry__free(c);
+        cb(arg);
+    }
+    loop->stats.steps++;
+    loop->since_poll++;
+    if (slow) {
+        int64_t dt = ferry_now() - t0;
+        if (dt > slow)
+            ferry__loop_report_slow(loop, dt, slow, is_task ? name : NULL);
+    }
+}
+
+/* Run what is ready now.  Returns false if nothing was. */
+static bool run_turn(ferry_loop *loop)
+{
+    struct ferry__link local, *l;
+
+    if (ferry__list_empty(&loop->runq))
+        return false;
+    ferry__list_move(&local, &loop->runq);
+    loop->in_turn = true;
+    loop->turn = &local;
+    loop->stats.turns++;
+    while ((l = ferry__list_pop_front(&local))) {
+        ferry__prefetch_run(loop, local.next, &local);
+        run_step(loop, ferry__container_of(l, struct ferry__runnable, link));
+        if (loop->stop && !loop->closing) {
+            /* Put back what this turn did not reach, in order. */
+            while ((l = ferry__list_pop_front(&local)) != NULL)
+                ferry__list_push_back(&loop->runq, l);
+            break;
+        }
+    }
+    loop->in_turn = false;
+    loop->turn = NULL;
+    return true;
+}
+
+static void poll_io(ferry_loop *loop, bool block)
+{
+    int flags = EVLOOP_ONCE;
+
+    ferry__timers_expire(loop);
+    if (!ferry__list_empty(&loop->runq) || loop->stop)
+        block = false;
+    ferry__stack_poll(loop, block);
+    if (block) {
+        ferry__timers_arm(loop);
+        flags |= EVLOOP_NO_EXIT_ON_EMPTY;
+    } else {
+        flags |= EVLOOP_NONBLOCK;
+    }
+    event_base_loop(loop->base, flags);
+    loop->stats.polls++;
+    loop->since_poll = 0;
+    ferry__timers_expire(loop);
+}
+
+static bool nothing_left(ferry_loop *loop)
+{
+    if (loop->live || !ferry__list_empty(&loop->runq) || ferry__heap_min(&loop->timers))
+        return false;
+    if (loop->refs > 0 && !loop->closing)
+        return false;
+    if (loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx))
+        return false;
+    return true;
+}
+
+static void drive(ferry_loop *loop, int mode)
+{
+    for (;;) {
+        if (run_turn(loop)) {
+            if (loop->stop)
+                break;
+            if (mode == FERRY_RUN_ONCE) {
+                poll_io(loop, false);
+                break;
+            }
+            if (loop->since_poll >= loop->io_interval)
+                poll_io(loop, false);
+            continue;
+        }
+        if (loop->stop)
+            break;
+        if (mode == FERRY_RUN_ONCE) {
+            poll_io(loop, false);
+            run_turn(loop);
+            break;
+        }
+        if (mode == FERRY_RUN_DEFAULT && nothing_left(loop))
+            break;
+        poll_io(loop, true);
+    }
+}
+
+int ferry_loop_run(ferry_loop *loop, int mode)
+{
+    ferry_task *prev_task;
+    ferry_loop *prev;
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (mode != FERRY_RUN_DEFAULT && mode != FERRY_RUN_FOREVER && mode != FERRY_RUN_ONCE)
+        return -EINVAL;
+    if (loop->in_run || loop->in_turn)
+        return -EPERM;
+    prev = ferry__tls_loop;
+    prev_task = ferry__tls_task;     /* a task of another loop running this one */
+    ferry__tls_loop = loop;
+    ferry__tls_task = NULL;
+    loop->in_run = true;
+    loop->stop = false;
+    ferry__loop_hand_update(loop);
+    loop->one_turn = mode == FERRY_RUN_ONCE;
+    drive(loop, mode);
+    /* What the last turn offloaded goes to the pools now: the callback that
+     * hands it over runs in the next turn, and an application that drives
+     * the loop one pass at a time may make that pass only once these jobs
+     * are done. */
+    if (loop->hooks.flush)
+        loop->hooks.flush(loop->hooks.ctx);
+    loop->one_turn = false;
+    loop->in_run = false;
+    loop->stop = false;
+    ferry__loop_hand_update(loop);
+    ferry__tls_loop = prev ? prev : loop;
+    ferry__tls_task = prev_task;
+    /* Someone else's dispatch may drive us from now on. */
+    if (!ferry__list_empty(&loop->runq))
+        ferry__loop_kick(loop);
+    ferry__loop_timers_changed(loop);
+    return 0;
+}
+
+/* Runs turns when the application's own event_base_dispatch drives us. */
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    ferry_loop *loop = arg;
+    ferry_loop *prev = ferry__tls_loop;
+    ferry_task *prev_task = ferry__tls_task;
+    unsigned steps = 0;
+
+    (void)fd; (void)what;
+    loop->kick_pending = false;
+    if (loop->in_run || loop->in_turn)
+        return;
+    ferry__tls_loop = loop;
+    ferry__tls_task = NULL;
+    loop->since_poll = 0;
+    ferry__timers_expire(loop);
+    while (steps < loop->io_interval && !ferry__list_empty(&loop->runq)) {
+        uint64_t before = loop->stats.steps;
+        run_turn(loop);
+        steps += (unsigned)(loop->stats.steps - before);
+    }
+    ferry__stack_poll(loop, ferry__list_empty(&loop->runq));
+    ferry__tls_loop = prev ? prev : loop;
+    ferry__tls_task = prev_task;
+    if (!ferry__list_empty(&loop->runq))
+        ferry__loop_kick(loop);
+    ferry__timers_arm(loop);
+}
+
+int ferry__sched_init(ferry_loop *loop)
+{
+    loop->kick_ev = event_new(loop->base, -1, 0, kick_cb, loop);
+    return loop->kick_ev ? 0 : -ENOMEM;
+}
+
+void ferry__sched_fini(ferry_loop *loop)
+{
+    event_free(loop->kick_ev);
+}
+
+void ferry__sched_end_tasks(ferry_loop *loop)
+{
+    struct ferry__link *l, *tmp;
+
+    while (loop->live || !ferry__list_empty(&loop->runq)) {
+        ferry__list_foreach_safe(l, tmp, &loop->tasks)
+            ferry_task_cancel(ferry__container_of(l, ferry_task, all));
+        loop->stop = false;
+        ferry__loop_hand_update(loop);
+        if (!run_turn(loop))
+            poll_io(loop, loop->live != 0);
+        else if (loop->since_poll >= loop->io_interval)
+            poll_io(loop, false);
+    }
+}
+
+void ferry__sched_run_ready(ferry_loop *loop)
+{
+    while (run_turn(loop))
+        ;
+}
