@@ -20,6 +20,7 @@
 
 #include "loop_int.h"
 #include "sig_int.h"
+#include "stream_int.h"
 #include "switch.h"
 
 __thread ferry_loop *ferry__tls_loop __attribute__((tls_model("initial-exec")));
@@ -717,6 +718,8 @@ void ferry_loop_free(ferry_loop *loop)
         loop->bridge.close(loop->bridge.ctx);
     while (run_turn(loop))
         ;
+    /* Streams and listeners left open are closed with their loop. */
+    ferry__stream_loop_free(loop);
     /* Subscriptions end here, before the event_base their eventfd is on. */
     ferry__signal_loop_free(loop);
     /* Timers that never fired are dropped with their loop. */

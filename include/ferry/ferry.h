@@ -10,6 +10,8 @@
  *                   calling into a loop from threads, the mixed channel
  *   ferry/signal.h  signal subscriptions: deliveries counted, never lost,
  *                   received by tasks
+ *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
+ *                   sockets: listen, accept, connect
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -21,5 +23,6 @@
 #include "ferry/flight.h"
 #include "ferry/bridge.h"
 #include "ferry/signal.h"
+#include "ferry/stream.h"
 
 #endif /* FERRY_FERRY_H */
