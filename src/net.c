@@ -502,33 +502,17 @@ static bool opts_ok(const ferry_stream_opts *opts)
     return !opts || !(opts->flags & ~FERRY_STREAM_NAGLE);
 }
 
-int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferry_stream_opts *opts)
+int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addrinfo *list,
+                        const ferry_stream_opts *opts)
 {
-    struct addrinfo *ai, *a;
-    ferry_task *self;
-    int64_t deadline;
+    const struct addrinfo *a;
+    int64_t deadline = ferry__task_deadline(self);
     size_t left = 0;
-    int rc;
+    int rc = -EHOSTUNREACH;
 
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    if (!host || port < 1 || port > 65535 || !opts_ok(opts))
-        return -EINVAL;
-    rc = ferry__enter_task_inline(&self);
-    if (rc)
-        return rc;
-    rc = ferry__check_inline(self);
-    if (rc)
-        return rc;
-    rc = resolve(host, port, false, &ai);
-    if (rc)
-        return rc;
-    for (a = ai; a; a = a->ai_next)
+    for (a = list; a; a = a->ai_next)
         left++;
-    deadline = ferry__task_deadline(self);
-    rc = -EHOSTUNREACH;
-    for (a = ai; a; a = a->ai_next, left--) {
+    for (a = list; a; a = a->ai_next, left--) {
         ferry_scope attempt;
         int64_t now, share;
 
@@ -554,6 +538,30 @@ int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferr
             break;
         }
     }
+    return rc;
+}
+
+int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferry_stream_opts *opts)
+{
+    struct addrinfo *ai;
+    ferry_task *self;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!host || port < 1 || port > 65535 || !opts_ok(opts))
+        return -EINVAL;
+    rc = ferry__enter_task_inline(&self);
+    if (rc)
+        return rc;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    rc = resolve(host, port, false, &ai);
+    if (rc)
+        return rc;
+    rc = ferry__connect_list(out, self, ai, opts);
     freeaddrinfo(ai);
     return rc;
 }

@@ -156,6 +156,19 @@ int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
 /* Close and free a stream that no task is inside (error paths of net.c). */
 void ferry__stream_destroy(ferry_stream *s);
 
+/* ---- Connecting (net.c) ------------------------------------------------------ */
+
+struct addrinfo;
+
+/*
+ * Connect to the addresses of `list` in turn (ferry_tcp_connect() after
+ * resolving), the first that answers winning; with a deadline, each
+ * attempt but the last gets its share of the time left (net.c).
+ * Returns: as ferry_tcp_connect(), for the last address tried.
+ */
+int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addrinfo *list,
+                        const ferry_stream_opts *opts);
+
 /* Shortest share of the time left that a connect attempt gets when a host
  * has more addresses to try; tests lower it.  Loop thread. */
 extern int64_t ferry__connect_attempt_min;
