@@ -155,6 +155,7 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
     if (!g->et)
         return 0;
     event_assign(&g->ev, loop->base, fd, EV_READ | EV_WRITE | EV_PERSIST | EV_ET, ioreg_cb, g);
+    errno = 0;
     if (event_add(&g->ev, NULL) != 0) {
         /* epoll_ctl() refuses a descriptor it cannot poll with EPERM;
          * anything else is libevent running out of memory. */

@@ -40,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -1161,6 +1163,240 @@ static void undo_stack_unmap(int rc)
         FAILF("stack unmap: the task's stack is still mapped after ferry_loop_free()");
 }
 
+/* ---- streams, listeners, accept, connect --------------------------------------- */
+
+static int g_sp[2];
+static ferry_stream *g_st;
+static ferry_listener *g_lis;
+static int g_fds_before;
+static int g_client;
+
+/* A socketpair, its peer end holding "0123456789abcdef...\n" (99 bytes,
+ * the last a newline). */
+static void setup_pair(void)
+{
+    char data[99];
+
+    g_fds_before = open_fds();
+    g_st = NULL;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g_sp) != 0)
+        FAILF("socketpair");
+    for (int i = 0; i < 98; i++)
+        data[i] = (char)('0' + i % 10);
+    data[98] = '\n';
+    if (write(g_sp[1], data, sizeof data) != (ssize_t)sizeof data)
+        FAILF("write");
+}
+
+static int op_stream_open(void)
+{
+    return ferry_stream_open(&g_st, tu_loop, g_sp[0], NULL);
+}
+
+/* Close what a run made; no descriptor may be left. */
+static void pair_done(void)
+{
+    if (g_st)
+        ferry_stream_close(g_st);
+    else
+        close(g_sp[0]);
+    close(g_sp[1]);
+    g_st = NULL;
+    if (open_fds() != g_fds_before)
+        FAILF("stream: %d descriptors open, %d before", open_fds(), g_fds_before);
+}
+
+static void undo_stream_open(int rc)
+{
+    if (rc != 0 && g_st)
+        FAILF("stream_open: failed but set *out");
+    if (rc != 0 && fcntl(g_sp[0], F_GETFD) == -1)
+        FAILF("stream_open: failed but closed the caller's descriptor");
+    pair_done();
+}
+
+/* A stream over the pair (not armed), with a read buffer of `bufsize`. */
+static void setup_pair_stream(size_t bufsize)
+{
+    setup_pair();
+    if (ferry_stream_open(&g_st, tu_loop, g_sp[0], &(ferry_stream_opts){ .read_buffer = bufsize }))
+        FAILF("stream_open");
+}
+
+static void setup_stream_read(void)
+{
+    setup_pair_stream(0);
+}
+
+static void setup_stream_grow(void)
+{
+    setup_pair_stream(16);
+}
+
+static size_t g_got, g_buffered;
+
+/* The first read allocates the buffer. */
+static int stream_read_task(void *arg)
+{
+    char line[128];
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_stream_read_until(g_st, "\n", 1, line, sizeof line, &g_got);
+    sweep_disarm();
+    g_buffered = ferry_stream_buffered(g_st);
+    return rc;
+}
+
+static int op_stream_read(void)
+{
+    return in_task(tu_loop, stream_read_task, NULL);
+}
+
+/* A read of one byte fills the 16-byte buffer (not armed); reading the
+ * rest exactly grows it. */
+static int stream_grow_task(void *arg)
+{
+    char buf[128];
+    size_t n;
+    int rc;
+
+    (void)arg;
+    if (ferry_stream_read(g_st, buf, 1, &n) != 0 || n != 1)
+        return -1000;
+    sweep_arm();
+    rc = ferry_stream_read_exactly(g_st, buf, 98, &g_got);
+    sweep_disarm();
+    g_buffered = ferry_stream_buffered(g_st);
+    return rc;
+}
+
+static int op_stream_grow(void)
+{
+    return in_task(tu_loop, stream_grow_task, NULL);
+}
+
+/* All or nothing: a failed read consumed nothing. */
+static void undo_stream_read(int rc)
+{
+    if (rc == 0 && g_got != 99 && g_got != 98)    /* the line; the rest after one byte */
+        FAILF("stream read: got %zu bytes", g_got);
+    if (rc != 0 && (g_got != 0 || (g_buffered != 0 && g_buffered != 15)))
+        FAILF("stream read: failed with %d but got %zu, %zu buffered", rc, g_got, g_buffered);
+    pair_done();
+}
+
+static char g_path[64];
+
+static void setup_listen(void)
+{
+    g_fds_before = open_fds();
+    g_lis = NULL;
+    snprintf(g_path, sizeof g_path, "/tmp/ferry-fault-%d.sock", (int)getpid());
+    unlink(g_path);
+}
+
+static int op_unix_listen(void)
+{
+    return ferry_unix_listen(&g_lis, tu_loop, g_path, NULL);
+}
+
+static void undo_listen(int rc)
+{
+    if (rc != 0 && g_lis)
+        FAILF("unix_listen: failed but set *out");
+    if (rc != 0 && access(g_path, F_OK) == 0)
+        FAILF("unix_listen: failed but left its socket file");
+    if (g_lis && ferry_listener_close(g_lis) != 0)
+        FAILF("listener_close");
+    g_lis = NULL;
+    if (access(g_path, F_OK) == 0)
+        FAILF("listener_close left the socket file");
+    if (open_fds() != g_fds_before)
+        FAILF("listen: %d descriptors open, %d before", open_fds(), g_fds_before);
+}
+
+/* A TCP listener with one connection queued (not armed). */
+static void setup_accept(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+    setup_listen();
+    g_st = NULL;
+    if (ferry_tcp_listen(&g_lis, tu_loop, "127.0.0.1", 0, NULL))
+        FAILF("tcp_listen");
+    a.sin_port = htons((uint16_t)ferry_listener_port(g_lis));
+    g_client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(g_client, (struct sockaddr *)&a, sizeof a) != 0)
+        FAILF("connect");
+}
+
+static int accept_task(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_listener_accept(g_lis, &g_st, NULL);
+    sweep_disarm();
+    return rc;
+}
+
+static int op_accept(void)
+{
+    return in_task(tu_loop, accept_task, NULL);
+}
+
+static void undo_accept(int rc)
+{
+    char b;
+
+    if (rc != 0 && g_st)
+        FAILF("accept: failed but set *out");
+    if (rc != 0 && recv(g_client, &b, 1, 0) != 0)
+        FAILF("accept: failed, but the connection was not closed");
+    if (g_st)
+        ferry_stream_close(g_st);
+    g_st = NULL;
+    close(g_client);
+    undo_listen(0);
+}
+
+static int connect_task(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_tcp_connect(&g_st, "127.0.0.1", ferry_listener_port(g_lis), NULL);
+    sweep_disarm();
+    return rc;
+}
+
+static void setup_connect(void)
+{
+    setup_listen();
+    g_st = NULL;
+    if (ferry_tcp_listen(&g_lis, tu_loop, "127.0.0.1", 0, NULL))
+        FAILF("tcp_listen");
+}
+
+static int op_connect(void)
+{
+    return in_task(tu_loop, connect_task, NULL);
+}
+
+static void undo_connect(int rc)
+{
+    if (rc != 0 && g_st)
+        FAILF("connect: failed but set *out");
+    if (g_st)
+        ferry_stream_close(g_st);
+    g_st = NULL;
+    undo_listen(0);
+}
+
 /* ---- the sites in the source ----------------------------------------------- */
 
 #define MAXSITES 128
@@ -1359,6 +1595,12 @@ static const struct sweep sweeps[] = {
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
+    { "stream_open",         setup_pair,       op_stream_open,    undo_stream_open, NULL },
+    { "stream read",         setup_stream_read, op_stream_read,   undo_stream_read, NULL, true },
+    { "stream read (growth)",setup_stream_grow, op_stream_grow,   undo_stream_read, NULL, true },
+    { "unix_listen",         setup_listen,     op_unix_listen,    undo_listen,      NULL },
+    { "listener_accept",     setup_accept,     op_accept,         undo_accept,      NULL, true },
+    { "tcp_connect",         setup_connect,    op_connect,        undo_connect,     NULL, true },
 };
 
 static void quiet_log(int level, const char *msg, void *ctx)
