@@ -18,23 +18,34 @@
 #include "ferry_int.h"
 #include "ferry/stream.h"
 
-/* ---- What the loop keeps of its streams and listeners ------------------ */
+/* ---- What a loop keeps for its streams and listeners ------------------ */
 
 /*
  * A stream or listener that a loop closes if it is still open when the
  * loop is freed (ferry__stream_loop_free()).
  */
 struct ferry__ioobj {
-    struct ferry__link link;                       /* in loop->ioobjs while open */
+    struct ferry__link link;                       /* in the loop's list while open */
     void             (*destroy)(struct ferry__ioobj *o); /* close and free */
 };
 
-/* Enter an open object into its loop's list; take it out when it closes. */
+/* A loop's streams and listeners, and (on Linux) the epoll set their
+ * descriptors are registered in (stream.c): made at the first
+ * registration, freed with the loop. */
+struct ferry__netloop {
+    struct ferry__link  ioobjs;    /* open streams and listeners */
+    int                 epfd;      /* the epoll set, or -1 */
+    struct event        ev;        /* epfd's registration with the base */
+    bool                ev_added;  /* ev is added */
+};
+
+/* Enter an open object into its loop's list (the loop has a netloop: its
+ * registration made it); take it out when it closes. */
 void ferry__ioobj_add(ferry_loop *loop, struct ferry__ioobj *o);
 void ferry__ioobj_del(struct ferry__ioobj *o);
 
 /* ferry_loop_free(), once every task has ended: close and free every
- * stream and listener of the loop that is still open. */
+ * stream and listener of the loop that is still open, then the netloop. */
 void ferry__stream_loop_free(ferry_loop *loop);
 
 /* ---- The transport seam -------------------------------------------------- */
@@ -86,26 +97,42 @@ extern const struct ferry__stream_io ferry__pipe_io;
  * clear, and two wait queues.  Waiters carry the readiness they wait for
  * in their `n` (FERRY_READ, FERRY_WRITE).
  */
+/* How a descriptor is registered (stream.c). */
+enum {
+    FERRY__IO_EPOLL = 0,  /* in the loop's epoll set, edge-triggered, once */
+    FERRY__IO_ET,         /* a libevent event, edge-triggered, once */
+    FERRY__IO_LT,         /* a libevent event, level-triggered, while a task waits */
+};
+
 struct ferry__ioreg {
     ferry_loop          *loop;      /* the loop it belongs to; never changes */
     int                  fd;        /* the descriptor, -1 once closed */
     uint8_t              ready;     /* FERRY_READ|FERRY_WRITE: no EAGAIN (nor a
                                      * drained short transfer) since the last
                                      * event that reported it */
-    uint8_t              lt_events; /* level-triggered mode: EV_READ|EV_WRITE
-                                     * registered now */
-    bool                 et;        /* registered once, edge-triggered */
+    uint8_t              mode;      /* FERRY__IO_* */
+    uint8_t              lt_events; /* FERRY__IO_LT: EV_READ|EV_WRITE registered now */
     bool                 closed;    /* closed: waiters were woken with -EBADF */
+    bool                 hup;       /* the peer hung up, reset or shut down its
+                                     * side, or an error is pending (epoll said
+                                     * so): read until EAGAIN, never stop at a
+                                     * short read */
     struct ferry__waitq  rq;        /* readers (a stream's one reader, a
                                      * listener's accepting tasks) */
     struct ferry__waitq  wq;        /* a stream's writer (or connecting task) */
-    struct event         ev;        /* the descriptor's event */
+    struct event         ev;        /* the libevent event (FERRY__IO_ET, _LT) */
 };
+
+/* Register descriptors through libevent even where the loop's epoll set
+ * could take them (tests of the portable path).  Read when a descriptor
+ * is registered. */
+extern bool ferry__io_use_libevent;
 
 /*
  * Register `fd` (non-blocking) with `loop`, assuming readiness `ready` until
  * a system call says otherwise.  `g` must not move while registered.
- * Returns: 0; -ENOMEM; -EINVAL (epoll refuses the descriptor).
+ * Returns: 0; -ENOMEM; -EINVAL (epoll refuses the descriptor); -EMFILE,
+ * -ENFILE (no descriptor for the loop's epoll set).
  */
 int  ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready);
 

@@ -1171,12 +1171,32 @@ static ferry_listener *g_lis;
 static int g_fds_before;
 static int g_client;
 
+/* tu_loop makes its epoll set at its first stream and keeps it (one
+ * descriptor): make it before any sweep counts descriptors. */
+static void warm_tu_loop(void)
+{
+    static bool warm;
+    ferry_stream *s;
+    int sp[2];
+
+    if (warm || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+        return;
+    if (ferry_stream_open(&s, tu_loop, sp[0], NULL) == 0) {
+        ferry_stream_close(s);
+        warm = true;
+    } else {
+        close(sp[0]);
+    }
+    close(sp[1]);
+}
+
 /* A socketpair, its peer end holding "0123456789abcdef...\n" (99 bytes,
  * the last a newline). */
 static void setup_pair(void)
 {
     char data[99];
 
+    warm_tu_loop();
     g_fds_before = open_fds();
     g_st = NULL;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g_sp) != 0)
@@ -1188,9 +1208,16 @@ static void setup_pair(void)
         FAILF("write");
 }
 
+/* On a fresh loop: the first registration makes the loop's epoll set. */
+static void setup_pair_fresh_loop(void)
+{
+    setup_pair();
+    setup_fresh_loop();
+}
+
 static int op_stream_open(void)
 {
-    return ferry_stream_open(&g_st, tu_loop, g_sp[0], NULL);
+    return ferry_stream_open(&g_st, g_bl, g_sp[0], NULL);
 }
 
 /* Close what a run made; no descriptor may be left. */
@@ -1198,7 +1225,7 @@ static void pair_done(void)
 {
     if (g_st)
         ferry_stream_close(g_st);
-    else
+    else if (g_sp[0] >= 0)
         close(g_sp[0]);
     close(g_sp[1]);
     g_st = NULL;
@@ -1212,6 +1239,13 @@ static void undo_stream_open(int rc)
         FAILF("stream_open: failed but set *out");
     if (rc != 0 && fcntl(g_sp[0], F_GETFD) == -1)
         FAILF("stream_open: failed but closed the caller's descriptor");
+    if (g_st) {
+        ferry_stream_close(g_st);    /* closes g_sp[0] */
+        g_sp[0] = -1;
+    }
+    g_st = NULL;
+    ferry_loop_free(g_bl);
+    g_bl = NULL;
     pair_done();
 }
 
@@ -1291,6 +1325,7 @@ static char g_path[64];
 
 static void setup_listen(void)
 {
+    warm_tu_loop();
     g_fds_before = open_fds();
     g_lis = NULL;
     snprintf(g_path, sizeof g_path, "/tmp/ferry-fault-%d.sock", (int)getpid());
@@ -1595,7 +1630,7 @@ static const struct sweep sweeps[] = {
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
-    { "stream_open",         setup_pair,       op_stream_open,    undo_stream_open, NULL },
+    { "stream_open",         setup_pair_fresh_loop, op_stream_open, undo_stream_open, NULL },
     { "stream read",         setup_stream_read, op_stream_read,   undo_stream_read, NULL, true },
     { "stream read (growth)",setup_stream_grow, op_stream_grow,   undo_stream_read, NULL, true },
     { "unix_listen",         setup_listen,     op_unix_listen,    undo_listen,      NULL },

@@ -28,6 +28,14 @@
 #include "testutil.h"
 #include "stream_int.h"
 
+/* FERRY_TEST_IO_LIBEVENT=1 (a second ctest run): listeners and streams
+ * registered through libevent instead of the loop's epoll set. */
+__attribute__((constructor)) static void io_path(void)
+{
+    if (getenv("FERRY_TEST_IO_LIBEVENT"))
+        ferry__io_use_libevent = true;
+}
+
 #define T(name) Test(net, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 
 static struct {
