@@ -28,7 +28,9 @@
  * counters on stderr after each workload, and the page faults, context
  * switches and loop CPU time of its timed part; FERRY_BENCH_STACK_CACHE=N sets
  * ferry_loop_opts.stack_cache (an experiment knob: the contract's numbers
- * use the defaults).
+ * use the defaults).  FERRY_BENCH_IO=libevent registers the echo servers'
+ * descriptors through libevent instead of the loop's epoll set (an
+ * experiment knob: the portable path of src/stream.c).
  *
  * Workloads (n as the peers'):
  *   switch              two tasks each ferry_yield() n/2 times (n = 2,000,000)
@@ -854,6 +856,9 @@ static int echo_main(void *arg)
     return 0;
 }
 
+/* The experiment knob FERRY_BENCH_IO=libevent (src/stream.c). */
+extern bool ferry__io_use_libevent;
+
 static int run_echo(const char *port, bool bev)
 {
     const char *args[2] = { port, bev ? "bev" : NULL };
@@ -865,6 +870,8 @@ static int run_echo(const char *port, bool bev)
         fprintf(stderr, "ferry-bench: --echo-server PORT: bad port '%s'\n", port);
         return 2;
     }
+    if (getenv("FERRY_BENCH_IO") && strcmp(getenv("FERRY_BENCH_IO"), "libevent") == 0)
+        ferry__io_use_libevent = true;
     if ((rc = ferry_loop_new(&loop, NULL)))
         die("ferry_loop_new", rc);
     if ((rc = ferry_task_spawn(&t, loop, echo_main, args, &(ferry_task_opts){ .name = "main" })))
