@@ -10,6 +10,7 @@
  *                   calling into a loop from threads, the mixed channel
  *   ferry/signal.h  signal subscriptions: deliveries counted, never lost,
  *                   received by tasks
+ *   ferry/net.h     name resolution for tasks (getaddrinfo)
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -21,5 +22,6 @@
 #include "ferry/flight.h"
 #include "ferry/bridge.h"
 #include "ferry/signal.h"
+#include "ferry/net.h"
 
 #endif /* FERRY_FERRY_H */
