@@ -106,6 +106,17 @@ struct ferry__resolver {
     uint64_t           closed_poll; /* loop->stats.polls when the base was freed */
 };
 
+/* The system files read when a resolver is made (tests point them
+ * elsewhere with ferry__dns_set_files()). */
+static const char *resolv_conf_path = "/etc/resolv.conf";
+static const char *nsswitch_path = "/etc/nsswitch.conf";
+
+void ferry__dns_set_files(const char *resolv_conf, const char *nsswitch_conf)
+{
+    resolv_conf_path = resolv_conf ? resolv_conf : "/etc/resolv.conf";
+    nsswitch_path = nsswitch_conf ? nsswitch_conf : "/etc/nsswitch.conf";
+}
+
 /* ---- the hosts file ---------------------------------------------------------- */
 
 static int hosts_cmp(const void *a, const void *b)
@@ -246,7 +257,7 @@ static int nss_read(bool *files, bool *dns, bool *other)
 {
     char *text, *line, *next;
     bool found = false;
-    int rc = read_text("/etc/nsswitch.conf", &text);
+    int rc = read_text(nsswitch_path, &text);
 
     *files = *dns = true;
     *other = false;
@@ -327,7 +338,7 @@ static int dns_open(struct ferry__resolver *r)
     } else {
         err = evdns_base_resolv_conf_parse(e, DNS_OPTION_NAMESERVERS | DNS_OPTION_SEARCH |
                                            DNS_OPTION_MISC | DNS_OPTION_NAMESERVERS_NO_DEFAULT,
-                                           "/etc/resolv.conf");
+                                           resolv_conf_path);
         if (err == 4) {
             evdns_base_free(e, 0);
             return -ENOMEM;

@@ -89,6 +89,11 @@ bool ferry__dns_closing(ferry_loop *loop);
 /* ferry_loop_free(), at the end: free what is left of the resolver. */
 void ferry__dns_loop_free(ferry_loop *loop);
 
+/* For tests: read these files instead of /etc/resolv.conf and
+ * /etc/nsswitch.conf (NULL: those) when a resolver is made from now on.
+ * Thread: the tests' main thread, while no resolver is being made. */
+void ferry__dns_set_files(const char *resolv_conf, const char *nsswitch_conf);
+
 /* For tests: callbacks evdns still owes the loop's resolver (lookups in
  * flight, and interrupted ones whose late answer has not come yet). */
 size_t ferry__dns_inflight(ferry_loop *loop);
