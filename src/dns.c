@@ -308,6 +308,11 @@ static int dns_open(struct ferry__resolver *r)
 
     if (!e)
         return -ENOMEM;
+    /* evdns_base_new() ignores a failure to allocate its table of requests
+     * in flight, and a base without one sends nothing, ever: every query
+     * would wait in its queue.  Setting the limit makes the table again (a
+     * failure now leaves the first one in place if it was made). */
+    evdns_base_set_option(e, "max-inflight:", "64");
     if (r->ns_conf) {
         const char *p = r->ns_conf;
 
