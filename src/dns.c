@@ -25,8 +25,9 @@
  * pointer, and the last callback frees the record.
  *
  * Freeing.  evdns_base_free() must not run while callbacks are owed:
- * evdns would run them later against the freed base (libevent#1278 and
- * its neighbours).  ferry_loop_free() cancels every task, so every lookup
+ * evdns would run them later against the freed base, and a request it
+ * still holds at that moment is the crash libevent's tracker reports
+ * about freeing a base with waiting requests.  ferry_loop_free() cancels every task, so every lookup
  * cancels its queries; the loop then polls until the resolver is owed
  * nothing (ferry__dns_closing()), frees the evdns base, and polls once
  * more for the callbacks that the base's own probes may have left.

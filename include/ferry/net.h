@@ -117,8 +117,9 @@ const char *ferry_gai_strerror(int code);
  *          ai_canonname or ai_next set;
  *          -EPERM: not in a task;
  *          -EMFILE, -ENFILE: no descriptor for the resolver's socket;
- *          -ESHUTDOWN, -EDEADLK: the pool refused the job (as
- *          ferry_to_thread_abandon() does).
+ *          -ESHUTDOWN: the loop is being freed, or the pool refused the
+ *          job; -EDEADLK: the pool refused it (see
+ *          ferry_to_thread_abandon()).
  *          On every return but 0, *res is NULL (if res is not NULL).
  */
 int ferry_getaddrinfo(const char *host, const char *service, const struct addrinfo *hints,
@@ -127,9 +128,11 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
 /*
  * Free a list that ferry_getaddrinfo() returned: the very pointer it
  * stored, not an entry further down (ferry keeps each list in one block).
- * NULL is ignored.  A list from getaddrinfo(3) must go to freeaddrinfo(3)
- * instead: ferry checks a mark in its own blocks and ignores, with a line
- * in the log, anything else.
+ * NULL is ignored.  A list from getaddrinfo(3) goes to freeaddrinfo(3)
+ * instead.  Passing anything else is a bug; ferry keeps a mark at the head
+ * of its blocks, so in builds without AddressSanitizer it usually catches
+ * one (a list freed twice, a list of glibc's) and logs it instead of
+ * freeing.
  * Thread: any.  Suspends: no.
  */
 void ferry_freeaddrinfo(struct addrinfo *res);
@@ -165,7 +168,8 @@ typedef struct ferry_resolver_opts {
     const char *hosts;
     /* How long to wait for an answer before a query is sent again, and how
      * long the second address family may take once the first has
-     * answered; 1 ms at least.  0: resolv.conf's "timeout", else 5 s. */
+     * answered; 1 ms at least.  0: resolv.conf's "timeout" (else 5 s) for
+     * the queries, and 3 s for the second family. */
     int64_t timeout;
     /* How many times a query is sent before it fails; 0: resolv.conf's
      * "attempts", else 3. */
