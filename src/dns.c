@@ -4,8 +4,8 @@
  * Loop thread only.
  *
  * A loop's resolver is made at its first lookup and freed with the loop.
- * It reads /etc/nsswitch.conf, /etc/hosts and /etc/resolv.conf once, then;
- * none is read again (docs/net.md).
+ * /etc/nsswitch.conf, /etc/hosts and /etc/resolv.conf are read when it is
+ * made and not again (docs/net.md).
  *
  * A lookup's DNS part does not use evdns_getaddrinfo(): that call reports
  * every failure but NXDOMAIN as one code (a timeout, a SERVFAIL and a
@@ -25,12 +25,12 @@
  * pointer, and the last callback frees the record.
  *
  * Freeing.  evdns_base_free() must not run while callbacks are owed:
- * evdns would run them later against the freed base, and a request it
- * still holds at that moment is the crash libevent's tracker reports
- * about freeing a base with waiting requests.  ferry_loop_free() cancels every task, so every lookup
- * cancels its queries; the loop then polls until the resolver is owed
- * nothing (ferry__dns_closing()), frees the evdns base, and polls once
- * more for the callbacks that the base's own probes may have left.
+ * evdns would run them later against the freed base (freeing a base with
+ * requests still waiting is a known way to crash libevent 2.1).
+ * ferry_loop_free() cancels every task, so every lookup cancels its
+ * queries; the loop then polls until the resolver is owed nothing
+ * (ferry__dns_closing()), frees the evdns base, and polls once more for
+ * the callbacks that the base's own probes may have left.
  */
 #include "loop_only.h"
 

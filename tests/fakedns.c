@@ -187,7 +187,8 @@ static void *serve(void *arg)
     struct fakedns *s = arg;
 
     for (;;) {
-        struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN }, { .fd = s->wake[0], .events = POLLIN } };
+        struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN },
+                               { .fd = s->wake[0], .events = POLLIN } };
         bool stop, release;
 
         if (poll(p, 2, -1) < 0 && errno != EINTR)
