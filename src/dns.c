@@ -508,6 +508,45 @@ struct families {
     bool all;         /* with `mapped`: AI_ALL, mapped ones even when IPv6 ones exist */
 };
 
+/* What the tests pretend the machine has (ferry__dns_set_families()):
+ * -1 for the truth, else bit 0 for IPv4 and bit 1 for IPv6. */
+static int families_forced = -1;
+
+void ferry__dns_set_families(int families)
+{
+    families_forced = families;
+}
+
+/* Whether an interface has an IPv4 or an IPv6 address other than
+ * 127.0.0.1 or ::1.  Both unknown (false) if the interfaces cannot be read. */
+static void machine_families(bool *seen4, bool *seen6)
+{
+    struct ifaddrs *ifs, *i;
+
+    *seen4 = *seen6 = false;
+    if (families_forced >= 0) {
+        *seen4 = families_forced & 1;
+        *seen6 = families_forced & 2;
+        return;
+    }
+    if (getifaddrs(&ifs) != 0)
+        return;
+    for (i = ifs; i; i = i->ifa_next) {
+        const struct sockaddr *sa = i->ifa_addr;
+
+        if (!sa)
+            continue;
+        if (sa->sa_family == AF_INET &&
+            ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr !=
+            htonl(INADDR_LOOPBACK))
+            *seen4 = true;
+        if (sa->sa_family == AF_INET6 &&
+            !IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
+            *seen6 = true;
+    }
+    freeifaddrs(ifs);
+}
+
 static int families_get(const struct addrinfo *h, struct families *f)
 {
     memset(f, 0, sizeof *f);
@@ -518,26 +557,11 @@ static int families_get(const struct addrinfo *h, struct families *f)
         f->all = (h->ai_flags & AI_ALL) != 0;
     }
     if (h->ai_flags & AI_ADDRCONFIG) {
-        struct ifaddrs *ifs, *i;
-        bool seen4 = false, seen6 = false;
+        bool seen4, seen6;
 
-        if (getifaddrs(&ifs) != 0)
-            return 0;             /* unknown: no narrowing */
-        for (i = ifs; i; i = i->ifa_next) {
-            const struct sockaddr *sa = i->ifa_addr;
-
-            if (!sa)
-                continue;
-            if (sa->sa_family == AF_INET &&
-                ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr !=
-                htonl(INADDR_LOOPBACK))
-                seen4 = true;
-            if (sa->sa_family == AF_INET6 &&
-                !IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
-                seen6 = true;
-        }
-        freeifaddrs(ifs);
+        machine_families(&seen4, &seen6);
         if (h->ai_family == AF_UNSPEC) {
+            /* Neither seen: nothing is known, nothing is narrowed (glibc). */
             if (seen4 || seen6) {
                 f->v4 = seen4;
                 f->v6 = seen6;

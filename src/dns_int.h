@@ -94,6 +94,10 @@ void ferry__dns_loop_free(ferry_loop *loop);
  * Thread: the tests' main thread, while no resolver is being made. */
 void ferry__dns_set_files(const char *resolv_conf, const char *nsswitch_conf);
 
+/* For tests: what AI_ADDRCONFIG takes the machine to have, -1 for what it
+ * has, else bit 0 for IPv4 and bit 1 for IPv6.  Thread: as above. */
+void ferry__dns_set_families(int families);
+
 /* For tests: callbacks evdns still owes the loop's resolver (lookups in
  * flight, and interrupted ones whose late answer has not come yet). */
 size_t ferry__dns_inflight(ferry_loop *loop);

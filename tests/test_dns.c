@@ -896,7 +896,8 @@ T(resolv_conf_and_nsswitch_decide_where_a_name_is_asked)
     snprintf(text, sizeof text, "# test\nnameserver %s\noptions timeout:2 attempts:2\n",
              fakedns_addr(s));
     snprintf(resolv, sizeof resolv, "%s", temp_file(text));
-    snprintf(nss, sizeof nss, "%s", temp_file("passwd: files\nhosts:   files dns\n"));
+    snprintf(nss, sizeof nss, "%s",
+             temp_file("passwd: files\n  hosts:   files [ NOTFOUND=return ] dns # end\n"));
     ferry__dns_set_files(resolv, nss);
 
     /* files dns: DNS answers, a miss is a miss. */
@@ -962,6 +963,148 @@ T(resolv_conf_and_nsswitch_decide_where_a_name_is_asked)
     ferry_pool_free(p);
     ferry__gai_set_blocking(NULL);
     fakedns_stop(s);
+}
+
+/* getaddrinfo(3) answers that the pool turns into ferry's codes: the host
+ * names the code the fake getaddrinfo returns. */
+static int coded_gai(const char *host, const char *service, const struct addrinfo *hints,
+                     struct addrinfo **res)
+{
+    static const struct { const char *name; int eai, err; } map[] = {
+        { "noname", EAI_NONAME, 0 },   { "again", EAI_AGAIN, 0 },
+        { "fail", EAI_FAIL, 0 },       { "nodata", EAI_NODATA, 0 },
+        { "addrfamily", EAI_ADDRFAMILY, 0 }, { "service", EAI_SERVICE, 0 },
+        { "family", EAI_FAMILY, 0 },   { "socktype", EAI_SOCKTYPE, 0 },
+        { "memory", EAI_MEMORY, 0 },   { "badflags", EAI_BADFLAGS, 0 },
+        { "system", EAI_SYSTEM, EMFILE }, { "system0", EAI_SYSTEM, 0 },
+        { "overflow", EAI_OVERFLOW, 0 },
+    };
+
+    (void)service;
+    (void)hints;
+    *res = NULL;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        if (strcmp(host, map[i].name) == 0) {
+            errno = map[i].err;
+            return map[i].eai;
+        }
+    }
+    return EAI_FAIL;
+}
+
+struct coded {
+    const char *host;
+    int         want;
+    int         rc;
+};
+
+static int coded_task(void *arg)
+{
+    struct coded *c = arg;
+    struct addrinfo *res;
+
+    for (; c->host; c++)
+        c->rc = ferry_getaddrinfo(c->host, "80", NULL, &res);
+    return 0;
+}
+
+T(getaddrinfo_codes_from_the_pool_become_ferry_codes)
+{
+    ferry_pool *p = small_pool();
+    struct coded c[] = {
+        { "noname", FERRY_EAI_NONAME, 0 },   { "again", FERRY_EAI_AGAIN, 0 },
+        { "fail", FERRY_EAI_FAIL, 0 },       { "nodata", FERRY_EAI_NODATA, 0 },
+        { "addrfamily", FERRY_EAI_NODATA, 0 }, { "service", FERRY_EAI_SERVICE, 0 },
+        { "family", FERRY_EAI_FAMILY, 0 },   { "socktype", FERRY_EAI_SOCKTYPE, 0 },
+        { "memory", -ENOMEM, 0 },            { "badflags", -EINVAL, 0 },
+        { "system", -EMFILE, 0 },            { "system0", FERRY_EAI_FAIL, 0 },
+        { "overflow", FERRY_EAI_FAIL, 0 },   { NULL, 0, 0 },
+    };
+
+    ferry__gai_set_blocking(coded_gai);
+    cr_assert_eq(ferry_loop_set_resolver(tu_loop, &(ferry_resolver_opts){
+        .mode = FERRY_RESOLVE_THREADS, .pool = p }), 0);
+    cr_assert_eq(tu_run(coded_task, c), 0);
+    for (struct coded *k = c; k->host; k++)
+        cr_expect_eq(k->rc, k->want, "%s: rc %d (%s), want %d", k->host, k->rc,
+                     ferry_gai_strerror(k->rc), k->want);
+    ferry_pool_free(p);
+    ferry__gai_set_blocking(NULL);
+}
+
+/* AI_ADDRCONFIG: only the families the machine has an address of (other
+ * than 127.0.0.1 and ::1), as glibc reads it; what the machine has is
+ * pretended through an internal hook, then read from the interfaces. */
+struct fams_case {
+    int         pretend;     /* bits: 1 IPv4, 2 IPv6 */
+    int         family;
+    int         rc;          /* expected */
+    const char *want;        /* expected list */
+};
+
+T(addrconfig_asks_for_the_families_the_machine_has)
+{
+    static const struct fams_case cases[] = {
+        { 1, AF_UNSPEC, 0, "192.0.2.10:80" },
+        { 2, AF_UNSPEC, 0, "2001:db8::10:80" },
+        { 3, AF_UNSPEC, 0, "192.0.2.10:80 2001:db8::10:80" },
+        { 0, AF_UNSPEC, 0, "192.0.2.10:80 2001:db8::10:80" },   /* nothing known */
+        { 2, AF_INET, FERRY_EAI_NONAME, "" },
+        { 1, AF_INET6, FERRY_EAI_NONAME, "" },
+    };
+    struct fakedns *s = fakedns_start();
+    struct lk l;
+
+    fakedns_add(s, "www.example.test", "192.0.2.10");
+    fakedns_add(s, "www.example.test", "2001:db8::10");
+    use_fake(s, FERRY_RESOLVE_NO_THREADS, NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct fams_case *c = &cases[i];
+        int before = fakedns_queries(s), per = c->pretend == 1 || c->pretend == 2 ? 1 : 2;
+
+        ferry__dns_set_families(c->pretend);
+        l = lk_stream("www.example.test", "80", c->family);
+        l.hints.ai_flags = AI_ADDRCONFIG;
+        lookup(&l);
+        cr_expect_eq(l.rc, c->rc, "case %zu: rc %d (%s)", i, l.rc, ferry_gai_strerror(l.rc));
+        if (l.rc == 0) {
+            cr_expect_str_eq(show(l.res), c->want, "case %zu", i);
+            cr_expect_eq(fakedns_queries(s) - before, per, "case %zu: %d queries", i,
+                         fakedns_queries(s) - before);
+        }
+        ferry_freeaddrinfo(l.res);
+    }
+    /* The machine's own interfaces (NULL hints have AI_ADDRCONFIG). */
+    ferry__dns_set_families(-1);
+    l = lk_stream("www.example.test", "80", AF_UNSPEC);
+    l.no_hints = true;
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    ferry_freeaddrinfo(l.res);
+    fakedns_stop(s);
+}
+
+static char logged[256];
+
+static void keep_log(int level, const char *msg, void *ctx)
+{
+    (void)level;
+    (void)ctx;
+    snprintf(logged, sizeof logged, "%s", msg);
+}
+
+T(freeaddrinfo_leaves_what_is_not_ferrys_alone)
+{
+    /* Zeros where ferry keeps its mark: not one of its blocks. */
+    union { struct addrinfo ai[4]; unsigned char bytes[4 * sizeof(struct addrinfo)]; } buf;
+
+    memset(&buf, 0, sizeof buf);
+    logged[0] = 0;
+    ferry_set_log(keep_log, NULL);
+    ferry_freeaddrinfo(&buf.ai[2]);
+    ferry_set_log(NULL, NULL);
+    cr_expect(strstr(logged, "not a list from ferry_getaddrinfo()") != NULL, "logged: \"%s\"",
+              logged);
 }
 
 /* ---- bad input ------------------------------------------------------------------- */
