@@ -1,6 +1,7 @@
-/* dns.c - the resolver of a loop: numeric hosts, the hosts file, and DNS
- * queries through libevent's evdns on the loop's thread; the choice of the
- * pool (bridge/getaddrinfo.c) where those cannot serve.
+/* dns.c - the resolver of a loop: numeric hosts, the hosts file (read by
+ * dns_conf.c), and DNS queries through libevent's evdns on the loop's
+ * thread; the choice of the pool (bridge/getaddrinfo.c) where those cannot
+ * serve.
  * Loop thread only.
  *
  * A loop's resolver is made at its first lookup and freed with the loop.
@@ -38,11 +39,8 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
 
 #include <event2/dns.h>
@@ -62,23 +60,11 @@
 #define MAX_ADDRS 64
 #define MAX_PER_FAMILY 32
 
-/* The largest hosts file read (bigger ones are ignored, with a log line). */
-#define HOSTS_MAX ((size_t)64 << 20)
-
 /* ai_flags a lookup accepts. */
 #define FLAGS_KNOWN (AI_PASSIVE | AI_CANONNAME | AI_NUMERICHOST | AI_NUMERICSERV | \
                      AI_V4MAPPED | AI_ALL | AI_ADDRCONFIG | AI_IDN | AI_CANONIDN)
 /* ai_flags whose lookups go to the pool in FERRY_RESOLVE_AUTO. */
 #define FLAGS_POOL (AI_CANONNAME | AI_IDN | AI_CANONIDN)
-
-/* One name of the hosts file: a line gives one entry per name on it. */
-struct hosts_ent {
-    const char   *name;       /* into hosts_text */
-    const char   *canon;      /* the line's first name, into hosts_text */
-    unsigned      seq;        /* position in the file: ties keep file order */
-    int           family;     /* AF_INET or AF_INET6 */
-    unsigned char addr[16];
-};
 
 struct ferry__resolver {
     ferry_loop        *loop;
@@ -96,9 +82,7 @@ struct ferry__resolver {
     bool               use_dns;     /* ask DNS for the other names */
     bool               nss_other;   /* nsswitch has other sources: DNS misses go to the pool */
     struct evdns_base *evdns;       /* NULL: no nameserver (names go to the pool) */
-    char              *hosts_text;  /* the hosts file, cut into names in place */
-    struct hosts_ent  *hosts;       /* sorted by name, then file order */
-    size_t             nhosts;
+    struct ferry__hosts hosts;      /* the hosts file, if use_files */
     /* Callbacks evdns owes: one per query it accepted and has not called
      * back for.  Nothing may free the evdns base while this is not 0. */
     size_t             inflight;
@@ -106,196 +90,6 @@ struct ferry__resolver {
     bool               draining;    /* the base was freed at poll `closed_poll`: one more poll */
     uint64_t           closed_poll; /* loop->stats.polls when the base was freed */
 };
-
-/* The system files read when a resolver is made (tests point them
- * elsewhere with ferry__dns_set_files()). */
-static const char *resolv_conf_path = "/etc/resolv.conf";
-static const char *nsswitch_path = "/etc/nsswitch.conf";
-
-void ferry__dns_set_files(const char *resolv_conf, const char *nsswitch_conf)
-{
-    resolv_conf_path = resolv_conf ? resolv_conf : "/etc/resolv.conf";
-    nsswitch_path = nsswitch_conf ? nsswitch_conf : "/etc/nsswitch.conf";
-}
-
-/* ---- the hosts file ---------------------------------------------------------- */
-
-static int hosts_cmp(const void *a, const void *b)
-{
-    const struct hosts_ent *x = a, *y = b;
-    int c = strcasecmp(x->name, y->name);
-
-    if (c)
-        return c;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-static void hosts_free(struct ferry__resolver *r)
-{
-    ferry__free(r->hosts);
-    ferry__free(r->hosts_text);
-    r->hosts = NULL;
-    r->hosts_text = NULL;
-    r->nhosts = 0;
-}
-
-/* Read the whole file into a NUL-terminated buffer.  A file that cannot be
- * read counts as empty (0 and *text NULL); only memory is an error. */
-static int read_text(const char *path, char **text)
-{
-    struct stat st;
-    size_t len;
-    char *buf;
-    FILE *f;
-
-    *text = NULL;
-    f = fopen(path, "re");
-    if (!f)
-        return 0;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
-        fclose(f);
-        return 0;
-    }
-    if ((size_t)st.st_size > HOSTS_MAX) {
-        ferry__log(FERRY_LOG_WARN, "resolver: %s is larger than %zu bytes: not read",
-                   path, HOSTS_MAX);
-        fclose(f);
-        return 0;
-    }
-    buf = ferry__malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return -ENOMEM;
-    }
-    len = fread(buf, 1, (size_t)st.st_size, f);
-    fclose(f);
-    buf[len] = 0;
-    *text = buf;
-    return 0;
-}
-
-/* Parse the hosts file at `path` into r->hosts: "address name aliases...",
- * '#' to the end of a line a comment, lines whose address does not parse
- * skipped. */
-static int hosts_load(struct ferry__resolver *r, const char *path)
-{
-    size_t cap = 0;
-    unsigned seq = 0;
-    char *line, *next;
-    int rc = read_text(path, &r->hosts_text);
-
-    if (rc || !r->hosts_text)
-        return rc;
-    for (line = r->hosts_text; line; line = next) {
-        unsigned char addr[16];
-        const char *canon = NULL;
-        char *tok, *save, *hash;
-        int family;
-
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
-        if ((hash = strchr(line, '#')))
-            *hash = 0;
-        tok = strtok_r(line, " \t\r", &save);
-        if (!tok)
-            continue;
-        if (inet_pton(AF_INET, tok, addr) == 1)
-            family = AF_INET;
-        else if (inet_pton(AF_INET6, tok, addr) == 1)
-            family = AF_INET6;
-        else
-            continue;
-        while ((tok = strtok_r(NULL, " \t\r", &save))) {
-            struct hosts_ent *e;
-
-            if (r->nhosts == cap) {
-                size_t ncap = cap ? cap * 2 : 16;
-                struct hosts_ent *grown = ferry__realloc(r->hosts, ncap * sizeof *grown);
-                if (!grown) {
-                    hosts_free(r);
-                    return -ENOMEM;
-                }
-                r->hosts = grown;
-                cap = ncap;
-            }
-            if (!canon)
-                canon = tok;
-            e = &r->hosts[r->nhosts++];
-            e->name = tok;
-            e->canon = canon;
-            e->seq = seq++;
-            e->family = family;
-            memcpy(e->addr, addr, family == AF_INET ? 4 : 16);
-        }
-    }
-    if (r->nhosts)
-        qsort(r->hosts, r->nhosts, sizeof *r->hosts, hosts_cmp);
-    return 0;
-}
-
-/* The first entry for `name`, or NULL; the others follow it. */
-static const struct hosts_ent *hosts_find(const struct ferry__resolver *r, const char *name)
-{
-    size_t lo = 0, hi = r->nhosts;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (strcasecmp(r->hosts[mid].name, name) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->nhosts && strcasecmp(r->hosts[lo].name, name) == 0 ? &r->hosts[lo] : NULL;
-}
-
-/* ---- nsswitch.conf ------------------------------------------------------------- */
-
-/* The sources of the "hosts:" line: "files", "dns", or others (whose names
- * only getaddrinfo(3) can ask).  No file, or no such line: glibc's default,
- * "dns files".  Actions in brackets are not read. */
-static int nss_read(bool *files, bool *dns, bool *other)
-{
-    char *text, *line, *next;
-    bool found = false;
-    int rc = read_text(nsswitch_path, &text);
-
-    *files = *dns = true;
-    *other = false;
-    if (rc || !text)
-        return rc;
-    for (line = text; line && !found; line = next) {
-        char *p = line, *tok, *save;
-
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
-        if ((tok = strchr(line, '#')))
-            *tok = 0;
-        p += strspn(p, " \t");
-        if (strncmp(p, "hosts:", 6) != 0)
-            continue;
-        found = true;
-        *files = *dns = false;
-        for (tok = strtok_r(p + 6, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
-            if (tok[0] == '[') {
-                while (tok && !strchr(tok, ']'))
-                    tok = strtok_r(NULL, " \t\r", &save);
-                if (!tok)
-                    break;
-                continue;
-            }
-            if (strcmp(tok, "files") == 0)
-                *files = true;
-            else if (strcmp(tok, "dns") == 0)
-                *dns = true;
-            else
-                *other = true;
-        }
-    }
-    ferry__free(text);
-    return 0;
-}
 
 /* ---- making and undoing a resolver ------------------------------------------------ */
 
@@ -344,7 +138,7 @@ static int dns_open(struct ferry__resolver *r)
     } else {
         err = evdns_base_resolv_conf_parse(e, DNS_OPTION_NAMESERVERS | DNS_OPTION_SEARCH |
                                            DNS_OPTION_MISC | DNS_OPTION_NAMESERVERS_NO_DEFAULT,
-                                           resolv_conf_path);
+                                           ferry__dns_resolv_conf());
         if (err == 4) {
             evdns_base_free(e, 0);
             return -ENOMEM;
@@ -377,14 +171,15 @@ static int resolver_make(struct ferry__resolver *r)
     if (r->made)
         return 0;
     if (r->mode != FERRY_RESOLVE_THREADS) {
-        if (!r->ns_conf && (rc = nss_read(&files, &dns, &other)))
+        if (!r->ns_conf && (rc = ferry__nss_read(&files, &dns, &other)))
             return rc;
         if (r->hosts_conf && !r->hosts_conf[0])
             files = false;
-        if (files && (rc = hosts_load(r, r->hosts_conf ? r->hosts_conf : "/etc/hosts")))
+        if (files && (rc = ferry__hosts_load(&r->hosts,
+                                             r->hosts_conf ? r->hosts_conf : "/etc/hosts")))
             return rc;
         if (dns && (rc = dns_open(r))) {
-            hosts_free(r);
+            ferry__hosts_free(&r->hosts);
             return rc;
         }
     }
@@ -401,7 +196,7 @@ static void resolver_unmake(struct ferry__resolver *r)
     if (r->evdns)
         evdns_base_free(r->evdns, 0);
     r->evdns = NULL;
-    hosts_free(r);
+    ferry__hosts_free(&r->hosts);
     r->made = false;
 }
 
@@ -627,25 +422,25 @@ static int from_hosts(const struct ferry__resolver *r, const char *name, const s
                       const struct ferry__ai_kind *kinds, size_t nkinds, bool canon,
                       struct addrinfo **res)
 {
-    const struct hosts_ent *first = hosts_find(r, name), *e, *end = r->hosts + r->nhosts;
     struct ferry__ai_addr addrs[MAX_ADDRS];
-    size_t n = 0;
+    size_t count, n = 0;
+    const struct ferry__hosts_ent *e = ferry__hosts_find(&r->hosts, name, &count);
     bool have6 = false;
 
-    if (!first)
+    if (!e)
         return 1;
-    for (e = first; e < end && strcasecmp(e->name, name) == 0; e++)
-        if (e->family == AF_INET6 && f->v6)
+    for (size_t i = 0; i < count; i++)
+        if (e[i].family == AF_INET6 && f->v6)
             have6 = true;
-    for (e = first; e < end && strcasecmp(e->name, name) == 0; e++)
-        if (e->family == AF_INET && f->v4 && (!f->mapped || f->all || !have6))
-            addrs_add(addrs, &n, AF_INET, e->addr, 1, f->mapped);
-    for (e = first; e < end && strcasecmp(e->name, name) == 0; e++)
-        if (e->family == AF_INET6 && f->v6)
-            addrs_add(addrs, &n, AF_INET6, e->addr, 1, false);
+    for (size_t i = 0; i < count; i++)
+        if (e[i].family == AF_INET && f->v4 && (!f->mapped || f->all || !have6))
+            addrs_add(addrs, &n, AF_INET, e[i].addr, 1, f->mapped);
+    for (size_t i = 0; i < count; i++)
+        if (e[i].family == AF_INET6 && f->v6)
+            addrs_add(addrs, &n, AF_INET6, e[i].addr, 1, false);
     if (!n)
         return FERRY_EAI_NODATA;
-    return ferry__ai_build(res, addrs, n, kinds, nkinds, canon ? first->canon : NULL);
+    return ferry__ai_build(res, addrs, n, kinds, nkinds, canon ? e->canon : NULL);
 }
 
 /* ---- DNS queries through evdns ------------------------------------------------------ */

@@ -73,6 +73,44 @@ typedef int (*ferry__gai_fn)(const char *host, const char *service,
                              const struct addrinfo *hints, struct addrinfo **res);
 void ferry__gai_set_blocking(ferry__gai_fn fn);
 
+/* ---- The system files (loop thread; src/dns_conf.c) ---------------------- */
+
+/* One name of the hosts file: a line gives one entry per name on it. */
+struct ferry__hosts_ent {
+    const char   *name;       /* into the file's text */
+    const char   *canon;      /* the line's first name, into the file's text */
+    unsigned      seq;        /* position in the file: ties keep file order */
+    int           family;     /* AF_INET or AF_INET6 */
+    unsigned char addr[16];   /* 4 or 16 bytes, network order */
+};
+
+/* The hosts file as read; all-zero is an empty one. */
+struct ferry__hosts {
+    char                    *text;  /* the file, cut into names in place */
+    struct ferry__hosts_ent *ents;  /* sorted by name (any case), then file order */
+    size_t                   n;
+};
+
+/* Read the hosts file at `path` ("address name aliases...", '#' starts a
+ * comment, lines whose address does not parse are skipped).  A file that
+ * cannot be read is empty.  Returns: 0; -ENOMEM (*h stays empty). */
+int ferry__hosts_load(struct ferry__hosts *h, const char *path);
+void ferry__hosts_free(struct ferry__hosts *h);
+
+/* The first entry for `name` (any case) and, in *count, how many follow
+ * it in file order; NULL if none. */
+const struct ferry__hosts_ent *ferry__hosts_find(const struct ferry__hosts *h, const char *name,
+                                                 size_t *count /* OUT */);
+
+/* The sources of nsswitch.conf's "hosts:" line: "files", "dns", others
+ * (mdns, myhostname, ...: names only getaddrinfo(3) can ask).  Without the
+ * file or the line, glibc's default "dns files".  Actions in brackets are
+ * skipped.  Returns: 0; -ENOMEM. */
+int ferry__nss_read(bool *files, bool *dns, bool *other);
+
+/* The resolv.conf to read (ferry__dns_set_files()). */
+const char *ferry__dns_resolv_conf(void);
+
 /* ---- The resolver of a loop (loop thread) -------------------------------- */
 
 struct ferry__resolver;
