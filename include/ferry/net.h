@@ -116,7 +116,9 @@ const char *ferry_gai_strerror(int code);
  *          ai_flags bit not listed above or with ai_addrlen, ai_addr,
  *          ai_canonname or ai_next set;
  *          -EPERM: not in a task;
- *          -EMFILE, -ENFILE: no descriptor for the resolver's socket;
+ *          -EMFILE, -ENFILE: no descriptor for the socket of a nameserver
+ *          given in ferry_resolver_opts.nameservers (one of resolv.conf's
+ *          that gets none is left out);
  *          -ESHUTDOWN: the loop is being freed, or the pool refused the
  *          job; -EDEADLK: the pool refused it (see
  *          ferry_to_thread_abandon()).
