@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "dns_int.h"
 #include "loop_int.h"
 #include "sig_int.h"
 #include "stream_int.h"
@@ -702,8 +703,10 @@ void ferry_loop_free(ferry_loop *loop)
     ferry__tls_task = NULL;
     loop->closing = true;
     loop->in_run = true;
-    /* Cancel every live task and run until all have ended. */
-    while (loop->live || !ferry__list_empty(&loop->runq)) {
+    /* Cancel every live task and run until all have ended, and until the
+     * resolver may go (lookups cancelled by then still have callbacks to
+     * come from evdns). */
+    while (loop->live || !ferry__list_empty(&loop->runq) || ferry__dns_closing(loop)) {
         ferry__list_foreach_safe(l, tmp, &loop->tasks)
             ferry_task_cancel(ferry__container_of(l, ferry_task, all));
         loop->stop = false;
@@ -722,6 +725,7 @@ void ferry_loop_free(ferry_loop *loop)
     ferry__stream_loop_free(loop);
     /* Subscriptions end here, before the event_base their eventfd is on. */
     ferry__signal_loop_free(loop);
+    ferry__dns_loop_free(loop);
     /* Timers that never fired are dropped with their loop. */
     while ((n = ferry__heap_min(&loop->timers))) {
         ferry__heap_remove(&loop->timers, n);

@@ -262,6 +262,7 @@ struct ferry_loop {
     uint64_t              broken_dropped; /* broken locks pushed out of `broken` */
     struct ferry__sigport *sigport;   /* signal subscriptions (sig_int.h), or NULL */
     struct ferry__netloop *net;       /* streams and listeners (stream_int.h), or NULL */
+    struct ferry__resolver *resolver; /* name resolution (dns.c), or NULL */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */

@@ -12,6 +12,7 @@
  *                   received by tasks
  *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
  *                   sockets: listen, accept, connect
+ *   ferry/net.h     name resolution for tasks (getaddrinfo)
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -24,5 +25,6 @@
 #include "ferry/bridge.h"
 #include "ferry/signal.h"
 #include "ferry/stream.h"
+#include "ferry/net.h"
 
 #endif /* FERRY_FERRY_H */
