@@ -30,6 +30,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "ferry/net.h"
 #include "loop_int.h"
 #include "stream_int.h"
 
@@ -93,12 +94,9 @@ static int unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len)
 }
 
 /*
- * SEAM(resolve): name resolution.  Only numeric hosts are resolved here
- * (getaddrinfo() with AI_NUMERICHOST reads no file and asks no server, so
- * it cannot block the loop); a host name is -ENOTSUP.  Once
- * ferry_getaddrinfo() (ferry/net.h) is available, resolve names with it
- * here: it suspends the task and returns the same list, in the order to
- * try.  `passive`: for bind() (host NULL is then the any address).
+ * Numeric addresses for bind() (`passive`: host NULL is then the any
+ * address).  getaddrinfo() with AI_NUMERICHOST reads no file and asks no
+ * server, so it cannot block the loop; a listener is never given a name.
  */
 static int resolve(const char *host, int port, bool passive, struct addrinfo **res)
 {
@@ -543,7 +541,8 @@ int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addri
 
 int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferry_stream_opts *opts)
 {
-    struct addrinfo *ai;
+    struct addrinfo hints, *ai;
+    char serv[8];
     ferry_task *self;
     int rc;
 
@@ -558,11 +557,20 @@ int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferr
     rc = ferry__check_inline(self);
     if (rc)
         return rc;
-    rc = resolve(host, port, false, &ai);
+    /* Names and numeric hosts alike go through the task's resolver (a
+     * numeric host is answered at once, with no lookup); the caller's
+     * deadline covers the lookup and the attempts after it. */
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = AI_NUMERICSERV;
+    snprintf(serv, sizeof serv, "%d", port);
+    rc = ferry_getaddrinfo(host, serv, &hints, &ai);
     if (rc)
         return rc;
     rc = ferry__connect_list(out, self, ai, opts);
-    freeaddrinfo(ai);
+    ferry_freeaddrinfo(ai);
     return rc;
 }
 

@@ -25,6 +25,7 @@
 
 #include <criterion/criterion.h>
 
+#include "fakedns.h"
 #include "testutil.h"
 #include "stream_int.h"
 
@@ -59,6 +60,31 @@ static void bound(int64_t ms)
 static void unbound(void)
 {
     ferry_scope_exit(&g_scope);
+}
+
+/* The lowest free descriptor, from a task, after a first lookup: the
+ * resolver keeps its nameserver socket open for the loop's life. */
+static int lowest_free_fd_after_a_lookup(void)
+{
+    struct addrinfo *ai = NULL;
+    int fd;
+
+    if (ferry_getaddrinfo("warm-up.test", "80", NULL, &ai) == 0)
+        ferry_freeaddrinfo(ai);
+    fd = dup(0);
+    close(fd);
+    return fd;
+}
+
+/* Point tu_loop's resolver at a fake nameserver, with no hosts file. */
+static void use_fake(struct fakedns *dns)
+{
+    ferry_resolver_opts o = {
+        .mode = FERRY_RESOLVE_NO_THREADS, .nameservers = fakedns_addr(dns), .hosts = "",
+        .timeout = tu_ms(5000), .attempts = 1,
+    };
+
+    cr_assert_eq(ferry_loop_set_resolver(tu_loop, &o), 0);
 }
 
 static int nodelay_of(ferry_stream *s)
@@ -237,10 +263,11 @@ static int refused_main(void *arg)
     ferry_stream *s = (ferry_stream *)1;
     int port = *(int *)arg;
 
+    g.rc[10] = lowest_free_fd_after_a_lookup();
     bound(5000);
     g.rc[0] = ferry_tcp_connect(&s, "127.0.0.1", port, NULL);
     g.n[0] = s == NULL;
-    g.rc[1] = ferry_tcp_connect(&s, "localhost", port, NULL);
+    g.rc[1] = ferry_tcp_connect(&s, "no-such-host.test", port, NULL);
     g.rc[2] = ferry_unix_connect(&s, "/nonexistent/ferry/socket", NULL);
     g.rc[3] = ferry_tcp_connect(&s, "127.0.0.1", 0, NULL);
     g.rc[4] = ferry_tcp_connect(&s, NULL, port, NULL);
@@ -249,6 +276,8 @@ static int refused_main(void *arg)
     g.rc[7] = ferry_tcp_connect(&s, "127.0.0.1", port, &(ferry_stream_opts){ .flags = 0x80 });
     g.rc[8] = ferry_unix_connect(&s, "", NULL);
     unbound();
+    g.rc[11] = dup(0);
+    close(g.rc[11]);
     return 0;
 }
 
@@ -256,24 +285,121 @@ T(connect_errors)
 {
     int port, fds_before, fds_after;
 
+    struct fakedns *dns = fakedns_start();
+
     memset(&g, 0, sizeof g);
+    use_fake(dns);
     cr_assert_eq(ferry_tcp_listen(&L, tu_loop, "127.0.0.1", 0, NULL), 0);
     port = ferry_listener_port(L);
     ferry_listener_close(L);      /* nobody listens there now */
-    fds_before = dup(0);
-    close(fds_before);
     cr_assert_eq(tu_run(refused_main, &port), 0);
-    fds_after = dup(0);
-    close(fds_after);
+    fds_before = g.rc[10];
+    fds_after = g.rc[11];
     cr_assert_eq(g.rc[0], -ECONNREFUSED, "%d", g.rc[0]);
     cr_assert_eq(g.n[0], 1, "*out NULL after an error");
-    cr_assert_eq(g.rc[1], -ENOTSUP, "a host name: %d", g.rc[1]);
+    cr_assert_eq(g.rc[1], FERRY_EAI_NONAME, "an unknown name: %d", g.rc[1]);
     cr_assert_eq(g.rc[2], -ENOENT, "%d", g.rc[2]);
     for (int i = 3; i <= 8; i++)
         cr_assert_eq(g.rc[i], -EINVAL, "call %d: %d", i, g.rc[i]);
     cr_assert_eq(fds_after, fds_before, "nothing left open");
     cr_assert_eq(ferry_tcp_connect(&(ferry_stream *){ NULL }, "127.0.0.1", port, NULL), -EPERM,
                  "outside a task");
+    fakedns_stop(dns);
+}
+
+/* ---- connect by host name --------------------------------------------------------- */
+
+static int by_name_main(void *arg)
+{
+    ferry_stream *c = NULL, *a = NULL;
+    struct sockaddr_in peer;
+    socklen_t pl = sizeof peer;
+    char buf[8];
+
+    (void)arg;
+    g.rc[10] = lowest_free_fd_after_a_lookup();
+    bound(10000);
+    g.rc[0] = ferry_tcp_connect(&c, "multi.test", g.port, NULL);
+    if (g.rc[0] == 0) {
+        g.rc[1] = ferry_listener_accept(L, &a, NULL);
+        if (getpeername(ferry_stream_fd(c), (struct sockaddr *)&peer, &pl) == 0)
+            inet_ntop(AF_INET, &peer.sin_addr, g.buf[0], sizeof g.buf[0]);
+        if (g.rc[1] == 0) {
+            g.rc[2] = ferry_stream_write(c, "ping", 4, NULL);
+            g.rc[3] = ferry_stream_read_exactly(a, buf, 4, &g.n[0]);
+            ferry_stream_close(a);
+        }
+        ferry_stream_close(c);
+    }
+    unbound();
+    g.rc[11] = dup(0);
+    close(g.rc[11]);
+    return 0;
+}
+
+/* A name with two addresses, the first refusing (nothing listens on
+ * 127.0.0.2 at that port): the second is tried and connects. */
+T(connect_by_name_tries_each_address_in_turn)
+{
+    struct fakedns *dns = fakedns_start();
+    int before, after;
+
+    memset(&g, 0, sizeof g);
+    use_fake(dns);
+    fakedns_add(dns, "multi.test", "127.0.0.2");
+    fakedns_add(dns, "multi.test", "127.0.0.1");
+    cr_assert_eq(ferry_tcp_listen(&L, tu_loop, "127.0.0.1", 0, NULL), 0);
+    g.port = ferry_listener_port(L);
+    cr_assert_eq(tu_run(by_name_main, NULL), 0);
+    before = g.rc[10];
+    after = g.rc[11];
+    ferry_listener_close(L);
+    cr_assert_eq(g.rc[0], 0, "connect by name: %d (%s)", g.rc[0], ferry_gai_strerror(g.rc[0]));
+    cr_assert_eq(g.rc[1], 0);
+    cr_assert_str_eq(g.buf[0], "127.0.0.1", "connected to %s", g.buf[0]);
+    cr_assert_eq(g.rc[2], 0);
+    cr_assert_eq(g.rc[3], 0);
+    cr_assert_eq(g.n[0], 4);
+    cr_assert_geq(fakedns_queries(dns), 1, "the name was asked of the nameserver");
+    cr_assert_eq(after, before, "nothing left open");
+    fakedns_stop(dns);
+}
+
+static int held_name_main(void *arg)
+{
+    ferry_stream *c = (ferry_stream *)1;
+
+    (void)arg;
+    g.rc[10] = lowest_free_fd_after_a_lookup();
+    bound(100);
+    g.rc[0] = ferry_tcp_connect(&c, "held.test", 80, NULL);
+    g.n[0] = c == NULL;
+    g.rc[1] = ferry_scope_exit(&g_scope);
+    g.rc[11] = dup(0);
+    close(g.rc[11]);
+    return 0;
+}
+
+/* The caller's deadline covers the lookup: a nameserver that does not
+ * answer ends the connect with -ETIMEDOUT, nothing left open. */
+T(connect_by_name_ends_at_the_callers_deadline_during_the_lookup)
+{
+    struct fakedns *dns = fakedns_start();
+    int before, after;
+
+    memset(&g, 0, sizeof g);
+    use_fake(dns);
+    fakedns_add(dns, "held.test", "127.0.0.1");
+    fakedns_rule(dns, "held.test", FAKEDNS_ANY, FAKEDNS_HOLD);
+    cr_assert_eq(tu_run(held_name_main, NULL), 0);
+    before = g.rc[10];
+    after = g.rc[11];
+    cr_assert_eq(g.rc[0], -ETIMEDOUT, "%d", g.rc[0]);
+    cr_assert_eq(g.rc[1], -ETIMEDOUT, "the caller's scope fired");
+    cr_assert_eq(g.n[0], 1, "*out NULL after an error");
+    cr_assert_geq(fakedns_held(dns), 1, "the lookup reached the nameserver");
+    cr_assert_eq(after, before, "nothing left open");
+    fakedns_stop(dns);
 }
 
 /* A listener whose queue is full drops SYNs: a connect to it hangs. */

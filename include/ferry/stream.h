@@ -346,9 +346,12 @@ int ferry_listener_close(ferry_listener *l);
 /* ---- Connecting -------------------------------------------------------- */
 
 /*
- * Connect to TCP `port` on `host`, a numeric IPv4 or IPv6 address, and make
- * a stream of the connection on the calling task's loop.  When a host
- * stands for several addresses they are tried in turn; with a deadline
+ * Connect to TCP `port` on `host`, a host name or a numeric IPv4 or IPv6
+ * address, and make a stream of the connection on the calling task's loop.
+ * A name is resolved with ferry_getaddrinfo() (ferry/net.h: the loop's
+ * resolver; a numeric host needs no lookup), within the caller's deadline.
+ * When a host stands for several addresses they are tried in turn, in the
+ * order of the resolver's list (IPv4 first); with a deadline
  * scope around the call, each attempt but the last gets an equal share of
  * the time left, and at least 2 seconds (Go's rule), so that one address
  * that does not answer cannot use up the whole deadline.  TCP_NODELAY is
@@ -357,8 +360,9 @@ int ferry_listener_close(ferry_listener *l);
  * Owns: the caller owns *out; close it with ferry_stream_close().
  * Returns: 0; -ECONNREFUSED, -ENETUNREACH, -EHOSTUNREACH, -ETIMEDOUT (the
  * system gave up) and the other errors of connect(2), negated, of the last
- * address tried; -ECANCELED, -ETIMEDOUT (the caller's deadline); -ENOTSUP
- * (a host name: only numeric addresses are resolved here); -EPERM;
+ * address tried; -ECANCELED, -ETIMEDOUT (the caller's deadline, during
+ * the lookup or the attempts); FERRY_EAI_* (ferry/net.h: the name could not
+ * be resolved) and the other errors of ferry_getaddrinfo(); -EPERM;
  * -ENOMEM; -EMFILE, -ENFILE; -EINVAL (out or host NULL, port outside
  * 1..65535, a bad flag).  On an error nothing is left open.
  */
