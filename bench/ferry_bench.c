@@ -9,12 +9,28 @@
  *                                several: one process each)
  *   ferry-bench --million-idle   the same as `ferry-bench idle_1m`
  *   ferry-bench --list           the workload names
+ *   ferry-bench --echo-server PORT
+ *                                an echo server on 127.0.0.1:PORT for the
+ *                                network workloads (tcp_echo, tcp_bulk) of
+ *                                the shared client (anchors/echo-pair.sh):
+ *                                one task per connection, ferry_stream_read()
+ *                                into a 64 KiB buffer of the task's and
+ *                                ferry_stream_write() back, until SIGTERM or
+ *                                SIGINT (exit 0)
+ *   ferry-bench --echo-server-bev PORT
+ *                                the same service with each connection's
+ *                                task reading and writing through a libevent
+ *                                bufferevent instead of a stream (what
+ *                                streams built on bufferevent would cost;
+ *                                docs/streams.md)
  *
  * Environment: FERRY_BENCH_STATS=1 prints the loop's and the inbox's
  * counters on stderr after each workload, and the page faults, context
  * switches and loop CPU time of its timed part; FERRY_BENCH_STACK_CACHE=N sets
  * ferry_loop_opts.stack_cache (an experiment knob: the contract's numbers
- * use the defaults).
+ * use the defaults).  FERRY_BENCH_IO=libevent registers the echo servers'
+ * descriptors through libevent instead of the loop's epoll set (an
+ * experiment knob: the portable path of src/stream.c).
  *
  * Workloads (n as the peers'):
  *   switch              two tasks each ferry_yield() n/2 times (n = 2,000,000)
@@ -54,7 +70,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <signal.h>
 #include <sys/wait.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 
 #include <ferry/ferry.h>
 
@@ -674,6 +695,194 @@ static int w_offload_throughput(void *arg)
     return rc;
 }
 
+/* ---- echo servers (network workloads) ------------------------------------ */
+
+#define ECHO_BUF (64 * 1024)
+
+static ferry_listener *echo_listener;
+
+/* One connection: read what is there (straight into the task's buffer:
+ * it is as large as the stream's), write it back, until the end. */
+static int echo_conn(void *arg)
+{
+    ferry_stream *s = arg;
+    char *buf = malloc(ECHO_BUF);
+    size_t n;
+
+    while (buf && ferry_stream_read(s, buf, ECHO_BUF, &n) == 0 && n > 0)
+        if (ferry_stream_write(s, buf, n, NULL) != 0)
+            break;
+    free(buf);
+    ferry_stream_close(s);
+    return 0;
+}
+
+/* What a connection's task does in the bufferevent variant.  The task
+ * waits on an event that the bufferevent's callbacks set; it reads by
+ * copying out of the input evbuffer and writes by copying into the output
+ * one, as a stream API on top of bufferevent would, and waits while more
+ * than 1 MiB is queued for writing (the anchors' libevent server's
+ * watermarks). */
+struct bev_conn {
+    struct bufferevent *bev;
+    ferry_event         ready;    /* set by every callback */
+    bool                done;     /* end of stream or error */
+};
+
+#define BEV_HIGH (1u << 20)
+#define BEV_LOW  (BEV_HIGH / 2)
+
+static void bev_wake(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    ferry_event_set(&((struct bev_conn *)arg)->ready);
+}
+
+static void bev_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct bev_conn *c = arg;
+
+    (void)bev;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        c->done = true;
+    ferry_event_set(&c->ready);
+}
+
+static int echo_bev_conn(void *arg)
+{
+    struct bev_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(c->bev), *out = bufferevent_get_output(c->bev);
+    char *buf = malloc(ECHO_BUF);
+    int n;
+
+    while (buf) {
+        if (evbuffer_get_length(in)) {
+            n = evbuffer_remove(in, buf, ECHO_BUF);
+            if (n <= 0 || bufferevent_write(c->bev, buf, (size_t)n) != 0)
+                break;
+            if (evbuffer_get_length(out) > BEV_HIGH) {
+                bufferevent_setwatermark(c->bev, EV_WRITE, BEV_LOW, 0);
+                while (!c->done && evbuffer_get_length(out) > BEV_LOW) {
+                    ferry_event_clear(&c->ready);
+                    if (ferry_event_wait(&c->ready) != 0)
+                        goto out;
+                }
+                bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+            }
+            continue;
+        }
+        if (c->done)
+            break;
+        ferry_event_clear(&c->ready);
+        if (ferry_event_wait(&c->ready) != 0)
+            break;
+    }
+out:
+    free(buf);
+    bufferevent_free(c->bev);
+    ferry_event_destroy(&c->ready);
+    free(c);
+    return 0;
+}
+
+static int echo_acceptor(void *arg)
+{
+    bool bev = arg != NULL;
+
+    for (;;) {
+        ferry_stream *s;
+        int rc = ferry_listener_accept(echo_listener, &s, NULL);
+
+        if (rc == -ECANCELED || rc == -EBADF)
+            return 0;
+        if (rc == -EMFILE || rc == -ENFILE) {
+            ferry_sleep(FERRY_MSEC(10));
+            continue;
+        }
+        if (rc) {
+            fprintf(stderr, "ferry-bench: accept: %s\n", strerror(-rc));
+            continue;
+        }
+        if (bev) {
+            /* Take the accepted descriptor over: the stream gives up a dup
+             * of it, the bufferevent owns that. */
+            struct bev_conn *c = calloc(1, sizeof *c);
+            int fd = dup(ferry_stream_fd(s));
+            ferry_stream_close(s);
+            if (!c || fd < 0 || !(c->bev = bufferevent_socket_new(ferry_loop_base(ferry_loop_current()),
+                                                                  fd, BEV_OPT_CLOSE_ON_FREE))) {
+                if (fd >= 0)
+                    close(fd);
+                free(c);
+                continue;
+            }
+            ferry_event_init(&c->ready);
+            bufferevent_setcb(c->bev, bev_wake, bev_wake, bev_event, c);
+            bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+            if ((rc = ferry_task_spawn(NULL, NULL, echo_bev_conn, c, NULL)) != 0) {
+                bufferevent_free(c->bev);
+                free(c);
+            }
+            continue;
+        }
+        if ((rc = ferry_task_spawn(NULL, NULL, echo_conn, s, NULL)) != 0)
+            ferry_stream_close(s);
+    }
+}
+
+/* Serve until SIGTERM or SIGINT; then stop the loop (freeing it ends the
+ * connections' tasks). */
+static int echo_main(void *arg)
+{
+    static const int stop[] = { SIGTERM, SIGINT };
+    const char *const *a = arg;
+    ferry_sigsub *sub;
+    ferry_task *acc;
+    int rc, sig;
+
+    if ((rc = ferry_sigsub_new(&sub, NULL, stop, 2)))
+        die("ferry_sigsub_new", rc);
+    if ((rc = ferry_tcp_listen(&echo_listener, NULL, "127.0.0.1", atoi(a[0]), NULL)))
+        die("ferry_tcp_listen", rc);
+    fprintf(stderr, "ferry-bench: echo server%s on 127.0.0.1:%d\n", a[1] ? " (bufferevent)" : "",
+            ferry_listener_port(echo_listener));
+    acc = spawn(echo_acceptor, (void *)(uintptr_t)(a[1] != NULL));
+    ferry_sigsub_recv(sub, &sig);
+    ferry_task_cancel(acc);
+    join(acc);
+    ferry_listener_close(echo_listener);
+    ferry_sigsub_free(sub);
+    ferry_loop_stop(ferry_loop_current());
+    return 0;
+}
+
+/* The experiment knob FERRY_BENCH_IO=libevent (src/stream.c). */
+extern bool ferry__io_use_libevent;
+
+static int run_echo(const char *port, bool bev)
+{
+    const char *args[2] = { port, bev ? "bev" : NULL };
+    ferry_loop *loop;
+    ferry_task *t;
+    int rc, status = 0;
+
+    if (atoi(port) <= 0 || atoi(port) > 65535) {
+        fprintf(stderr, "ferry-bench: --echo-server PORT: bad port '%s'\n", port);
+        return 2;
+    }
+    if (getenv("FERRY_BENCH_IO") && strcmp(getenv("FERRY_BENCH_IO"), "libevent") == 0)
+        ferry__io_use_libevent = true;
+    if ((rc = ferry_loop_new(&loop, NULL)))
+        die("ferry_loop_new", rc);
+    if ((rc = ferry_task_spawn(&t, loop, echo_main, args, &(ferry_task_opts){ .name = "main" })))
+        die("ferry_task_spawn", rc);
+    while (ferry_task_try_join(t, &status) == -EAGAIN)
+        if ((rc = ferry_loop_run(loop, FERRY_RUN_DEFAULT)))
+            die("ferry_loop_run", rc);
+    ferry_loop_free(loop);
+    return status ? 1 : 0;
+}
+
 /* ---- driver ------------------------------------------------------------ */
 
 static const struct workload {
@@ -763,6 +972,10 @@ int main(int argc, char **argv)
     const char *self = "/proc/self/exe";
     int fail = 0;
 
+    if (argc == 3 && strcmp(argv[1], "--echo-server") == 0)
+        return run_echo(argv[2], false);
+    if (argc == 3 && strcmp(argv[1], "--echo-server-bev") == 0)
+        return run_echo(argv[2], true);
     if (argc == 2 && strcmp(argv[1], "--list") == 0) {
         for (size_t i = 0; i < NWORKLOADS; i++)
             printf("%s%s\n", workloads[i].name, workloads[i].dflt ? "" : " (not in the default set)");

@@ -204,4 +204,19 @@ void ferry__pool_handover(void *ctx);
 void ferry__pool_block_enter(void);
 void ferry__pool_block_exit(void);
 
+/* ---- getaddrinfo(3) on a pool (bridge/getaddrinfo.c) ------------------------ */
+
+/* The loop's getaddrinfo hook (loop_port.h): loop thread, in a task.  The
+ * strings and hints are copied; an abandoned job's late answer is freed on
+ * the pool thread. */
+int ferry__gai_on_pool(ferry_pool *pool, const char *host, const char *service,
+                       const struct addrinfo *hints, struct addrinfo **res /* OUT */);
+
+/* The blocking call the pool runs: getaddrinfo(3) unless a test replaced
+ * it (the list it returns is freed with freeaddrinfo(3)).  NULL puts
+ * getaddrinfo(3) back.  Thread: any, before the lookups it is meant for. */
+typedef int (*ferry__gai_fn)(const char *host, const char *service,
+                             const struct addrinfo *hints, struct addrinfo **res);
+void ferry__gai_set_blocking(ferry__gai_fn fn);
+
 #endif /* FERRY_BRIDGE_INT_H */

@@ -316,6 +316,12 @@ struct ferry_loop {
 
     /* ---- signals (signal.c, sigport.c) ---- */
     struct ferry__sigport  *sigport;     /* signal subscriptions (sig_int.h), or NULL */
+
+    /* ---- streams and listeners (stream.c, net.c) ---- */
+    struct ferry__netloop  *net;         /* (stream_int.h), or NULL */
+
+    /* ---- name resolution (dns.c) ---- */
+    struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */

@@ -10,6 +10,9 @@
  *                   calling into a loop from threads, the mixed channel
  *   ferry/signal.h  signal subscriptions: deliveries counted, never lost,
  *                   received by tasks
+ *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
+ *                   sockets: listen, accept, connect
+ *   ferry/net.h     name resolution for tasks (getaddrinfo)
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -21,5 +24,7 @@
 #include "ferry/flight.h"
 #include "ferry/bridge.h"
 #include "ferry/signal.h"
+#include "ferry/stream.h"
+#include "ferry/net.h"
 
 #endif /* FERRY_FERRY_H */

@@ -16,7 +16,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <netdb.h>
 
+#include "ferry/bridge.h"
 #include "ferry/detail.h"
 #include "ferry/loop.h"
 #include "ferry/task.h"
@@ -112,15 +114,21 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
  *   close(ctx)     ferry_loop_free(): run every accepted post, refuse new
  *                  ones with -ESHUTDOWN, release the channel.  Called after
  *                  every task has ended, before the event_base is freed.
- * The loop clears the three functions once it has called close(); `ctx`
- * stays, so that a thread that still reaches the loop finds the closed
- * inbox.
+ *   getaddrinfo    getaddrinfo(3) on a thread of `pool` (NULL: the
+ *                  default pool) for the calling task, abandoned if the
+ *                  task is interrupted: the resolver's fallback where evdns
+ *                  cannot answer (dns.c).  Returns as ferry_getaddrinfo().
+ * The loop clears the three functions that take `ctx` once it has called
+ * close(); `ctx` stays, so that a thread that still reaches the loop finds
+ * the closed inbox.
  */
 struct ferry__loop_hooks {
     void *ctx;
     bool (*pending)(void *ctx);
     void (*flush)(void *ctx);
     void (*close)(void *ctx);
+    int (*getaddrinfo)(ferry_pool *pool, const char *host, const char *service,
+                       const struct addrinfo *hints, struct addrinfo **res);
 };
 
 /* The bridge's per-loop state (hooks.ctx), NULL if the loop has none.

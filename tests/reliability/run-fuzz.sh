@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# run-fuzz.sh - build the libFuzzer target (clang, ASan+UBSan), replay the
-# committed corpus, then fuzz for a bounded time.
+# run-fuzz.sh - build the libFuzzer targets (clang, ASan+UBSan): the
+# model-based tester (fuzz_model, corpus/) and the line reader
+# (fuzz_stream, corpus-stream/); replay each committed corpus, then fuzz
+# each for a bounded time.
 #
 #   bash tests/reliability/run-fuzz.sh [SECONDS]    (default 60 per target)
 #
@@ -19,7 +21,7 @@ corpus=$root/tests/reliability/corpus
 CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFERRY_ASAN=ON -DFERRY_FUZZ=ON -DFERRY_BENCH=OFF -DFERRY_EXAMPLES=OFF \
     -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target fuzz_model
+cmake --build "$build" -j"${JOBS:-2}" --target fuzz_model fuzz_stream
 fuzz=$build/tests/reliability/fuzz_model
 # Use-after-return detection gives every task a fake stack (an mmap and a
 # munmap each): it ran 5 times fewer inputs in the time budget.  The ASan
@@ -36,4 +38,15 @@ mkdir -p "$scratch"
 cd "$build"
 "$fuzz" -max_total_time="$secs" -max_len=1203 -timeout=10 -print_final_stats=1 \
     "$scratch" "$corpus"
-echo "fuzz: 1 passed, 0 failed"
+
+stream_fuzz=$build/tests/reliability/fuzz_stream
+stream_corpus=$root/tests/reliability/corpus-stream
+echo "== fuzz_stream: replaying the committed corpus ($(ls "$stream_corpus" | wc -l) inputs)"
+"$stream_fuzz" -runs=0 "$stream_corpus"
+
+echo "== fuzz_stream: fuzzing for ${secs} s"
+stream_scratch=$build/fuzz-corpus-stream
+mkdir -p "$stream_scratch"
+"$stream_fuzz" -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
+    "$stream_scratch" "$stream_corpus"
+echo "fuzz: 2 passed, 0 failed"

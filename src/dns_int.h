@@ -1,0 +1,86 @@
+/* dns_int.h - the loop's resolver (src/dns.c, DNS through evdns) and the
+ * readers of the system files it uses (src/dns_conf.c).  Loop thread only.
+ * Address lists are base/addrinfo.h's; getaddrinfo(3) on a pool is the
+ * bridge's, reached through the loop's hooks (loop_port.h).
+ */
+#ifndef FERRY_DNS_INT_H
+#define FERRY_DNS_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <netdb.h>
+
+#include "ferry/net.h"
+#include "ferry_int.h"
+
+#include "addrinfo.h"
+
+/* ---- The system files (loop thread; src/dns_conf.c) ---------------------- */
+
+/* One name of the hosts file: a line gives one entry per name on it. */
+struct ferry__hosts_ent {
+    const char   *name;       /* into the file's text */
+    const char   *canon;      /* the line's first name, into the file's text */
+    unsigned      seq;        /* position in the file: ties keep file order */
+    int           family;     /* AF_INET or AF_INET6 */
+    unsigned char addr[16];   /* 4 or 16 bytes, network order */
+};
+
+/* The hosts file as read; all-zero is an empty one. */
+struct ferry__hosts {
+    char                    *text;  /* the file, cut into names in place */
+    struct ferry__hosts_ent *ents;  /* sorted by name (any case), then file order */
+    size_t                   n;
+};
+
+/* Read the hosts file at `path` ("address name aliases...", '#' starts a
+ * comment, lines whose address does not parse are skipped).  A file that
+ * cannot be read is empty.  Returns: 0; -ENOMEM (*h stays empty). */
+int ferry__hosts_load(struct ferry__hosts *h, const char *path);
+void ferry__hosts_free(struct ferry__hosts *h);
+
+/* The first entry for `name` (any case) and, in *count, how many follow
+ * it in file order; NULL if none. */
+const struct ferry__hosts_ent *ferry__hosts_find(const struct ferry__hosts *h, const char *name,
+                                                 size_t *count /* OUT */);
+
+/* The sources of nsswitch.conf's "hosts:" line: "files", "dns", others
+ * (mdns, myhostname, ...: names only getaddrinfo(3) can ask).  Without the
+ * file or the line, glibc's default "dns files".  Actions in brackets are
+ * skipped.  Returns: 0; -ENOMEM. */
+int ferry__nss_read(bool *files, bool *dns, bool *other);
+
+/* The resolv.conf to read (ferry__dns_set_files()). */
+const char *ferry__dns_resolv_conf(void);
+
+/* ---- The resolver of a loop (loop thread) -------------------------------- */
+
+struct ferry__resolver;
+
+/*
+ * ferry_loop_free(), after every task has ended: true while the loop must
+ * poll once more before the resolver can go, because evdns still owes
+ * callbacks (of lookups that were cancelled) or has just been freed and
+ * may have left callbacks of its own to run.  From the first call on, new
+ * lookups get -ESHUTDOWN.
+ */
+bool ferry__dns_closing(ferry_loop *loop);
+
+/* ferry_loop_free(), at the end: free what is left of the resolver. */
+void ferry__dns_loop_free(ferry_loop *loop);
+
+/* For tests: read these files instead of /etc/resolv.conf and
+ * /etc/nsswitch.conf (NULL: those) when a resolver is made from now on.
+ * Thread: the tests' main thread, while no resolver is being made. */
+void ferry__dns_set_files(const char *resolv_conf, const char *nsswitch_conf);
+
+/* For tests: what AI_ADDRCONFIG takes the machine to have, -1 for what it
+ * has, else bit 0 for IPv4 and bit 1 for IPv6.  Thread: as above. */
+void ferry__dns_set_families(int families);
+
+/* For tests: callbacks evdns still owes the loop's resolver (lookups in
+ * flight, and interrupted ones whose late answer has not come yet). */
+size_t ferry__dns_inflight(ferry_loop *loop);
+
+#endif /* FERRY_DNS_INT_H */

@@ -1,0 +1,1070 @@
+/* stream.c - buffered streams over connected descriptors: reading into a
+ * buffer of the stream's own, writing from the caller's memory, waiting for
+ * readiness, closing while tasks wait.
+ * Loop thread only.
+ *
+ * Registration.  A descriptor is registered once, when the stream opens,
+ * for reading and writing, edge-triggered, and unregistered when it
+ * closes.  An edge only records readiness in two bits and wakes a task
+ * waiting for one of them.  A call tries its system call first and waits
+ * only when the call says EAGAIN (which clears the bit), so a wait costs no
+ * epoll_ctl: ferry_wait_fd()'s add and delete per wait cost two.
+ * Edge-triggered, because a level-triggered registration that stays would
+ * report a writable socket on every poll, and a readable one as long as
+ * its reader is busy elsewhere.  Where:
+ *   - on Linux, in an epoll set of the loop's own (EPOLLET), whose
+ *     descriptor is one event of the loop's base (netloop_cb());
+ *   - elsewhere, as a libevent event (EV_READ|EV_WRITE|EV_PERSIST|EV_ET);
+ *   - on a base without edge-triggered events (poll, select: a loop
+ *     attached to an application's base, off Linux), as a level-triggered
+ *     libevent event that is registered while a task waits, for what it
+ *     waits for.
+ * The epoll set is there for one reason: libevent reports EPOLLHUP and
+ * EPOLLERR as plain readability (and drops EPOLLRDHUP with them), and the
+ * stream needs them apart to skip a system call per read (next).
+ *
+ * Readiness after a short transfer.  A send that takes less than it was
+ * offered has filled the socket's buffer: the writable bit is cleared
+ * without trying again, and the next edge comes when the peer has made
+ * room (epoll queues an edge for every wakeup of the descriptor after the
+ * poll that reported the last one).  A read that returns less than it
+ * asked for has emptied the descriptor too, and clears the readable bit
+ * the same way (Tokio does this), so a request-reply exchange costs one
+ * read per message and not a second one that says EAGAIN.  That is only
+ * safe when nothing that brings no new edge is left behind: the end of
+ * the stream or an error (a reset) that arrived before the poll that
+ * reported the data is still pending after the short read, and only the
+ * poll could have told.  So it is done only in the epoll set, and only
+ * until epoll has reported EPOLLHUP, EPOLLERR or EPOLLRDHUP for the
+ * descriptor (`hup`, sticky): from then on reads go on until EAGAIN or the
+ * end.  Through libevent a reader always reads until EAGAIN.
+ *
+ * The transport seam (struct ferry__stream_io, stream_int.h).  Everything
+ * that moves bytes, half-closes or closes goes through four functions, so
+ * that a transport with buffers of its own (TLS, with OpenSSL doing the
+ * I/O on the descriptor) reuses every call here: the buffering, the line
+ * reader, cancellation, the waits, the close.  A transport's recv or send
+ * says which readiness it waits for (a TLS read may need the socket to be
+ * writable), and whether a short transfer means the descriptor is drained.
+ *
+ * Closing.  ferry_stream_close() marks the stream closed, unregisters the
+ * descriptor (before close(2): libevent counts events per descriptor
+ * number, and a number closed while registered would keep a new
+ * descriptor with that number from ever being registered), wakes the
+ * reader and the writer with -EBADF and closes the descriptor at once.
+ * Woken tasks look only at the flag, never at the descriptor, whose number
+ * may already belong to a new stream.  The memory stays until the last
+ * task inside a call has left (`inside`).
+ */
+#include "loop_only.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#ifdef __linux__
+#include <sys/epoll.h>
+#endif
+#include <time.h>
+#include <unistd.h>
+
+#include "loop_int.h"
+#include "stream_int.h"
+
+/* ---- the loop's streams and listeners ------------------------------------ */
+
+bool ferry__io_use_libevent;
+
+void ferry__ioobj_add(ferry_loop *loop, struct ferry__ioobj *o)
+{
+    ferry__list_push_back(&loop->net->ioobjs, &o->link);
+}
+
+void ferry__ioobj_del(struct ferry__ioobj *o)
+{
+    if (ferry__link_linked(&o->link))
+        ferry__list_remove(&o->link);
+}
+
+void ferry__stream_loop_free(ferry_loop *loop)
+{
+    struct ferry__netloop *net = loop->net;
+    struct ferry__link *l;
+
+    if (!net)
+        return;
+    while ((l = ferry__list_pop_front(&net->ioobjs)) != NULL) {
+        struct ferry__ioobj *o = ferry__container_of(l, struct ferry__ioobj, link);
+        o->destroy(o);
+    }
+    if (net->ev_added)
+        event_del(&net->ev);
+    if (net->epfd >= 0)
+        close(net->epfd);
+    ferry__free(net);
+    loop->net = NULL;
+}
+
+/* ---- registration --------------------------------------------------------- */
+
+/* Grant the waiters of `q` that wait for one of `bits`. */
+static void wake(struct ferry__waitq *q, uint8_t bits)
+{
+    struct ferry__link *l, *tmp;
+
+    ferry__list_foreach_safe(l, tmp, &q->head) {
+        struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+        if (w->n & bits)
+            ferry__grant(w, 0);
+    }
+}
+
+static int lt_update(struct ferry__ioreg *g, short extra);
+
+/* The loop reported `bits` (FERRY_READ|FERRY_WRITE) for the descriptor. */
+static void ioreg_ready(struct ferry__ioreg *g, uint8_t bits)
+{
+    g->ready |= bits;
+    wake(&g->rq, bits);
+    wake(&g->wq, bits);
+    if (g->mode == FERRY__IO_LT)
+        lt_update(g, 0);
+}
+
+#ifdef __linux__
+/*
+ * The loop's epoll set.  Its descriptor is one persistent, level-triggered
+ * read event of the loop's base: when any descriptor of the set has an
+ * edge, the base's poll reports it and this drains the set without
+ * waiting.  Registering in a set of ferry's own instead of through
+ * libevent costs one more epoll_wait() per poll that finds streams ready,
+ * and gives what libevent does not pass on: EPOLLHUP, EPOLLERR and
+ * EPOLLRDHUP apart from readability.  With those a short read can clear
+ * the readable bit safely (the top of the file).
+ */
+static void netloop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct epoll_event evs[64];
+    int n, rounds = 0;
+
+    (void)what;
+    (void)arg;
+    do {
+        n = epoll_wait(fd, evs, 64, 0);
+        for (int i = 0; i < n; i++) {
+            struct ferry__ioreg *g = evs[i].data.ptr;
+            uint32_t m = evs[i].events;
+            uint8_t bits = 0;
+
+            if (m & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+                g->hup = true;
+                bits |= FERRY_READ;
+                if (m & (EPOLLHUP | EPOLLERR))
+                    bits |= FERRY_WRITE;
+            }
+            if (m & EPOLLIN)
+                bits |= FERRY_READ;
+            if (m & EPOLLOUT)
+                bits |= FERRY_WRITE;
+            ioreg_ready(g, bits);
+        }
+    } while (n == 64 && ++rounds < 4);
+}
+
+/* The loop's epoll set, made at the first registration.  Returns: 0;
+ * -ENOMEM; -EMFILE, -ENFILE. */
+static int epoll_set(ferry_loop *loop)
+{
+    struct ferry__netloop *net = loop->net;
+
+    if (net->epfd >= 0)
+        return 0;
+    if (ferry__fault_point("epoll_create"))
+        return -ENOMEM;
+    net->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (net->epfd < 0)
+        return -errno;
+    event_assign(&net->ev, loop->base, net->epfd, EV_READ | EV_PERSIST, netloop_cb, net);
+    if (event_add(&net->ev, NULL) != 0) {
+        close(net->epfd);
+        net->epfd = -1;
+        return -ENOMEM;
+    }
+    net->ev_added = true;
+    return 0;
+}
+#endif
+
+static void ioreg_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    ioreg_ready(arg, (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
+}
+
+/* What the waiters of `q` wait for, as libevent's EV_READ|EV_WRITE. */
+static short waited(const struct ferry__waitq *q)
+{
+    const struct ferry__link *l;
+    short ev = 0;
+
+    ferry__list_foreach(l, &q->head) {
+        const struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
+        ev |= (short)((w->n & FERRY_READ ? EV_READ : 0) | (w->n & FERRY_WRITE ? EV_WRITE : 0));
+    }
+    return ev;
+}
+
+/* Level-triggered mode: register what the waiters wait for, plus `extra`
+ * (EV_READ|EV_WRITE) for a task about to wait. */
+static int lt_update(struct ferry__ioreg *g, short extra)
+{
+    short want = (short)(waited(&g->rq) | waited(&g->wq) | extra);
+
+    if (want == g->lt_events)
+        return 0;
+    if (g->lt_events)
+        event_del(&g->ev);
+    g->lt_events = 0;
+    if (!want)
+        return 0;
+    event_assign(&g->ev, g->loop->base, g->fd, (short)(want | EV_PERSIST), ioreg_cb, g);
+    if (event_add(&g->ev, NULL) != 0)
+        return -ENOMEM;
+    g->lt_events = (uint8_t)want;
+    return 0;
+}
+
+int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready)
+{
+    int rc;
+
+    memset(g, 0, sizeof *g);
+    g->loop = loop;
+    g->fd = fd;
+    g->ready = ready;
+    if (!loop->net) {
+        loop->net = ferry__calloc(1, sizeof *loop->net);
+        if (!loop->net)
+            return -ENOMEM;
+        loop->net->epfd = -1;
+    }
+#ifdef __linux__
+    if (!ferry__io_use_libevent) {
+        struct epoll_event ev;
+
+        rc = epoll_set(loop);
+        if (rc)
+            return rc;
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+        ev.data.ptr = g;
+        if (epoll_ctl(loop->net->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            return errno == EPERM ? -EINVAL : errno == EBADF ? -EBADF : -ENOMEM;
+        g->mode = FERRY__IO_EPOLL;
+        return 0;
+    }
+#endif
+    if (!(event_base_get_features(loop->base) & EV_FEATURE_ET)) {
+        g->mode = FERRY__IO_LT;
+        return 0;
+    }
+    g->mode = FERRY__IO_ET;
+    event_assign(&g->ev, loop->base, fd, EV_READ | EV_WRITE | EV_PERSIST | EV_ET, ioreg_cb, g);
+    errno = 0;
+    rc = event_add(&g->ev, NULL);
+    if (rc != 0) {
+        /* epoll_ctl() refuses a descriptor it cannot poll with EPERM;
+         * anything else is libevent running out of memory. */
+        return errno == EPERM ? -EINVAL : -ENOMEM;
+    }
+    return 0;
+}
+
+int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q,
+                      int want, const char *what, const void *obj)
+{
+    struct ferry__waiter w;
+    int rc;
+
+    if (g->mode == FERRY__IO_LT) {
+        rc = lt_update(g, (short)(want & FERRY_READ ? EV_READ : EV_WRITE));
+        if (rc)
+            return rc;
+    }
+    ferry__waiter_init(&w, self, what, obj);
+    w.n = (uint64_t)want;
+    rc = ferry__wait(q, &w, FERRY_NEVER);
+    if (g->closed)
+        return -EBADF;
+    if (g->mode == FERRY__IO_LT)
+        lt_update(g, 0);
+    return rc;
+}
+
+void ferry__ioreg_close(struct ferry__ioreg *g)
+{
+    g->closed = true;
+    switch (g->mode) {
+#ifdef __linux__
+    case FERRY__IO_EPOLL:
+        /* Before close(2): an epoll set keeps a descriptor that another
+         * process or a dup() still holds open, and would go on reporting
+         * it under its number. */
+        epoll_ctl(g->loop->net->epfd, EPOLL_CTL_DEL, g->fd, NULL);
+        break;
+#endif
+    case FERRY__IO_ET:
+        event_del(&g->ev);
+        break;
+    default:
+        if (g->lt_events)
+            event_del(&g->ev);
+        g->lt_events = 0;
+        break;
+    }
+    ferry__waitq_grant_all(&g->rq, -EBADF);
+    ferry__waitq_grant_all(&g->wq, -EBADF);
+}
+
+/* ---- the kernel's transports -------------------------------------------- */
+
+static ssize_t sock_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    for (;;) {
+        ssize_t k = recv(s->reg.fd, buf, len, 0);
+        if (k >= 0)
+            return k;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            *want = FERRY_READ;
+            return -EAGAIN;
+        }
+        return -errno;
+    }
+}
+
+static ssize_t sock_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    for (;;) {
+        ssize_t k;
+
+        if (n == 1) {
+            k = send(s->reg.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+        } else {
+            struct msghdr m;
+            memset(&m, 0, sizeof m);
+            m.msg_iov = (struct iovec *)(uintptr_t)iov;
+            m.msg_iovlen = (size_t)n;
+            k = sendmsg(s->reg.fd, &m, MSG_NOSIGNAL);
+        }
+        if (k >= 0)
+            return k;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            *want = FERRY_WRITE;
+            return -EAGAIN;
+        }
+        return -errno;
+    }
+}
+
+static int sock_shutdown(ferry_stream *s)
+{
+    return shutdown(s->reg.fd, SHUT_WR) == 0 ? 0 : -errno;
+}
+
+static void fd_close(ferry_stream *s)
+{
+    /* Linux releases the descriptor even when close() reports EINTR, so it
+     * is never retried (the number may already be someone else's). */
+    close(s->reg.fd);
+}
+
+static ssize_t pipe_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    for (;;) {
+        ssize_t k = read(s->reg.fd, buf, len);
+        if (k >= 0)
+            return k;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            *want = FERRY_READ;
+            return -EAGAIN;
+        }
+        return -errno;
+    }
+}
+
+/*
+ * A write to a pipe whose reader has gone raises SIGPIPE, and there is no
+ * MSG_NOSIGNAL for write(2).  As libpq does: block SIGPIPE on this thread
+ * around the write and, if the write failed with EPIPE, take back the
+ * SIGPIPE it raised (unless one was already pending before, which is the
+ * application's), then unblock it again if it was not blocked before.  The
+ * process's disposition is never touched, so other threads and other
+ * libraries see no change.
+ */
+static ssize_t pipe_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    static const struct timespec zero = { 0, 0 };
+    sigset_t pipe_set, old, pending;
+    bool was_pending = false, was_blocked;
+    ssize_t k;
+    int err;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    was_blocked = sigismember(&old, SIGPIPE) == 1;
+    if (was_blocked && sigpending(&pending) == 0)
+        was_pending = sigismember(&pending, SIGPIPE) == 1;
+    do {
+        k = writev(s->reg.fd, iov, n);
+    } while (k < 0 && errno == EINTR);
+    err = errno;
+    if (k < 0 && err == EPIPE && !was_pending) {
+        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+            ;
+    }
+    if (!was_blocked)
+        pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL);
+    if (k >= 0)
+        return k;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+        *want = FERRY_WRITE;
+        return -EAGAIN;
+    }
+    return -err;
+}
+
+static int pipe_shutdown(ferry_stream *s)
+{
+    (void)s;
+    return -ENOTSOCK;
+}
+
+const struct ferry__stream_io ferry__sock_io = {
+    .recv = sock_recv, .send = sock_send, .shutdown = sock_shutdown, .close = fd_close,
+    .drains = true,
+};
+
+const struct ferry__stream_io ferry__pipe_io = {
+    .recv = pipe_recv, .send = pipe_send, .shutdown = pipe_shutdown, .close = fd_close,
+    .drains = true,
+};
+
+/* ---- open, close, free ---------------------------------------------------- */
+
+static void stream_free(ferry_stream *s)
+{
+    ferry__free(s->buf);
+    ferry__free(s);
+}
+
+/* Closed: unregister, wake, close the descriptor; the memory stays. */
+static void stream_shut(ferry_stream *s)
+{
+    ferry__ioobj_del(&s->obj);
+    ferry__ioreg_close(&s->reg);
+    s->io->close(s);
+    s->reg.fd = -1;
+}
+
+void ferry__stream_destroy(ferry_stream *s)
+{
+    stream_shut(s);
+    stream_free(s);
+}
+
+/* The loop is being freed: no task is left inside a call. */
+static void stream_destroy_obj(struct ferry__ioobj *o)
+{
+    ferry__stream_destroy(ferry__container_of(o, ferry_stream, obj));
+}
+
+int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
+                       const struct ferry__stream_io *io, uint8_t ready,
+                       const ferry_stream_opts *opts)
+{
+    ferry_stream *s = ferry__calloc(1, sizeof *s);
+    int rc;
+
+    if (!s)
+        return -ENOMEM;
+    s->io = io;
+    s->bufsize = opts && opts->read_buffer ? opts->read_buffer : FERRY_STREAM_BUFFER_DEFAULT;
+    rc = ferry__ioreg_open(&s->reg, loop, fd, ready);
+    if (rc) {
+        ferry__free(s);
+        return rc;
+    }
+    s->obj.destroy = stream_destroy_obj;
+    ferry__ioobj_add(loop, &s->obj);
+    *out = s;
+    return 0;
+}
+
+/* The loop `*loop` (NULL: this thread's), checked to be this thread's. */
+static int bind_loop(ferry_loop **loop)
+{
+    if (!*loop)
+        *loop = ferry__loop_tls();
+    if (!*loop)
+        return -EPERM;
+    return ferry__loop_check(*loop);
+}
+
+int ferry_stream_open(ferry_stream **out, ferry_loop *loop, int fd, const ferry_stream_opts *opts)
+{
+    const struct ferry__stream_io *io = &ferry__pipe_io;
+    struct stat st;
+    int rc, fl;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (fd < 0 || (opts && (opts->flags & ~FERRY_STREAM_NAGLE)))
+        return -EINVAL;
+    rc = bind_loop(&loop);
+    if (rc)
+        return rc;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+        return -EINVAL;
+    if (S_ISSOCK(st.st_mode)) {
+        int type = 0;
+        socklen_t len = sizeof type;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0)
+            return -errno;
+        if (type != SOCK_STREAM)
+            return -EINVAL;
+        io = &ferry__sock_io;
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return -errno;
+    rc = ferry__stream_make(out, loop, fd, io, FERRY_READ | FERRY_WRITE, opts);
+    if (rc && !(fl & O_NONBLOCK))
+        fcntl(fd, F_SETFL, fl);    /* an error leaves the descriptor as it was */
+    return rc;
+}
+
+/* The caller may use `s` here: a task of its loop, or the loop's thread
+ * outside tasks. */
+static int on_loop(const ferry_stream *s)
+{
+    ferry_task *self = ferry__self();
+
+    if (self)
+        return self->loop == s->reg.loop ? 0 : -EPERM;
+    return ferry__loop_check(s->reg.loop);
+}
+
+int ferry_stream_close(ferry_stream *s)
+{
+    int rc;
+
+    if (!s)
+        return -EINVAL;
+    rc = on_loop(s);
+    if (rc)
+        return rc;
+    if (s->reg.closed)
+        return -EBADF;
+    stream_shut(s);
+    if (!s->inside)
+        stream_free(s);
+    return 0;
+}
+
+int ferry_stream_shutdown(ferry_stream *s)
+{
+    int rc;
+
+    if (!s)
+        return -EINVAL;
+    rc = on_loop(s);
+    if (rc)
+        return rc;
+    if (s->reg.closed)
+        return -EBADF;
+    if (s->writing)
+        return -EBUSY;
+    return s->io->shutdown(s);
+}
+
+int ferry_stream_fd(const ferry_stream *s)
+{
+    if (!s)
+        return -EINVAL;
+    return s->reg.closed ? -EBADF : s->reg.fd;
+}
+
+size_t ferry_stream_buffered(const ferry_stream *s)
+{
+    return s && !s->reg.closed ? s->w - s->r : 0;
+}
+
+/* ---- entering and leaving a call ------------------------------------------ */
+
+/* A task enters a read (busy = &s->reading) or write call: the checks every
+ * such call makes, in the order the header promises, then it counts as
+ * inside. */
+static inline int stream_enter(ferry_stream *s, ferry_task **self, bool *busy)
+{
+    int rc = ferry__enter_task_inline(self);
+
+    if (rc)
+        return rc;
+    if (s->reg.loop != (*self)->loop)
+        return -EPERM;
+    if (s->reg.closed)
+        return -EBADF;
+    if (*busy)
+        return -EBUSY;
+    rc = ferry__check_inline(*self);
+    if (rc)
+        return rc;
+    *busy = true;
+    s->inside++;
+    return 0;
+}
+
+/* The last task to leave a closed stream frees it. */
+static inline void stream_leave(ferry_stream *s, bool *busy)
+{
+    *busy = false;
+    if (--s->inside == 0 && s->reg.closed)
+        stream_free(s);
+}
+
+/* ---- the read buffer ------------------------------------------------------ */
+
+/* Drop `k` buffered bytes.  An emptied buffer starts over at its beginning,
+ * and one that grew for a large frame is given back (the next read
+ * allocates the configured size again). */
+static void consume(ferry_stream *s, size_t k)
+{
+    s->r += k;
+    if (s->r == s->w) {
+        s->r = s->w = 0;
+        if (s->cap > s->bufsize) {
+            ferry__free(s->buf);
+            s->buf = NULL;
+            s->cap = 0;
+        }
+    }
+}
+
+/*
+ * Make room to hold `need` bytes from the first unread one on (at least
+ * one more than are buffered), moving the unread bytes to the front or
+ * growing the buffer (doubling, but never beyond `limit` unless `need`
+ * is more).  Returns: 0; -ENOMEM (nothing changed).
+ */
+static int make_room(ferry_stream *s, size_t need, size_t limit)
+{
+    size_t have = s->w - s->r, cap;
+    char *p;
+
+    if (need <= have)
+        need = have + 1;
+    if (s->cap - s->r >= need)
+        return 0;
+    if (s->cap >= need) {
+        memmove(s->buf, s->buf + s->r, have);
+        s->r = 0;
+        s->w = have;
+        return 0;
+    }
+    cap = need > s->bufsize ? need : s->bufsize;
+    if (s->cap && s->cap <= SIZE_MAX / 2 && s->cap * 2 > cap)
+        cap = s->cap * 2 < limit ? s->cap * 2 : (limit > cap ? limit : cap);
+    p = s->buf ? ferry__realloc(s->buf, cap) : ferry__malloc(cap);
+    if (!p)
+        return -ENOMEM;
+    if (s->r) {
+        memmove(p, p + s->r, have);
+        s->r = 0;
+        s->w = have;
+    }
+    s->buf = p;
+    s->cap = cap;
+    return 0;
+}
+
+/*
+ * Read from the transport into dst[0, len), waiting while there is nothing.
+ * Returns: the count (> 0); 0 at the end of the stream (s->eof); a read
+ * error (kept in s->rerr for later reads); -ECANCELED, -ETIMEDOUT, -EBADF,
+ * -ENOMEM from the wait.
+ */
+static ssize_t pull(ferry_stream *s, ferry_task *self, void *dst, size_t len)
+{
+    int want = FERRY_READ, rc;
+    ssize_t k;
+
+    if (len > SSIZE_MAX)
+        len = SSIZE_MAX;
+    for (;;) {
+        if (s->eof)
+            return 0;
+        if (s->rerr)
+            return s->rerr;
+        if (s->reg.ready & want) {
+            k = s->io->recv(s, dst, len, &want);
+            if (k > 0) {
+                /* A short read emptied the descriptor (the top of the
+                 * file says when that may be trusted). */
+                if ((size_t)k < len && s->io->drains && !s->reg.hup &&
+                    s->reg.mode == FERRY__IO_EPOLL)
+                    s->reg.ready &= (uint8_t)~FERRY_READ;
+                return k;
+            }
+            if (k == 0) {
+                s->eof = true;
+                return 0;
+            }
+            if (k != -EAGAIN) {
+                s->rerr = (int)k;
+                return k;
+            }
+            s->reg.ready &= (uint8_t)~want;
+        }
+        rc = ferry__ioreg_wait(&s->reg, self, &s->reg.rq, want, "stream read", s);
+        if (rc)
+            return rc;
+    }
+}
+
+/* pull() into the free space of the buffer. */
+static ssize_t fill(ferry_stream *s, ferry_task *self)
+{
+    ssize_t k = pull(s, self, s->buf + s->w, s->cap - s->w);
+
+    if (k > 0)
+        s->w += (size_t)k;
+    return k;
+}
+
+/* Hand `k` buffered bytes to buf and consume them. */
+static void take(ferry_stream *s, void *buf, size_t k)
+{
+    if (k)
+        memcpy(buf, s->buf + s->r, k);
+    consume(s, k);
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+int ferry_stream_read(ferry_stream *s, void *buf, size_t max, size_t *n)
+{
+    ferry_task *self;
+    size_t have;
+    ssize_t k;
+    int rc;
+
+    if (n)
+        *n = 0;
+    if (!s || !buf || !max || !n)
+        return -EINVAL;
+    rc = stream_enter(s, &self, &s->reading);
+    if (rc)
+        return rc;
+    if (s->w == s->r) {
+        if (max >= s->bufsize) {
+            /* Large enough for a whole buffer: straight into the caller's
+             * memory.  Still all or nothing: the bytes are the caller's
+             * only when the call returns them. */
+            k = pull(s, self, buf, max);
+            if (k > 0)
+                *n = (size_t)k;
+            rc = k < 0 ? (int)k : 0;
+            goto out;
+        }
+        rc = make_room(s, 1, s->bufsize);
+        if (rc)
+            goto out;
+        k = fill(s, self);
+        if (k <= 0) {
+            rc = (int)k;
+            goto out;
+        }
+    }
+    have = s->w - s->r;
+    *n = have < max ? have : max;
+    take(s, buf, *n);
+out:
+    stream_leave(s, &s->reading);
+    return rc;
+}
+
+int ferry_stream_read_exactly(ferry_stream *s, void *buf, size_t n, size_t *got)
+{
+    ferry_task *self;
+    ssize_t k;
+    int rc;
+
+    if (got)
+        *got = 0;
+    if (!s || !buf)
+        return -EINVAL;
+    rc = stream_enter(s, &self, &s->reading);
+    if (rc)
+        return rc;
+    while (s->w - s->r < n) {
+        if (s->eof) {
+            size_t have = s->w - s->r;
+            take(s, buf, have);
+            if (got)
+                *got = have;
+            rc = -ENODATA;
+            goto out;
+        }
+        rc = make_room(s, n, n);
+        if (rc)
+            goto out;
+        k = fill(s, self);
+        if (k < 0) {
+            rc = (int)k;
+            goto out;
+        }
+    }
+    take(s, buf, n);
+    if (got)
+        *got = n;
+out:
+    stream_leave(s, &s->reading);
+    return rc;
+}
+
+/* The first occurrence of delim[0, dlen) in p[0, len), or NULL. */
+static const char *find(const char *p, size_t len, const void *delim, size_t dlen)
+{
+    if (dlen == 1)
+        return memchr(p, *(const unsigned char *)delim, len);
+    return memmem(p, len, delim, dlen);
+}
+
+int ferry_stream_read_until(ferry_stream *s, const void *delim, size_t dlen, void *buf,
+                            size_t max, size_t *n)
+{
+    ferry_task *self;
+    size_t scan = 0;    /* bytes from s->r on that cannot begin the delimiter */
+    ssize_t k;
+    int rc;
+
+    if (n)
+        *n = 0;
+    if (!s || !delim || !dlen || !buf || !max || !n || dlen > max)
+        return -EINVAL;
+    rc = stream_enter(s, &self, &s->reading);
+    if (rc)
+        return rc;
+    for (;;) {
+        size_t have = s->w - s->r, lim = have < max ? have : max;
+
+        if (lim >= dlen && lim > scan) {
+            const char *p = find(s->buf + s->r + scan, lim - scan, delim, dlen);
+            if (p) {
+                *n = (size_t)(p - (s->buf + s->r)) + dlen;
+                take(s, buf, *n);
+                break;
+            }
+            /* Searched: what is left can begin a delimiter that ends
+             * beyond lim. */
+            scan = lim - dlen + 1;
+        }
+        if (have >= max) {
+            rc = -EMSGSIZE;
+            break;
+        }
+        if (s->eof) {
+            take(s, buf, have);
+            *n = have;
+            rc = -ENODATA;
+            break;
+        }
+        rc = make_room(s, have + 1, max);
+        if (rc)
+            break;
+        k = fill(s, self);
+        if (k < 0) {
+            rc = (int)k;
+            break;
+        }
+    }
+    stream_leave(s, &s->reading);
+    return rc;
+}
+
+int ferry_stream_discard(ferry_stream *s, size_t n, size_t *discarded)
+{
+    ferry_task *self;
+    size_t done = 0;
+    ssize_t k;
+    int rc;
+
+    if (discarded)
+        *discarded = 0;
+    if (!s)
+        return -EINVAL;
+    rc = stream_enter(s, &self, &s->reading);
+    if (rc)
+        return rc;
+    while (done < n) {
+        size_t have = s->w - s->r;
+        if (have) {
+            size_t d = have < n - done ? have : n - done;
+            consume(s, d);
+            done += d;
+            continue;
+        }
+        if (s->eof) {
+            rc = -ENODATA;
+            break;
+        }
+        rc = make_room(s, 1, s->bufsize);
+        if (rc)
+            break;
+        k = fill(s, self);
+        if (k < 0) {
+            rc = (int)k;
+            break;
+        }
+    }
+    if (discarded)
+        *discarded = done;
+    stream_leave(s, &s->reading);
+    return rc;
+}
+
+/* ---- writes ----------------------------------------------------------------- */
+
+/*
+ * Write all of iov[0, iovcnt) (empty buffers are skipped), trying first
+ * and waiting only on EAGAIN.  *done counts the bytes that went out.
+ */
+static int push(ferry_stream *s, ferry_task *self, const struct iovec *iov, int iovcnt,
+                size_t *done)
+{
+    struct iovec win[FERRY__IOV_BATCH];
+    size_t total = 0, off = 0;    /* off: bytes of iov[i] already written */
+    int i = 0, want = FERRY_WRITE, rc;
+
+    for (;;) {
+        size_t offered = 0;
+        int nw = 0;
+        ssize_t k;
+
+        while (i < iovcnt && iov[i].iov_len == off) {
+            i++;
+            off = 0;
+        }
+        if (i == iovcnt)
+            break;
+        if (s->reg.ready & want) {
+            for (int j = i; j < iovcnt && nw < FERRY__IOV_BATCH; j++) {
+                size_t skip = j == i ? off : 0, len = iov[j].iov_len - skip;
+                if (!len)
+                    continue;
+                if (len > (size_t)SSIZE_MAX - offered)
+                    len = (size_t)SSIZE_MAX - offered;
+                win[nw].iov_base = (char *)iov[j].iov_base + skip;
+                win[nw].iov_len = len;
+                nw++;
+                offered += len;
+                if (offered == (size_t)SSIZE_MAX)
+                    break;
+            }
+            k = s->io->send(s, win, nw, &want);
+            if (k > 0) {
+                size_t left = (size_t)k;
+                total += left;
+                while (left) {
+                    size_t room = iov[i].iov_len - off;
+                    if (left < room) {
+                        off += left;
+                        break;
+                    }
+                    left -= room;
+                    i++;
+                    off = 0;
+                }
+                /* A short send filled the socket's buffer (see the top of
+                 * the file): wait for room without trying again. */
+                if ((size_t)k < offered && s->io->drains)
+                    s->reg.ready &= (uint8_t)~FERRY_WRITE;
+                continue;
+            }
+            if (k != -EAGAIN) {
+                *done = total;
+                return (int)k;
+            }
+            s->reg.ready &= (uint8_t)~want;
+        }
+        rc = ferry__ioreg_wait(&s->reg, self, &s->reg.wq, want, "stream write", s);
+        if (rc) {
+            *done = total;
+            return rc;
+        }
+    }
+    *done = total;
+    return 0;
+}
+
+int ferry_stream_write(ferry_stream *s, const void *buf, size_t len, size_t *written)
+{
+    struct iovec iov;
+    ferry_task *self;
+    size_t done = 0;
+    int rc;
+
+    if (written)
+        *written = 0;
+    if (!s || (!buf && len))
+        return -EINVAL;
+    rc = stream_enter(s, &self, &s->writing);
+    if (rc)
+        return rc;
+    iov.iov_base = (void *)(uintptr_t)buf;
+    iov.iov_len = len;
+    rc = push(s, self, &iov, 1, &done);
+    if (written)
+        *written = done;
+    stream_leave(s, &s->writing);
+    return rc;
+}
+
+int ferry_stream_writev(ferry_stream *s, const struct iovec *iov, int iovcnt, size_t *written)
+{
+    ferry_task *self;
+    size_t done = 0, sum = 0;
+    int rc;
+
+    if (written)
+        *written = 0;
+    if (!s || iovcnt < 0 || iovcnt > IOV_MAX || (!iov && iovcnt))
+        return -EINVAL;
+    for (int i = 0; i < iovcnt; i++) {
+        if ((!iov[i].iov_base && iov[i].iov_len) || iov[i].iov_len > SIZE_MAX - sum)
+            return -EINVAL;
+        sum += iov[i].iov_len;
+    }
+    rc = stream_enter(s, &self, &s->writing);
+    if (rc)
+        return rc;
+    rc = push(s, self, iov, iovcnt, &done);
+    if (written)
+        *written = done;
+    stream_leave(s, &s->writing);
+    return rc;
+}

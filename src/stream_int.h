@@ -1,0 +1,203 @@
+/* stream_int.h - the stream structure and its transport seam, shared by
+ * src/stream.c (buffering, waiting, closing), src/net.c (listen, accept,
+ * connect) and any transport built on a stream (TLS).
+ * Loop thread only.
+ */
+#ifndef FERRY_STREAM_INT_H
+#define FERRY_STREAM_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "ferry_int.h"
+#include "ferry/stream.h"
+
+/* ---- What a loop keeps for its streams and listeners ------------------ */
+
+/*
+ * A stream or listener that a loop closes if it is still open when the
+ * loop is freed (ferry__stream_loop_free()).
+ */
+struct ferry__ioobj {
+    struct ferry__link link;                       /* in the loop's list while open */
+    void             (*destroy)(struct ferry__ioobj *o); /* close and free */
+};
+
+/* A loop's streams and listeners, and (on Linux) the epoll set their
+ * descriptors are registered in (stream.c): made at the first
+ * registration, freed with the loop. */
+struct ferry__netloop {
+    struct ferry__link  ioobjs;    /* open streams and listeners */
+    int                 epfd;      /* the epoll set, or -1 */
+    struct event        ev;        /* epfd's registration with the base */
+    bool                ev_added;  /* ev is added */
+};
+
+/* Enter an open object into its loop's list (the loop has a netloop: its
+ * registration made it); take it out when it closes. */
+void ferry__ioobj_add(ferry_loop *loop, struct ferry__ioobj *o);
+void ferry__ioobj_del(struct ferry__ioobj *o);
+
+/* ferry_loop_free(), once every task has ended: close and free every
+ * stream and listener of the loop that is still open, then the netloop. */
+void ferry__stream_loop_free(ferry_loop *loop);
+
+/* ---- The transport seam -------------------------------------------------- */
+
+/*
+ * How a stream moves bytes (the top of stream.c says why it is a seam).
+ * Each function is called on the loop thread with the stream open.
+ *
+ *   recv(s, buf, len, want)  read up to len (> 0) bytes into buf: the count
+ *                            (> 0), 0 at the end of the stream, -EAGAIN when
+ *                            it must wait (*want: FERRY_READ or FERRY_WRITE,
+ *                            the readiness it waits for), or a negative errno;
+ *   send(s, iov, n, want)    write from the n (1..FERRY__IOV_BATCH) buffers:
+ *                            the count (> 0), -EAGAIN with *want, or a
+ *                            negative errno;
+ *   shutdown(s)              end the write direction: 0 or a negative errno;
+ *   close(s)                 release what the transport holds and close
+ *                            s->fd; cannot fail.
+ *
+ * `drains`: a recv that returns less than len, or a send that takes less
+ * than it was offered, has found the descriptor empty or full, so the
+ * stream may clear that readiness without trying again (true for the
+ * kernel's sockets and pipes with edge-triggered epoll; false for a
+ * transport with buffers of its own, where the descriptor's state says
+ * nothing about what is left to read).
+ */
+struct ferry__stream_io {
+    ssize_t (*recv)(ferry_stream *s, void *buf, size_t len, int *want);
+    ssize_t (*send)(ferry_stream *s, const struct iovec *iov, int n, int *want);
+    int     (*shutdown)(ferry_stream *s);
+    void    (*close)(ferry_stream *s);
+    bool    drains;
+};
+
+/* The most buffers one send() of the seam is given. */
+#define FERRY__IOV_BATCH 64
+
+/* The transports of the kernel's descriptors: sockets (recv, sendmsg with
+ * MSG_NOSIGNAL, shutdown) and everything else (read, writev with SIGPIPE
+ * blocked around it). */
+extern const struct ferry__stream_io ferry__sock_io;
+extern const struct ferry__stream_io ferry__pipe_io;
+
+/* ---- A descriptor's registration with the loop ---------------------------- */
+
+/*
+ * One registration per descriptor for as long as it is open (stream.c has
+ * the reasons): readiness bits that the loop's event sets and system calls
+ * clear, and two wait queues.  Waiters carry the readiness they wait for
+ * in their `n` (FERRY_READ, FERRY_WRITE).
+ */
+/* How a descriptor is registered (stream.c). */
+enum {
+    FERRY__IO_EPOLL = 0,  /* in the loop's epoll set, edge-triggered, once */
+    FERRY__IO_ET,         /* a libevent event, edge-triggered, once */
+    FERRY__IO_LT,         /* a libevent event, level-triggered, while a task waits */
+};
+
+struct ferry__ioreg {
+    ferry_loop          *loop;      /* the loop it belongs to; never changes */
+    int                  fd;        /* the descriptor, -1 once closed */
+    uint8_t              ready;     /* FERRY_READ|FERRY_WRITE: no EAGAIN (nor a
+                                     * drained short transfer) since the last
+                                     * event that reported it */
+    uint8_t              mode;      /* FERRY__IO_* */
+    uint8_t              lt_events; /* FERRY__IO_LT: EV_READ|EV_WRITE registered now */
+    bool                 closed;    /* closed: waiters were woken with -EBADF */
+    bool                 hup;       /* the peer hung up, reset or shut down its
+                                     * side, or an error is pending (epoll said
+                                     * so): read until EAGAIN, never stop at a
+                                     * short read */
+    struct ferry__waitq  rq;        /* readers (a stream's one reader, a
+                                     * listener's accepting tasks) */
+    struct ferry__waitq  wq;        /* a stream's writer (or connecting task) */
+    struct event         ev;        /* the libevent event (FERRY__IO_ET, _LT) */
+};
+
+/* Register descriptors through libevent even where the loop's epoll set
+ * could take them (tests of the portable path).  Read when a descriptor
+ * is registered. */
+extern bool ferry__io_use_libevent;
+
+/*
+ * Register `fd` (non-blocking) with `loop`, assuming readiness `ready` until
+ * a system call says otherwise.  `g` must not move while registered.
+ * Returns: 0; -ENOMEM; -EINVAL (epoll refuses the descriptor); -EMFILE,
+ * -ENFILE (no descriptor for the loop's epoll set).
+ */
+int  ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready);
+
+/*
+ * Wait in `q` (g->rq or g->wq) until the loop reports the readiness `want`
+ * (FERRY_READ or FERRY_WRITE) for the descriptor; the caller has found that
+ * bit clear.  `what` and `obj` are for ferry_loop_dump().
+ * Returns: 0; -ECANCELED, -ETIMEDOUT; -EBADF (closed meanwhile: the
+ * descriptor must not be touched); -ENOMEM (level-triggered mode could not
+ * register).
+ */
+int  ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q,
+                       int want, const char *what, const void *obj);
+
+/* Mark closed, unregister, and wake every waiter with -EBADF; the caller
+ * then closes the descriptor. */
+void ferry__ioreg_close(struct ferry__ioreg *g);
+
+/* ---- The stream ------------------------------------------------------------ */
+
+struct ferry_stream {
+    struct ferry__ioreg  reg;       /* descriptor, readiness, waiters */
+    struct ferry__ioobj  obj;       /* in loop->ioobjs while open */
+    bool                 eof;       /* the transport said end of stream */
+    bool                 reading;   /* a task is inside a read call */
+    bool                 writing;   /* a task is inside a write call */
+    int                  rerr;      /* read error kept for later reads, or 0 */
+    unsigned             inside;    /* tasks inside calls: freed at 0 once closed */
+    char                *buf;       /* read buffer, or NULL until needed */
+    size_t               cap;       /* its size */
+    size_t               r;         /* first unread byte */
+    size_t               w;         /* end of the bytes read */
+    size_t               bufsize;   /* configured size of the buffer */
+    const struct ferry__stream_io *io; /* how bytes move */
+    void                *io_ctx;    /* the transport's own state */
+};
+
+/*
+ * Make a stream of `fd` (non-blocking already; the stream owns it on
+ * success) on `loop`, with the transport `io` and initial readiness
+ * `ready`.  Nothing is checked: ferry_stream_open() and net.c check first.
+ * Returns: 0; -ENOMEM, -EINVAL (fd stays the caller's).
+ */
+int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
+                       const struct ferry__stream_io *io, uint8_t ready,
+                       const ferry_stream_opts *opts);
+
+/* Close and free a stream that no task is inside (error paths of net.c). */
+void ferry__stream_destroy(ferry_stream *s);
+
+/* ---- Connecting (net.c) ------------------------------------------------------ */
+
+struct addrinfo;
+
+/*
+ * Connect to the addresses of `list` in turn (ferry_tcp_connect() after
+ * resolving), the first that answers winning; with a deadline, each
+ * attempt but the last gets its share of the time left (net.c).
+ * Returns: as ferry_tcp_connect(), for the last address tried.
+ */
+int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addrinfo *list,
+                        const ferry_stream_opts *opts);
+
+/* Shortest share of the time left that a connect attempt gets when a host
+ * has more addresses to try; tests lower it.  Loop thread. */
+extern int64_t ferry__connect_attempt_min;
+
+#endif /* FERRY_STREAM_INT_H */
