@@ -236,11 +236,15 @@ bool __wrap_ferry__fault_point(const char *site) { WRAP_BODY(__real_ferry__fault
 
 static unsigned long ev_faults;   /* libevent allocations that were failed */
 
-static void ev_trace(void)
+/* A libevent allocation was failed through the hook; with FAULT_VERBOSE,
+ * from where. */
+static void ev_failed(const char *site)
 {
     void *bt[8];
     int n;
 
+    (void)site;
+    ev_faults++;
     if (!getenv("FAULT_VERBOSE"))
         return;
     n = backtrace(bt, 8);
@@ -248,37 +252,11 @@ static void ev_trace(void)
     backtrace_symbols_fd(bt + 1, n - 1, 2);
 }
 
-/* Failed through the hook, but not counted as ferry's allocations:
- * libevent keeps some for the whole process (tu_libevent_fault_hook()). */
-static void *ev_malloc(size_t n)
-{
-    if (ferry__fault_point("libevent malloc")) {
-        ev_faults++;
-        ev_trace();
-        return NULL;
-    }
-    return malloc(n);
-}
-
-static void *ev_realloc(void *p, size_t n)
-{
-    if (ferry__fault_point("libevent realloc")) {
-        ev_faults++;
-        return NULL;
-    }
-    return realloc(p, n);
-}
-
-static void ev_free(void *p)
-{
-    free(p);
-}
-
 /* Before any libevent allocation of this process (each Criterion test
  * process runs the constructors afresh). */
 __attribute__((constructor)) static void route_libevent(void)
 {
-    event_set_mem_functions(ev_malloc, ev_realloc, ev_free);
+    tu_libevent_fault_hook(ev_failed);
 }
 
 /* ---- sweep machinery ------------------------------------------------------ */

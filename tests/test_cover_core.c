@@ -54,7 +54,7 @@
  * fail them (as tests/fault_sites.c does). */
 __attribute__((constructor)) static void route_libevent(void)
 {
-    tu_libevent_fault_hook();
+    tu_libevent_fault_hook(NULL);
 }
 
 /* ---- helpers ----------------------------------------------------------- */
