@@ -40,12 +40,6 @@ static void noop_cb(void *arg)
     (void)arg;
 }
 
-static int ret42(void *arg)
-{
-    (void)arg;
-    return 42;
-}
-
 /* ---- the application's dispatch runs the loop ------------------------- */
 
 static int app_ticks, task_steps;
@@ -383,7 +377,7 @@ T(loop_new_undoes_everything_on_failure_and_leaves_the_base_working)
         ferry__fault_reset();
         if (rc == 0) {
             cr_assert_eq(ferry_loop_base(l), base);
-            cr_assert_eq(tu_run_on(l, ret42, NULL), 42);
+            cr_assert_eq(tu_run_on(l, tu_ret42, NULL), 42);
             ferry_loop_free(l);
             if (hits == 0)
                 break;

@@ -909,47 +909,14 @@ static int foreign_flight(int *r)
     return n;
 }
 
-static int g_n;
-
-static void *thread_flight(void *arg)
-{
-    g_n = foreign_flight(arg);
-    return NULL;
-}
-
-static int loop2_flight(void *arg)
-{
-    g_n = foreign_flight(arg);
-    return 0;
-}
-
 T(flight, other_thread_or_other_loop_gets_eperm)
 {
-    int r[8];
-    pthread_t th;
-    ferry_loop *loop2;
-
     g_calls = 0;
     ferry_flight_init(&g_f);
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(bind_both, NULL), 0);
     cr_assert_eq(g_calls, 1);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(pthread_create(&th, NULL, thread_flight, r), 0);
-    pthread_join(th, NULL);
-    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_flight, r, NULL), 0);
-    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
-    ferry_loop_free(loop2);
-    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    tu_assert_eperm_elsewhere(foreign_flight);
     cr_assert_eq(g_calls, 1);
     /* "held" broke when main ended holding it; destroy frees it. */
     cr_assert(ferry_keylock_locked(&g_kl, "held", 4));
@@ -981,7 +948,6 @@ static void *thread_destroy_flight(void *arg)
 
 T(flight, destroy_after_the_bound_loop_is_freed)
 {
-    pthread_t th;
     ferry_loop *loop2;
 
     g_calls = 0;
@@ -993,8 +959,7 @@ T(flight, destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(g_calls, 1);
 
     g_rt[0] = g_rt[1] = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_flight, NULL);
     cr_assert_eq(g_rt[0], -EPERM, "flight from a thread while the loop lives: %d", g_rt[0]);
     cr_assert_eq(g_rt[1], -EPERM, "keylock from a thread while the loop lives: %d", g_rt[1]);
 
@@ -1003,8 +968,7 @@ T(flight, destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(ferry_flight_destroy(&g_f), 0, "flight, this thread");
     ferry_flight_init(&g_f);
     g_rt[0] = g_rt[1] = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_flight, NULL);
     cr_assert_eq(g_rt[0], 0);
     cr_assert_eq(g_rt[1], 0, "keylock from a thread once the loop is freed: %d", g_rt[1]);
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);

@@ -348,7 +348,7 @@ T(bad_arguments_are_einval)
     cr_assert_eq(ferry_loop_run_sync(NULL, fn7, NULL, 0, &st), -EINVAL);
     cr_assert_eq(ferry_loop_run_task_sync(tu_loop, fn7, NULL, 0, &st), -EDEADLK);
     struct badargs b;
-    pthread_join(tu_start_thread(badargs_thread, &b), NULL);
+    tu_on_thread(badargs_thread, &b);
     cr_assert_eq(b.rc[0], -EINVAL);
     cr_assert_eq(b.rc[1], -EINVAL);
     cr_assert_eq(ferry_future_wait(NULL, 0, &st), -EINVAL);
@@ -458,7 +458,7 @@ T(cancelled_plain_callback_and_timed_out_run_sync_never_run_fn)
     ferry_future *f = NULL;
     int st = 0;
 
-    pthread_join(tu_start_thread(post_then_cancel, &f), NULL);   /* loop not running yet */
+    tu_on_thread(post_then_cancel, &f);   /* loop not running yet */
     cr_assert_not_null(f);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(wait_elsewhere(f, 0, &st), 0);
@@ -466,7 +466,7 @@ T(cancelled_plain_callback_and_timed_out_run_sync_never_run_fn)
     cr_assert_eq(st, -ECANCELED, "status %d: the cancelled callback ran", st);
     cr_assert_eq(atomic_load(&fn_calls), 0);
     /* run_sync that timed out before the loop ran its callback. */
-    pthread_join(tu_start_thread(run_sync_timeout, NULL), NULL);
+    tu_on_thread(run_sync_timeout, NULL);
     cr_assert_eq(atomic_load(&sync_rc), -ETIMEDOUT);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(atomic_load(&fn_calls), 0, "fn ran after run_sync returned -ETIMEDOUT");

@@ -58,18 +58,6 @@ static void noop_cb(void *arg)
     (void)arg;
 }
 
-static int ret0(void *arg)
-{
-    (void)arg;
-    return 0;
-}
-
-static int ret42(void *arg)
-{
-    (void)arg;
-    return 42;
-}
-
 static int sleep_long(void *arg)
 {
     (void)arg;
@@ -115,7 +103,7 @@ T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
     }
     cr_assert_eq(ferry_loop_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.live_tasks, 0);
-    cr_assert_eq(tu_run(ret0, NULL), 0);
+    cr_assert_eq(tu_run(tu_ret0, NULL), 0);
 }
 
 /* ---- from another thread ------------------------------------------------- */
@@ -147,8 +135,8 @@ static void *foreign_thread(void *arg)
     f->rc[i++] = ferry_task_detach(f->task);
     f->rc[i++] = ferry_task_cancel(f->task);
     f->rc[i++] = ferry_loop_dump(f->loop, null);
-    f->rc[i++] = ferry_task_spawn(NULL, NULL, ret0, NULL, NULL);   /* no loop on this thread */
-    f->rc[i++] = ferry_task_spawn(NULL, f->loop, ret0, NULL, NULL);
+    f->rc[i++] = ferry_task_spawn(NULL, NULL, tu_ret0, NULL, NULL);   /* no loop on this thread */
+    f->rc[i++] = ferry_task_spawn(NULL, f->loop, tu_ret0, NULL, NULL);
     f->rc[i++] = ferry_group_cancel(f->group);
     f->rc[i++] = ferry_sem_try_acquire(f->unbound);   /* no loop here to bind to */
     f->rc[i++] = ferry_yield();                       /* no loop, no task */
@@ -180,15 +168,13 @@ T(calls_from_a_foreign_thread_are_eperm_and_change_nothing)
     static ferry_sem unbound;
     struct foreign f = { .loop = tu_loop, .group = &fg, .unbound = &unbound };
     ferry_task *owner;
-    pthread_t th;
     int fired = 0, st = 1;
 
     cr_assert_eq(ferry_call_later(tu_loop, FERRY_SEC(100), set_flag, &fired, &f.timer), 0);
     cr_assert_eq(ferry_task_spawn(&f.task, tu_loop, sleep_long, NULL, NULL), 0);
     cr_assert_eq(ferry_task_spawn(&owner, tu_loop, foreign_owner, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);   /* both wait now */
-    cr_assert_eq(pthread_create(&th, NULL, foreign_thread, &f), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(foreign_thread, &f);
     cr_assert_eq(f.nrc, 14);
     for (int i = 0; i < f.nrc; i++)
         cr_assert_eq(f.rc[i], -EPERM, "call %d returned %d", i, f.rc[i]);
@@ -583,7 +569,7 @@ static int reenter_task(void *arg)
     reent[2] = ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
     reent[3] = ferry_loop_new(&l2, NULL);
     reent[4] = l2 == NULL;
-    reent[5] = ferry_run(ret0, NULL);
+    reent[5] = ferry_run(tu_ret0, NULL);
     return 0;
 }
 
@@ -697,7 +683,7 @@ static int owner_on_a(void *arg)
 static int task_on_b(void *arg)
 {
     (void)arg;
-    cross_rc[0] = ferry_group_spawn(&xg, ret0, NULL, NULL);   /* a group of loop a */
+    cross_rc[0] = ferry_group_spawn(&xg, tu_ret0, NULL, NULL);   /* a group of loop a */
     cross_rc[1] = ferry_task_join(xg_task_a, NULL);          /* a task of loop a */
     cross_rc[2] = ferry_event_set(&xg_go);                   /* bound to loop a */
     return 0;
@@ -725,7 +711,7 @@ TL(two_loops_on_one_thread_keep_their_tasks_and_primitives_apart)
      * other runs. */
     ferry_loop_free(a);
     cr_assert_null(ferry_loop_current());
-    cr_assert_eq(tu_run_on(b, ret0, NULL), 0);
+    cr_assert_eq(tu_run_on(b, tu_ret0, NULL), 0);
     cr_assert_eq(ferry_loop_current(), b);
     ferry_loop_free(b);
     cr_assert_null(ferry_loop_current());
@@ -824,10 +810,10 @@ TL(ferry_run_returns_enomem_when_the_loop_or_the_task_cannot_be_made)
     unsigned long n, hits;
     int rc, enomem = 0;
 
-    cr_assert_eq(ferry_run(ret42, NULL), 42);    /* one-time setup done */
+    cr_assert_eq(ferry_run(tu_ret42, NULL), 42);    /* one-time setup done */
     for (n = 1; n < 1000; n++) {
         ferry__fault_arm(n, false);
-        rc = ferry_run(ret42, NULL);
+        rc = ferry_run(tu_ret42, NULL);
         hits = ferry__fault_hits();
         ferry__fault_reset();
         if (hits == 0) {
@@ -876,7 +862,7 @@ static int closing_task(void *arg)
 
     (void)arg;
     free_rc[0] = rc;
-    free_rc[1] = ferry_task_spawn(NULL, NULL, ret0, NULL, NULL);
+    free_rc[1] = ferry_task_spawn(NULL, NULL, tu_ret0, NULL, NULL);
     free_rc[2] = ferry_loop_stop(fl);         /* does not cut the free short */
     return rc;
 }
@@ -1054,7 +1040,7 @@ static int dump_main(void *arg)
                      &(ferry_task_opts){ .name = "stubborn" });
     ferry_yield();                         /* both wait now */
     ferry_task_cancel(stubborn);           /* shielded: still waiting */
-    ferry_task_spawn(&fresh, NULL, ret0, NULL, &(ferry_task_opts){ .name = "fresh" });
+    ferry_task_spawn(&fresh, NULL, tu_ret0, NULL, &(ferry_task_opts){ .name = "fresh" });
     f = open_memstream(&dump_buf, &dump_len);
     dump_n = ferry_loop_dump(tu_loop, f);
     fclose(f);

@@ -940,25 +940,9 @@ static int foreign_q(int *r)
     return n;
 }
 
-static int g_n;
-
-static void *thread_q(void *arg)
-{
-    g_n = foreign_q(arg);
-    return NULL;
-}
-
-static int loop2_q(void *arg)
-{
-    g_n = foreign_q(arg);
-    return 0;
-}
-
 T(errors_einval_eperm)
 {
-    int r[16];
-    pthread_t th;
-    ferry_loop *loop2;
+    int r[1];
     ferry_queue zero = { 0 };
 
     cr_assert_eq(ferry_queue_init(NULL, 4, 0, FERRY_QUEUE_FIFO, NULL, NULL), -EINVAL);
@@ -971,22 +955,7 @@ T(errors_einval_eperm)
 
     cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
     cr_assert_eq(tu_run(bind_q, NULL), 0);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(pthread_create(&th, NULL, thread_q, r), 0);
-    pthread_join(th, NULL);
-    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_q, r, NULL), 0);
-    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
-    ferry_loop_free(loop2);
-    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    tu_assert_eperm_elsewhere(foreign_q);
     cr_assert_eq(ferry_queue_size(&g_q), 1);
     cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
@@ -1120,7 +1089,6 @@ static void *thread_destroy_queue(void *arg)
 T(destroy_after_the_bound_loop_is_freed)
 {
     ferry_loop *loop2;
-    pthread_t th;
     int rt = 1;
 
     ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
@@ -1128,14 +1096,12 @@ T(destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(ferry_task_spawn(NULL, loop2, fill_then_wait, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
     cr_assert_eq(ferry_queue_size(&g_q), 2);
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_queue, &rt);
     cr_assert_eq(rt, -EPERM, "from a thread while the loop lives: %d", rt);
 
     ferry_loop_free(loop2);
     rt = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_queue, &rt);
     cr_assert_eq(rt, 0, "from a thread once the loop is freed: %d", rt);
     cr_assert_eq(ferry_queue_size(&g_q), 0);
     cr_assert_eq(tu_leaks(), 0, "the queue's storage was given back");

@@ -700,7 +700,6 @@ static void *set_total_thread(void *arg)
 T(sem, set_total_bad_input)
 {
     int r[11], rt = 0;
-    pthread_t th;
 
     ferry_sem_init(&g_sem, 3, FERRY_SEM_BOUNDED);
     cr_assert_eq(tu_run(set_total_errors_main, r), 0);
@@ -715,8 +714,7 @@ T(sem, set_total_bad_input)
     cr_assert_eq(r[8], 0);
     cr_assert_eq(r[9], 3);
     cr_assert_eq(r[10], 0);
-    cr_assert_eq(pthread_create(&th, NULL, set_total_thread, &rt), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(set_total_thread, &rt);
     cr_assert_eq(rt, -EPERM);
     cr_assert_eq(ferry_sem_value(&g_sem), 3);
 }

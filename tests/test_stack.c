@@ -56,18 +56,6 @@
     Test(stack, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60., ##__VA_ARGS__)
 #define T(name) Test(stack, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 60.)
 
-static int ret0(void *arg)
-{
-    (void)arg;
-    return 0;
-}
-
-static int ret42(void *arg)
-{
-    (void)arg;
-    return 42;
-}
-
 
 /* ---- a child that overflows ------------------------------------------- */
 
@@ -929,11 +917,11 @@ TL(mprotect_guards_stop_at_their_budget_then_stacks_get_a_canary)
     cr_assert_eq(setenv("FERRY_STACK_GUARD", "mprotect", 1), 0);
     cr_assert_eq(ferry_loop_new(&l, NULL), 0);
     unsetenv("FERRY_STACK_GUARD");
-    cr_assert_eq(ferry_task_spawn(&first, l, ret42, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&first, l, tu_ret42, NULL, NULL), 0);
     first_kind = first->stk.guard;
     /* Detached tasks that never run: ferry_loop_free() ends them. */
     for (int i = 0; i < CAP; i++) {
-        cr_assert_eq(ferry_task_spawn(&t, l, ret0, NULL, NULL), 0);
+        cr_assert_eq(ferry_task_spawn(&t, l, tu_ret0, NULL, NULL), 0);
         kind = t->stk.guard;
         ferry_task_detach(t);
         if (kind != FERRY__GUARD_MPROTECT)
@@ -1314,7 +1302,7 @@ TL(loop_leaves_an_application_sigsegv_handler_in_place)
     cr_assert_eq(sigaction(SIGSEGV, NULL, &sa), 0);
     cr_assert_not(sa.sa_flags & SA_SIGINFO);
     cr_assert_eq(sa.sa_handler, app_segv);
-    cr_assert_eq(tu_run_on(l, ret42, NULL), 42);
+    cr_assert_eq(tu_run_on(l, tu_ret42, NULL), 42);
     ferry_loop_free(l);
     signal(SIGSEGV, SIG_DFL);
 #endif
@@ -1368,7 +1356,7 @@ TL(no_address_space_left_no_fork_mark_and_spawn_enomem)
     if (rc_new == 0) {
         no_mark = l->fork_mark == NULL;
         current = ferry_loop_is_current(l);
-        rc_spawn = ferry_task_spawn(&t, l, ret42, NULL, NULL);
+        rc_spawn = ferry_task_spawn(&t, l, tu_ret42, NULL, NULL);
     }
     setrlimit(RLIMIT_AS, &old);
     cr_assert_eq(rc_new, 0, "loop_new without address space: %d", rc_new);
@@ -1377,7 +1365,7 @@ TL(no_address_space_left_no_fork_mark_and_spawn_enomem)
     cr_assert(current);
     cr_assert_null(t);
     /* With its address space back, the same loop spawns and runs. */
-    rc_after = tu_run_on(l, ret42, NULL);
+    rc_after = tu_run_on(l, tu_ret42, NULL);
     cr_assert_eq(rc_after, 42);
     ferry_loop_free(l);
 #endif

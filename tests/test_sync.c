@@ -120,49 +120,14 @@ static int foreign_calls(int *r)
     return n;
 }
 
-static int g_nforeign;
-
-static void *thread_calls(void *arg)
-{
-    g_nforeign = foreign_calls(arg);
-    return NULL;
-}
-
-static int loop2_task(void *arg)
-{
-    g_nforeign = foreign_calls(arg);
-    return 0;
-}
-
 T(sync, other_thread_or_other_loop_gets_eperm)
 {
-    int r[32];
-    pthread_t th;
-    ferry_loop *loop2;
-
     ferry_lock_init(&g_lock);
     ferry_sem_init(&g_sem, 1, 0);
     ferry_event_init(&g_ev);
     ferry_cond_init(&g_cond, NULL);
     cr_assert_eq(tu_run(bind_all, NULL), 0);
-
-    memset(r, 0, sizeof r);
-    g_nforeign = 0;
-    cr_assert_eq(pthread_create(&th, NULL, thread_calls, r), 0);
-    pthread_join(th, NULL);
-    cr_assert_gt(g_nforeign, 0, "the calls from a thread did not run");
-    for (int i = 0; i < g_nforeign; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
-
-    memset(r, 0, sizeof r);
-    g_nforeign = 0;
-    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_task, r, NULL), 0);
-    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
-    ferry_loop_free(loop2);
-    cr_assert_gt(g_nforeign, 0, "the calls from another loop did not run");
-    for (int i = 0; i < g_nforeign; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    tu_assert_eperm_elsewhere(foreign_calls);
     cr_assert_eq(ferry_sem_value(&g_sem), 1);
 }
 
@@ -192,6 +157,8 @@ static int foreign_destroys(int *r)
     return n;
 }
 
+static int g_nforeign;
+
 static void *thread_destroys(void *arg)
 {
     g_nforeign = foreign_destroys(arg);
@@ -201,7 +168,6 @@ static void *thread_destroys(void *arg)
 T(sync, destroy_after_the_bound_loop_is_freed)
 {
     int r[8];
-    pthread_t th;
     ferry_loop *loop2;
 
     ferry_lock_init(&g_lock);
@@ -214,8 +180,7 @@ T(sync, destroy_after_the_bound_loop_is_freed)
 
     /* The loop lives on this thread: another thread may not destroy. */
     memset(r, 0, sizeof r);
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroys, r);
     for (int i = 0; i < g_nforeign; i++)
         cr_assert_eq(r[i], -EPERM, "destroy %d from a thread while the loop lives: %d", i, r[i]);
     cr_assert(ferry_lock_locked(&g_lock));
@@ -225,8 +190,7 @@ T(sync, destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(ferry_lock_destroy(&g_lock), 0, "lock");
     cr_assert_eq(ferry_sem_destroy(&g_sem), 0, "semaphore");
     memset(r, 0xff, sizeof r);
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroys, r), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroys, r);
     cr_assert_eq(r[0], 0, "lock, destroyed twice");
     cr_assert_eq(r[1], 0, "semaphore, destroyed twice");
     cr_assert_eq(r[2], 0, "event from a thread: %d", r[2]);

@@ -20,18 +20,6 @@
 /* Tests that make their own loops. */
 #define TL(suite, name) Test(suite, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60.)
 
-static int ret0(void *arg)
-{
-    (void)arg;
-    return 0;
-}
-
-static int ret42(void *arg)
-{
-    (void)arg;
-    return 42;
-}
-
 /* ---- sleep order ---------------------------------------------------- */
 
 #define NSLEEP 10000
@@ -497,7 +485,7 @@ T(task, calls_that_need_a_task_are_eperm_outside_one)
     cr_assert_eq(ferry_group_init(&g), -EPERM);
     cr_assert_eq(ferry_wait_signal(SIGUSR1), -EPERM);
     cr_assert_eq(ferry_sleep_until(0), -EPERM);
-    cr_assert_eq(ferry_task_spawn(&t, tu_loop, ret0, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, tu_ret0, NULL, NULL), 0);
     cr_assert_str_eq(ferry_task_name(t), "task");   /* the default name */
     cr_assert_not(ferry_task_cancelled(t));
     cr_assert_eq(ferry_task_join(t, &st), -EPERM);   /* joining suspends: tasks only */
@@ -522,7 +510,7 @@ static int join_misuse_main(void *arg)
     join_rc[1] = ferry_task_try_join(t, NULL);
     join_rc[2] = ferry_task_detach(t);
     ferry_task_cancel(t);                       /* t ends on its own; not touched again */
-    ferry_task_spawn(&u, NULL, ret42, NULL, NULL);
+    ferry_task_spawn(&u, NULL, tu_ret42, NULL, NULL);
     ferry_task_cancel(ferry_task_current());
     join_rc[3] = ferry_task_join(u, &st);       /* cancelled: at once, the handle stays ours */
     join_rc[4] = ferry_task_try_join(u, &st);   /* u has not run */
@@ -868,7 +856,7 @@ static int cb_rc[3] = { 1, 1, 1 }, non_owner_rc = 1, closed_rc = 1, bad_spawn_rc
 static void group_from_callback(void *arg)
 {
     (void)arg;
-    cb_rc[0] = ferry_group_spawn(&cb_group, ret0, NULL, NULL);
+    cb_rc[0] = ferry_group_spawn(&cb_group, tu_ret0, NULL, NULL);
     cb_rc[1] = ferry_group_wait(&cb_group);
     cb_rc[2] = ferry_group_cancel(&cb_group);   /* allowed outside tasks */
 }
@@ -891,7 +879,7 @@ static int group_misuse_main(void *arg)
     ferry_call_soon(tu_loop, group_from_callback, NULL);
     ferry_yield();
     rc = ferry_group_wait(&cb_group);
-    closed_rc = ferry_group_spawn(&cb_group, ret0, NULL, NULL);
+    closed_rc = ferry_group_spawn(&cb_group, tu_ret0, NULL, NULL);
     ferry_group_init(&g2);
     bad_spawn_rc = ferry_group_spawn(&g2, NULL, NULL, NULL);
     ferry_group_cancel(&g2);                    /* no children: nothing to do */
@@ -934,7 +922,7 @@ static int group_fail_main(void *arg)
     ferry_group_spawn(&g, fail_when_cancelled, NULL, NULL);
     ferry_group_spawn(&g, ret_ecanceled, NULL, NULL);
     ferry_yield();                      /* both ran: the group is failing */
-    failing_spawn_rc = ferry_group_spawn(&g, ret0, NULL, NULL);
+    failing_spawn_rc = ferry_group_spawn(&g, tu_ret0, NULL, NULL);
     return ferry_group_wait(&g);
 }
 
@@ -966,10 +954,8 @@ static void *foreign_thread(void *arg)
 T(task, loop_calls_from_another_thread_are_eperm)
 {
     int rcs[7];
-    pthread_t th;
 
-    pthread_create(&th, NULL, foreign_thread, rcs);
-    pthread_join(th, NULL);
+    tu_on_thread(foreign_thread, rcs);
     for (int i = 0; i < 7; i++)
         cr_assert_eq(rcs[i], -EPERM, "call %d returned %d", i, rcs[i]);
 }
@@ -1001,20 +987,20 @@ T(task, null_and_out_of_range_arguments_are_einval_and_change_nothing)
     cr_assert_not(ferry_scope_fired(NULL));
     memset(&g, 0, sizeof g);     /* never initialised: no owner */
     cr_assert_eq(ferry_group_init(NULL), -EINVAL);
-    cr_assert_eq(ferry_group_spawn(NULL, ret0, NULL, NULL), -EINVAL);
-    cr_assert_eq(ferry_group_spawn(&g, ret0, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_group_spawn(NULL, tu_ret0, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_group_spawn(&g, tu_ret0, NULL, NULL), -EINVAL);
     cr_assert_eq(ferry_group_wait(NULL), -EINVAL);
     cr_assert_eq(ferry_group_wait(&g), -EINVAL);
     cr_assert_eq(ferry_group_cancel(NULL), -EINVAL);
     cr_assert_eq(ferry_group_cancel(&g), -EINVAL);
-    cr_assert_eq(ferry_task_spawn(&t, tu_loop, ret0, NULL,
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, tu_ret0, NULL,
                                   &(ferry_task_opts){ .stack_size = ((size_t)1 << 30) + 1 }),
                  -EINVAL);
     cr_assert_null(t);
     /* No task was made, and the loop still runs one. */
     cr_assert_eq(ferry_loop_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.live_tasks, 0);
-    cr_assert_eq(tu_run(ret0, NULL), 0);
+    cr_assert_eq(tu_run(tu_ret0, NULL), 0);
 }
 
 T(task, bad_input_is_einval)

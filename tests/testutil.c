@@ -320,6 +320,61 @@ void tu_settle(void)
         ferry_yield();
 }
 
+int tu_ret0(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+int tu_ret42(void *arg)
+{
+    (void)arg;
+    return 42;
+}
+
+/* tu_assert_eperm_elsewhere(): the calls, and what they returned. */
+static int (*elsewhere_calls)(int *rc);
+static int elsewhere_rc[32], elsewhere_n;
+
+static void *elsewhere_thread(void *arg)
+{
+    (void)arg;
+    elsewhere_n = elsewhere_calls(elsewhere_rc);
+    return NULL;
+}
+
+static int elsewhere_task(void *arg)
+{
+    (void)arg;
+    elsewhere_n = elsewhere_calls(elsewhere_rc);
+    return 0;
+}
+
+static void elsewhere_check(const char *where)
+{
+    cr_assert_gt(elsewhere_n, 0, "the calls from %s did not run", where);
+    cr_assert_leq(elsewhere_n, 32);
+    for (int i = 0; i < elsewhere_n; i++)
+        cr_assert_eq(elsewhere_rc[i], -EPERM, "call %d from %s returned %d", i, where,
+                     elsewhere_rc[i]);
+}
+
+void tu_assert_eperm_elsewhere(int (*calls)(int *rc))
+{
+    ferry_loop *other;
+
+    elsewhere_calls = calls;
+    elsewhere_n = 0;
+    tu_on_thread(elsewhere_thread, NULL);
+    elsewhere_check("a thread");
+    elsewhere_n = 0;
+    cr_assert_eq(ferry_loop_new(&other, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, other, elsewhere_task, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(other, FERRY_RUN_DEFAULT), 0);
+    ferry_loop_free(other);
+    elsewhere_check("another loop");
+}
+
 void tu_order_add(struct tu_order *o, int who)
 {
     if (o->n < (int)(sizeof o->who / sizeof o->who[0]))

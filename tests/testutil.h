@@ -109,6 +109,10 @@ int tu_join(ferry_task *t);
  * (or ends). */
 void tu_settle(void);
 
+/* Trivial task bodies: return 0, return 42. */
+int tu_ret0(void *arg);
+int tu_ret42(void *arg);
+
 /* Who got something, in the order they got it (a lock, permits, an item):
  * tu_order_add() appends up to 64 entries. */
 struct tu_order {
@@ -117,6 +121,15 @@ struct tu_order {
 };
 
 void tu_order_add(struct tu_order *o, int who);
+
+/*
+ * A primitive bound to tu_loop refuses other threads and other loops:
+ * calls(rc) makes its calls, stores each one's return code in rc[] and
+ * returns how many it made (at most 32).  It is run on a thread of its
+ * own, then in a task of another loop of this thread; every call must
+ * return -EPERM both times, else the test fails.
+ */
+void tu_assert_eperm_elsewhere(int (*calls)(int *rc));
 
 /* ---- capturing what ferry writes ------------------------------------- */
 
