@@ -463,10 +463,7 @@ T(flight, refuses_null_arguments_and_binds_nothing)
     cr_assert_eq(tu_run(flight_nulls_task, NULL), 0);
     cr_assert_eq(nnulls, 2);
     cr_assert_eq(nbools, 2);
-    for (int i = 0; i < nnulls; i++)
-        cr_assert_eq(nulls_rc[i], -EINVAL, "call %d returned %d", i, nulls_rc[i]);
-    for (int i = 0; i < nbools; i++)
-        cr_assert_not(nulls_bool[i], "predicate %d", i);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
 }
 
 static ferry_flight pair_f = FERRY_FLIGHT_INIT;
@@ -815,10 +812,7 @@ T(keylock, refuses_null_arguments_and_binds_nothing)
     cr_assert_eq(tu_run(keylock_nulls_task, NULL), 0);
     cr_assert_eq(nnulls, 5);
     cr_assert_eq(nbools, 6);
-    for (int i = 0; i < nnulls; i++)
-        cr_assert_eq(nulls_rc[i], -EINVAL, "call %d returned %d", i, nulls_rc[i]);
-    for (int i = 0; i < nbools; i++)
-        cr_assert_not(nulls_bool[i], "predicate %d", i);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
 }
 
 static ferry_keylock thief_kl = FERRY_KEYLOCK_INIT;

@@ -879,10 +879,7 @@ T(refuses_null_and_invalid_arguments_and_binds_nothing)
     cr_assert_eq(tu_run(nulls_task, NULL), 0);
     cr_assert_eq(nnulls, 19);
     cr_assert_eq(nbools, 4);
-    for (int i = 0; i < nnulls; i++)
-        cr_assert_eq(nulls_rc[i], -EINVAL, "call %d returned %d", i, nulls_rc[i]);
-    for (int i = 0; i < nbools; i++)
-        cr_assert_not(nulls_bool[i], "predicate %d", i);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
 }
 
 static int cmp_bytes(const void *a, const void *b, void *arg)

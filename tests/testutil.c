@@ -320,6 +320,14 @@ void tu_settle(void)
         ferry_yield();
 }
 
+void tu_assert_einval_and_false(const int *rc, int nrc, const bool *pred, int npred)
+{
+    for (int i = 0; i < nrc; i++)
+        cr_assert_eq(rc[i], -EINVAL, "call %d returned %d", i, rc[i]);
+    for (int i = 0; i < npred; i++)
+        cr_assert_not(pred[i], "predicate %d", i);
+}
+
 int tu_ret0(void *arg)
 {
     (void)arg;

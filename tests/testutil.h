@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferry/ferry.h"
@@ -108,6 +109,10 @@ int tu_join(ferry_task *t);
 /* Yield a few times, so that every task made ready runs until it blocks
  * (or ends). */
 void tu_settle(void);
+
+/* Every rc[i] (i < nrc) is -EINVAL and every pred[i] (i < npred) false,
+ * else the test fails: for tests that record the refusals of many calls. */
+void tu_assert_einval_and_false(const int *rc, int nrc, const bool *pred, int npred);
 
 /* Trivial task bodies: return 0, return 42. */
 int tu_ret0(void *arg);
