@@ -1344,7 +1344,8 @@ static void quiet_log(int level, const char *msg, void *ctx)
     (void)level; (void)msg; (void)ctx;
 }
 
-Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .timeout = 300.)
+Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown, .timeout = 300.)
 {
     int reached = 0, elsewhere = 0, lost = 0;
     bool wrapped = __real_ferry__malloc != NULL;

@@ -472,7 +472,8 @@ static void *close_thread(void *arg)
     return NULL;
 }
 
-Test(stress_bridge, loop_closed_while_threads_are_still_posting, .timeout = 120.)
+Test(stress_bridge, loop_closed_while_threads_are_still_posting,
+     .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
     long rounds = tu_scaled(20);
 

@@ -77,7 +77,9 @@ static void wd_end(void)
     pthread_join(wd_thread, NULL);
 }
 
-#define T(name, secs) Test(stress_watchdog, name, .timeout = (secs))
+/* Each test makes its own loops. */
+#define T(name, secs) \
+    Test(stress_watchdog, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = (secs))
 
 /* ---- many producers -------------------------------------------------------- */
 

@@ -945,7 +945,8 @@ static void app_raise_cb(evutil_socket_t fd, short what, void *arg)
     raise(SIGUSR1);
 }
 
-Test(signal, a_loop_attached_to_an_application_base_receives_and_lets_it_end, .timeout = 30.)
+Test(signal, a_loop_attached_to_an_application_base_receives_and_lets_it_end,
+     .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     struct event_base *base = event_base_new();
     struct timeval tv = { 0, 5000 };

@@ -100,8 +100,9 @@ static void test_end(void)
         ferry_loop_free(loop);
     }
     d = tu_alloc_settle(live_before_loop);
-    cr_expect_eq(d, 0, "%ld ferry allocations %s after the loop was freed", d < 0 ? -d : d,
-                 d > 0 ? "leaked" : "freed twice or more than made");
+    cr_expect_eq(d, 0, "%ld ferry allocations %s %s", d < 0 ? -d : d,
+                 d > 0 ? "leaked" : "freed twice or more than made",
+                 loop ? "after the loop was freed" : "by the end of the test");
 }
 
 void tu_loop_teardown(void)
