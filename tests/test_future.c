@@ -113,10 +113,10 @@ static void *timeout_thread(void *arg)
 
 /* Wait for the thread's call to return, not for the sleeper to end: on a
  * slow build (valgrind) the timeout can pass before the loop started the
- * task, and then the cancel makes sure it never runs at all (it used to
- * wait here for a sleeper_rc that never came: a 600 s hang).  The cancel
- * was posted before the call returned; tu_run() keeps the loop running
- * until it has been delivered and the sleeper (if it started) ended. */
+ * task, and then the cancel makes sure it never runs at all, so waiting
+ * for its sleeper_rc would wait forever.  The cancel was posted before the
+ * call returned; tu_run() keeps the loop running until it has been
+ * delivered and the sleeper (if it started) ended. */
 static int timeout_main(void *arg)
 {
     pthread_t t;
@@ -284,7 +284,7 @@ static void *future_thread(void *arg)
     bad |= ferry_future_done(f);
     /* Cancel a task that is running (sleeping), not one the loop has not
      * started yet: that one would never run and sleeper_rc would stay 1
-     * (seen under valgrind, where 10 ms can pass before the loop turns). */
+     * (under valgrind 10 ms can pass before the loop turns). */
     tu_spin_until(&sleeper_started);
     bad |= ferry_future_cancel(f) != 0;
     bad |= ferry_future_wait(f, FERRY_NEVER, &st) != 0;

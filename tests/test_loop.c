@@ -424,11 +424,10 @@ T(stop_from_a_task_takes_effect_at_its_next_switch_even_with_handover)
 }
 
 /* The hand-over (switch.h): a turn of more tasks than io_interval is
- * handed from task to task all the way through, because the scheduler
- * polls only between turns.  (It once stopped handing over after
- * io_interval steps and sent the rest of the turn through the scheduler.)
- * While the blocked-loop detector times steps, no step skips the
- * scheduler.  The same holds in ASan and TSan builds: the hand-over is
+ * handed from task to task all the way through, not only for its first
+ * io_interval steps, because the scheduler polls only between turns and
+ * has nothing to do in the middle of one.  While the blocked-loop detector
+ * times steps, no step skips the scheduler.  The same holds in ASan and TSan builds: the hand-over is
  * annotated for them, not compiled out. */
 enum { HAND_N = 300, HAND_ROUNDS = 3 };
 
@@ -497,9 +496,9 @@ static int spin_task(void *arg)
 }
 
 /* loop.h: FERRY_RUN_ONCE is "one turn: run what is ready, poll I/O without
- * blocking".  The direct task-to-task handover (src/switch.h) used to start
- * new turns inside one FERRY_RUN_ONCE (up to io_interval of them) when the
- * blocked-loop detector was off; it no longer starts a turn in that mode. */
+ * blocking".  The direct task-to-task handover (src/switch.h) must not
+ * begin new turns inside one FERRY_RUN_ONCE, as it may in the other modes
+ * while no poll is due: a yielding task takes one step per call. */
 T(run_once_runs_one_turn_of_yielding_tasks)
 {
     ferry_task *t;
@@ -744,9 +743,9 @@ static int nest_runs_b(void *arg)
 /* src/switch.h: a loop's scheduler need not run on the same stack every
  * time.  Loop b runs first inside a task of loop a, which then ends (its
  * TSan fiber destroyed, its stack gone), then on the thread's own stack.
- * The scheduler's TSan fiber was taken once per loop, so the second run's
- * tasks switched back to the dead task's fiber: a TSan build crashed
- * (SEGV in ThreadSanitizer).  The fiber is now taken at every switch. */
+ * The tasks of the second run must switch back to the scheduler's fiber of
+ * that run, taken at every switch, not to one remembered from the first:
+ * a TSan build would crash in the dead task's fiber. */
 TL(a_loop_run_from_a_task_then_from_its_own_thread_runs_both_times)
 {
     ferry_loop *a;

@@ -763,9 +763,9 @@ T(reentry_into_the_same_full_pool_is_edeadlk_not_a_hang)
 {
     ferry_pool *p;
     int rc;
-    /* Which half failed matters (CI saw one run wait out the 20 s):
-     * -ETIMEDOUT in the first means the inner job was queued although the
-     * only thread was blocked; in the second, the idle thread was not woken. */
+    /* Which half failed matters: -ETIMEDOUT in the first means the inner
+     * job was queued although the only thread was blocked; in the second,
+     * the idle thread was not woken. */
     cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1 }), 0);
     rc = tu_run(reentry_main, p);
     cr_assert_eq(rc, -EDEADLK, "1-thread pool: %d, want -EDEADLK", rc);

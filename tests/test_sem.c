@@ -237,7 +237,7 @@ T(sem, permits_granted_to_cancelled_waiter_reach_the_third)
 /* A bounded semaphore counts the permits granted to a waiter that has not
  * run yet: a release that would make them, with the available ones, more
  * than the bound is refused, so that the waiter's cancellation cannot give
- * them back above it (found by the model tester with seed 4). */
+ * them back above it. */
 static int bounded_pending_main(void *arg)
 {
     int *r = arg;
@@ -306,7 +306,7 @@ T(sem, deadline_while_queued_and_cancelled_uncontended)
 }
 
 /* Random weighted acquires, releases and cancellations: after quiescence
- * permits available + held == initial (TESTING.md 2.4). */
+ * permits available + held == initial (docs/testing.md: permit leak). */
 #define CHAOS_TASKS 40
 static uint64_t g_held;
 

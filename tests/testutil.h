@@ -1,4 +1,5 @@
-/* testutil.h - fixtures shared by ferry's test programs.
+/* testutil.h - fixtures and helpers shared by ferry's test programs
+ * (docs/testing.md tells how they are used).
  *
  * No cr_assert*() inside a task body (it longjmps off the task stack);
  * record into variables or use cr_expect*(), and assert on the main stack

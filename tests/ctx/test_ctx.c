@@ -80,7 +80,7 @@ static struct stack stack_new(size_t size)
     s.vg_id = 0;
 #ifdef HAVE_VALGRIND_H
     /* Without it, switches between adjacent stacks look like huge frame
-     * pushes to memcheck (TESTING.md). */
+     * pushes to memcheck (docs/testing.md, the valgrind leg). */
     s.vg_id = VALGRIND_STACK_REGISTER(s.lo, (char *)s.lo + s.size);
 #endif
     return s;
