@@ -212,7 +212,7 @@ TL(a_frame_larger_than_the_stack_is_caught_with_mprotect_guards)
     assert_reported(&c, "overflower", "victim");
 }
 
-/* ---- infinite recursion without guard pages --------------------------- */
+/* ---- infinite recursion ------------------------------------------------ */
 
 static __attribute__((noinline)) int recurse(int n)
 {
@@ -850,7 +850,7 @@ TL(at_the_mapping_limit_a_trimmed_slab_is_unmapped_by_the_end)
 #endif
 }
 
-/* ---- guards and the canary --------------------------------------------- */
+/* ---- the kind of guard, its budget --------------------------------------- */
 
 static int guard_kind[2] = { -1, -1 }, canary_ok[2];
 
@@ -938,6 +938,8 @@ TL(mprotect_guards_stop_at_their_budget_then_stacks_get_a_canary)
     ferry_loop_free(l);
     cr_assert_eq(tu_leaks(), 0);
 }
+
+/* ---- the cache of free stacks and its trimming -------------------------- */
 
 /* Stacks beyond the cache.  A loop keeping 8 free stacks runs 200 tasks
  * (four slabs of 64 slots; the main task holds slot 0 of the first).  When
@@ -1045,6 +1047,8 @@ TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
     cr_assert_eq(tu_leaks(), 0);
 }
 
+/* ---- colouring ----------------------------------------------------------- */
+
 /* Stack colouring (loop_int.h): the task structures of one slab's slots
  * sit at different offsets within a page, one cache line apart, so that
  * their hot lines do not all share the same cache sets.  The base computed
@@ -1110,6 +1114,8 @@ TL(stacks_of_a_slab_are_coloured_one_cache_line_apart)
     ferry_loop_free(l);
     cr_assert_eq(tu_leaks(), 0);
 }
+
+/* ---- the canary of an unguarded stack ---------------------------------- */
 
 /* The canary: a task that overwrote the bottom of its stack is stopped when
  * it switches out.  ferry logs and aborts; the SIGABRT handler checks the
@@ -1187,6 +1193,8 @@ TL(canary_overwritten_is_caught_when_the_task_hands_over, .exit_code = 42)
 {
     canary_run(smash_and_yield, true);
 }
+
+/* ---- the overflow reporter and the application's SIGSEGV handler -------- */
 
 /* The overflow reporter, driven by a SIGSEGV sent to this thread with a
  * chosen fault address (rt_tgsigqueueinfo) while the stack pointer is in
@@ -1308,6 +1316,8 @@ TL(loop_leaves_an_application_sigsegv_handler_in_place)
 #endif
 }
 
+/* ---- no address space left ----------------------------------------------- */
+
 /* Address space so short that no new mapping fits, while malloc is fed
  * from a heap grown beforehand: the loop is made without its fork mark
  * (optional), and a spawn that needs a new stack mapping fails cleanly. */
@@ -1370,6 +1380,8 @@ TL(no_address_space_left_no_fork_mark_and_spawn_enomem)
     ferry_loop_free(l);
 #endif
 }
+
+/* ---- the alternate signal stack of the application ---------------------- */
 
 TL(freeing_loops_leaves_an_alternate_signal_stack_they_did_not_install)
 {
