@@ -1,11 +1,9 @@
 /* test_loop.c - ferry/loop.h: the loop, its callbacks and timers, turns,
- * stop and references, loops inside loops, making and freeing a loop,
- * attaching to an application's event_base, the dump, and the
- * blocked-loop detector; also ferry_run().
+ * stop and references, loops inside loops, making and freeing a loop, the
+ * dump and the blocked-loop detector; also ferry_run().  A loop attached
+ * to an application's event_base: test_attach.c.
  *
- * No cr_assert inside task bodies (see testutil.h).  A few tests look
- * inside (src/loop_int.h) where the public API cannot make the situation
- * happen on this machine: the fork mark a loop may lack.
+ * No cr_assert inside task bodies (see testutil.h).
  */
 #include <errno.h>
 #include <fcntl.h>
