@@ -29,20 +29,28 @@ static bool late[NSLEEP];
 static int nwaiting, nwoken, nlate;
 static ferry_event sleepers_go;
 
-/* Waits until every sleeper has started, then sleeps until its deadline,
- * which the test set while they all waited. */
+/* Every sleeper waits on the event until all have started; the deadline is
+ * then taken from the moment each one is resumed, at least 50 ms ahead, so
+ * that however long spawning and resuming ten thousand tasks takes, each
+ * goes to sleep before its deadline.  The 200 ms spread is far wider than
+ * the time between two resumptions, so the deadlines come in random order
+ * and the timers, not the order the tasks were resumed in, decide the
+ * wake-up order. */
 static int sleep_one(void *arg)
 {
     int i = (int)(intptr_t)arg;
+    int64_t now;
     int rc;
 
     nwaiting++;
     rc = ferry_event_wait(&sleepers_go);
     if (rc)
         return rc;
-    /* A task may be resumed after its deadline (the process was not
-     * scheduled for a while): it never sleeps, so it says nothing about
-     * the wake-up order. */
+    now = ferry_now();
+    deadlines[i] = now + tu_ms(50) + (int64_t)(rand() % 200000) * 1000;
+    /* Only a stall of 50 ms between the two clock readings can make a
+     * deadline pass before the sleep starts; such a task would only yield
+     * and say nothing about the order, so it is left out of the check. */
     if (ferry_now() >= deadlines[i]) {
         late[i] = true;
         nlate++;
@@ -55,19 +63,11 @@ static int sleep_one(void *arg)
 
 T(task, ten_thousand_sleepers_wake_in_deadline_order)
 {
-    int64_t base;
-
     for (int i = 0; i < NSLEEP; i++)
         cr_assert_eq(ferry_task_spawn(NULL, tu_loop, sleep_one, (void *)(intptr_t)i, NULL), 0);
-    /* However long the spawns and the first steps take, the deadlines are
-     * set only once every task waits on the event: the one turn that
-     * resumes them all is what the lead must cover. */
     while (nwaiting < NSLEEP)
         cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);
-    base = ferry_now() + tu_ms(300);
     srand(1234);
-    for (int i = 0; i < NSLEEP; i++)
-        deadlines[i] = base + (int64_t)(rand() % 200000) * 1000;  /* 0..200 ms */
     cr_assert_eq(ferry_event_set(&sleepers_go), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(nwoken + nlate, NSLEEP);
@@ -377,27 +377,42 @@ static int sleep_long(void *arg)
     return ferry_sleep(FERRY_SEC(60));
 }
 
-/* Shorter than the test's timeout, so that a cancel that does not wake
- * the sleeper is seen by the test, not by the runner's kill. */
-static int sleep_4s(void *arg)
+/* The sleeper's deadline, shorter than the test's timeout so that a
+ * cancel that does not wake the sleeper is seen by the test, not by the
+ * runner's kill. */
+static int64_t sleep_deadline;
+
+static int sleep_until_deadline(void *arg)
 {
-    return ferry_sleep(tu_ms(4000));
+    return ferry_sleep_until(sleep_deadline);
+}
+
+/* Sleeps until just before the sleeper's deadline: its timer fires first,
+ * so it has finished by the time a sleep that only its deadline ends is
+ * over, however slow the machine is. */
+static int witness_sleep(void *arg)
+{
+    return ferry_sleep_until(sleep_deadline - 1);
 }
 
 static int cancel_during_sleep_main(void *arg)
 {
-    ferry_task *t;
+    ferry_task *t, *w;
     int st = 0, rc;
-    int64_t t0 = ferry_now();
 
-    if ((rc = ferry_task_spawn(&t, NULL, sleep_4s, NULL, NULL)))
+    sleep_deadline = ferry_now() + tu_ms(4000);
+    if ((rc = ferry_task_spawn(&w, NULL, witness_sleep, NULL, NULL)))
+        return rc;
+    if ((rc = ferry_task_spawn(&t, NULL, sleep_until_deadline, NULL, NULL)))
         return rc;
     ferry_sleep(tu_ms(5));
     ferry_task_cancel(t);
     rc = ferry_task_join(t, &st);
     /* The cancel ended the sleep, not its deadline. */
-    if (ferry_now() - t0 >= tu_ms(2000))
-        return -1000;
+    if (ferry_task_state(w) == FERRY_TASK_DONE)
+        rc = -1000;
+    ferry_task_cancel(w);
+    ferry_task_join(w, NULL);
     return rc ? rc : st;
 }
 
