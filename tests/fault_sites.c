@@ -240,15 +240,16 @@ bool __wrap_ferry__fault_point(const char *site) { WRAP_BODY(__real_ferry__fault
 /* ---- libevent through the hook ------------------------------------------- */
 
 static unsigned long ev_faults;   /* libevent allocations that were failed */
-/* libevent's allocations are not failed (nor counted) while this is set:
- * during the DNS queries of the name resolution sweep (see there). */
-static bool ev_exempt;
 
-static void ev_trace(void)
+/* A libevent allocation was failed through the hook; with FAULT_VERBOSE,
+ * from where. */
+static void ev_failed(const char *site)
 {
     void *bt[8];
     int n;
 
+    (void)site;
+    ev_faults++;
     if (!getenv("FAULT_VERBOSE"))
         return;
     n = backtrace(bt, 8);
@@ -256,37 +257,11 @@ static void ev_trace(void)
     backtrace_symbols_fd(bt + 1, n - 1, 2);
 }
 
-/* Failed through the hook, but not counted as ferry's allocations:
- * libevent keeps some for the whole process (tu_libevent_fault_hook()). */
-static void *ev_malloc(size_t n)
-{
-    if (!ev_exempt && ferry__fault_point("libevent malloc")) {
-        ev_faults++;
-        ev_trace();
-        return NULL;
-    }
-    return malloc(n);
-}
-
-static void *ev_realloc(void *p, size_t n)
-{
-    if (!ev_exempt && ferry__fault_point("libevent realloc")) {
-        ev_faults++;
-        return NULL;
-    }
-    return realloc(p, n);
-}
-
-static void ev_free(void *p)
-{
-    free(p);
-}
-
 /* Before any libevent allocation of this process (each Criterion test
  * process runs the constructors afresh). */
 __attribute__((constructor)) static void route_libevent(void)
 {
-    event_set_mem_functions(ev_malloc, ev_realloc, ev_free);
+    tu_libevent_fault_hook(ev_failed);
 }
 
 /* ---- sweep machinery ------------------------------------------------------ */
@@ -1596,7 +1571,7 @@ static void setup_resolver_dns(void)
             .hosts = g_hosts }) != 0 ||
         gai_on(g_bl, "alpha.test", "10.1.2.3") != 0)
         FAILF("cannot set the resolver");
-    ev_exempt = true;
+    tu_libevent_fault_exempt(true);
 }
 
 static int op_gai_dns(void)
@@ -1610,7 +1585,7 @@ static int op_gai_dns(void)
 static void undo_gai_dns(int rc)
 {
     (void)rc;
-    ev_exempt = false;
+    tu_libevent_fault_exempt(false);
     if (gai_on(g_bl, "www.example.test", "192.0.2.10") != 0)
         FAILF("getaddrinfo (dns): lookups fail after the failure");
     ferry_loop_free(g_bl);
@@ -1860,7 +1835,8 @@ static void quiet_log(int level, const char *msg, void *ctx)
     (void)level; (void)msg; (void)ctx;
 }
 
-Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .timeout = 300.)
+Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown, .timeout = 300.)
 {
     int reached = 0, elsewhere = 0, lost = 0;
     bool wrapped = __real_ferry__malloc != NULL;

@@ -18,18 +18,6 @@
 #include "testutil.h"
 #include "ferry/bridge.h"
 
-static long scaled(long n)
-{
-    const char *s = getenv("FERRY_STRESS_SCALE");
-    double f = s ? atof(s) : 1.0;
-    long r;
-
-    if (f <= 0 || f > 1)
-        f = 1;
-    r = (long)((double)n * f);
-    return r < 1 ? 1 : r;
-}
-
 /* xorshift, per caller */
 static unsigned rnd(unsigned *s)
 {
@@ -83,7 +71,7 @@ Test(stress_bridge, four_threads_post_250k_each_nothing_lost_or_reordered,
     ferry_inbox_stats st;
     void *bad;
 
-    post_n = scaled(250000);
+    post_n = tu_scaled(250000);
     for (uintptr_t i = 0; i < NPOST; i++)
         t[i] = tu_start_thread(post_thread, (void *)i);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
@@ -143,7 +131,7 @@ static void *pp_thread(void *arg)
 Test(stress_bridge, single_item_rounds_never_strand_a_post,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
-    long rounds = scaled(200000);
+    long rounds = tu_scaled(200000);
     void *stranded;
     pthread_t t = tu_start_thread(pp_thread, (void *)(intptr_t)rounds);
 
@@ -307,7 +295,7 @@ Test(stress_bridge, to_thread_cancelled_at_random_moments_exact_accounting,
     long ok = 0, not_run = 0, abandoned = 0, unseen = 0, waited = 0;
     ferry_pool_stats st;
 
-    rcs.n = scaled(20000);
+    rcs.n = tu_scaled(20000);
     rcs.seed = 12345;
     rcs.ran = calloc((size_t)rcs.n, 1);
     rcs.cleaned = calloc((size_t)rcs.n, 1);
@@ -437,7 +425,7 @@ static int pd_main(void *arg)
 Test(stress_bridge, pool_freed_with_jobs_queued_and_running,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
-    long rounds = scaled(100), total_cancelled = 0;
+    long rounds = tu_scaled(100), total_cancelled = 0;
 
     for (long r = 0; r < rounds; r++) {
         struct pd s = {0};
@@ -484,9 +472,10 @@ static void *close_thread(void *arg)
     return NULL;
 }
 
-Test(stress_bridge, loop_closed_while_threads_are_still_posting, .timeout = 120.)
+Test(stress_bridge, loop_closed_while_threads_are_still_posting,
+     .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
-    long rounds = scaled(20);
+    long rounds = tu_scaled(20);
 
     for (long r = 0; r < rounds; r++) {
         struct close_arg c[NCLOSE];
@@ -547,7 +536,7 @@ Test(stress_bridge, run_task_sync_from_eight_threads,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
     pthread_t t[8];
-    rl_per = scaled(5000);
+    rl_per = tu_scaled(5000);
     for (int i = 0; i < 8; i++)
         t[i] = tu_start_thread(rl_thread, NULL);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
@@ -668,7 +657,7 @@ static int mx_tasks_to_threads(void *arg)
 static void mx_run(ferry_task_fn fn)
 {
     struct mx m = {0};
-    m.per = scaled(50000);
+    m.per = tu_scaled(50000);
     m.seen = calloc((size_t)(4 * m.per), 1);
     cr_assert_eq(ferry_chan_new(&m.ch, 16), 0);
     cr_assert_eq(tu_run(fn, &m), 0);

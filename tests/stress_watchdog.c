@@ -11,8 +11,8 @@
  *   - a post racing the loop's close, 10,000 times: each post either runs
  *     or returns -ESHUTDOWN, never both, never neither.
  *
- * FERRY_STRESS_SCALE (a float, default 1) scales the counts for slow builds;
- * FERRY_TEST_TIME_MULT scales the watchdog's 5 s.
+ * FERRY_STRESS_SCALE (in (0, 1], default 1: tu_scaled()) scales the counts
+ * for slow builds; FERRY_TEST_TIME_MULT scales the watchdog's 5 s.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -29,20 +29,7 @@
 
 #include "testutil.h"
 
-/* ---- scale and watchdog -------------------------------------------------- */
-
-static double scale(void)
-{
-    const char *s = getenv("FERRY_STRESS_SCALE");
-    double v = s ? atof(s) : 1.0;
-    return v > 0 ? v : 1.0;
-}
-
-static long scaled(long n)
-{
-    long v = (long)((double)n * scale());
-    return v > 0 ? v : 1;
-}
+/* ---- the watchdog --------------------------------------------------------- */
 
 static atomic_ulong progress;       /* bumped by every unit of work */
 static atomic_bool  wd_stop;
@@ -90,7 +77,9 @@ static void wd_end(void)
     pthread_join(wd_thread, NULL);
 }
 
-#define T(name, secs) Test(stress_watchdog, name, .timeout = (secs))
+/* Each test makes its own loops. */
+#define T(name, secs) \
+    Test(stress_watchdog, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = (secs))
 
 /* ---- many producers -------------------------------------------------------- */
 
@@ -135,7 +124,7 @@ static void run_producers(int nprod)
     struct prod p[8];
     pthread_t th[8];
     uint64_t want = 0;
-    long per = scaled(1000000) / nprod;
+    long per = tu_scaled(1000000) / nprod;
 
     cr_assert_eq(ferry_loop_new(&g_loop, NULL), 0);
     sum_ran = 0;
@@ -226,7 +215,7 @@ static void *pinger(void *arg)
 
 T(ping_pong_single_item_rounds, 600.)
 {
-    long rounds = scaled(200000);
+    long rounds = tu_scaled(200000);
 
     wd_start("ping-pong");
     for (int rep = 0; rep < 10; rep++) {
@@ -292,7 +281,7 @@ static void *race_poster(void *arg)
 
 T(post_racing_loop_close, 600.)
 {
-    long iters = scaled(10000), bad_rc = 0, mismatch = 0, first_bad = -1;
+    long iters = tu_scaled(10000), bad_rc = 0, mismatch = 0, first_bad = -1;
 
     wd_start("post vs close");
     for (long i = 0; i < iters; i++) {

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "fault.h"
 #include "htab.h"
 
 #define T(suite, name) \
@@ -21,34 +22,7 @@ static const ferry_task_opts small_stack = { .name = "caller", .stack_size = FER
 
 static ferry_task *spawn(ferry_task_fn fn, void *arg)
 {
-    ferry_task *t = NULL;
-
-    if (ferry_task_spawn(&t, NULL, fn, arg, &small_stack) != 0)
-        return NULL;
-    return t;
-}
-
-static int join(ferry_task *t)
-{
-    int st = -99999;
-
-    if (t == NULL || ferry_task_join(t, &st) != 0)
-        return -99998;
-    return st;
-}
-
-static void settle(void)
-{
-    for (int i = 0; i < 8; i++)
-        ferry_yield();
-}
-
-static double stress_scale(void)
-{
-    const char *s = getenv("FERRY_STRESS_SCALE");
-    double v = s ? atof(s) : 1.0;
-
-    return v > 0 && v <= 1 ? v : 1.0;
+    return tu_spawn_opts(fn, arg, &small_stack);
 }
 
 /* ---- Singleflight --------------------------------------------------- */
@@ -106,10 +80,10 @@ static int many_main(void *arg)
         if (g_tasks[i] == NULL)
             return -ENOMEM;
     }
-    settle();
+    tu_settle();
     ferry_event_set(&g_go);
     for (int i = 0; i < n; i++)
-        join(g_tasks[i]);
+        tu_join(g_tasks[i]);
     return 0;
 }
 
@@ -170,15 +144,15 @@ static int handover_main(void *arg)
         g_callers[i].key = "k5";
         t[i] = spawn(caller_task, &g_callers[i]);
     }
-    settle();
+    tu_settle();
     r[0] = g_calls;                   /* 1: the leader */
     ferry_task_cancel(t[0]);          /* cancel the leader */
-    settle();
+    tu_settle();
     r[1] = g_calls;                   /* 2: a waiter took over */
     r[2] = (int)ferry_flight_count(&g_f);
     ferry_event_set(&g_go);
     for (int i = 0; i < 3; i++)
-        join(t[i]);
+        tu_join(t[i]);
     return 0;
 }
 
@@ -221,15 +195,15 @@ static int lead_cancel_main(void *arg)
     for (int i = 0; i < 3; i++)
         g_callers[i].key = "k4";
     t[0] = spawn(leader_then_cancel_next, &g_callers[0]);
-    settle();
+    tu_settle();
     t[1] = g_next_leader = spawn(caller_task, &g_callers[1]);
     t[2] = spawn(caller_task, &g_callers[2]);
-    settle();
+    tu_settle();
     ferry_task_cancel(t[0]);
-    settle();
+    tu_settle();
     ferry_event_set(&g_go);
     for (int i = 0; i < 3; i++)
-        join(t[i]);
+        tu_join(t[i]);
     return 0;
 }
 
@@ -255,9 +229,9 @@ static int lone_leader_cancel_main(void *arg)
 
     g_callers[0].key = "k1";
     t = spawn(caller_task, &g_callers[0]);
-    settle();
+    tu_settle();
     ferry_task_cancel(t);
-    join(t);
+    tu_join(t);
     return (int)ferry_flight_count(&g_f);
 }
 
@@ -288,15 +262,15 @@ static int waiter_leaves_main(void *arg)
     for (int i = 0; i < 3; i++)
         g_callers[i].key = "k3";
     t[0] = spawn(caller_task, &g_callers[0]);
-    settle();
+    tu_settle();
     t[1] = spawn(deadline_caller, &g_callers[1]);   /* a waiter that times out */
     t[2] = spawn(caller_task, &g_callers[2]);
-    settle();
+    tu_settle();
     ferry_task_cancel(t[2]);                        /* a waiter cancelled */
-    join(t[1]);
-    join(t[2]);
+    tu_join(t[1]);
+    tu_join(t[2]);
     ferry_event_set(&g_go);
-    join(t[0]);
+    tu_join(t[0]);
     return 0;
 }
 
@@ -321,12 +295,12 @@ static int leader_deadline_main(void *arg)
 
     g_callers[0].key = g_callers[1].key = "k2";
     t[0] = spawn(deadline_caller, &g_callers[0]);   /* leader with a deadline */
-    settle();
+    tu_settle();
     t[1] = spawn(caller_task, &g_callers[1]);
     ferry_sleep(tu_ms(30));
     ferry_event_set(&g_go);
-    join(t[0]);
-    join(t[1]);
+    tu_join(t[0]);
+    tu_join(t[1]);
     return 0;
 }
 
@@ -375,11 +349,11 @@ static int flight_errors_main(void *arg)
     r[3] = ferry_flight_do(&g_f, "x", 1, NULL, NULL, NULL, 0);
     r[4] = ferry_flight_do(&g_f, "x", 1, plain_fn, NULL, NULL, 4);
     lead = spawn(mismatch_caller, NULL);
-    settle();
+    tu_settle();
     r[5] = ferry_flight_do(&g_f, "m", 1, plain_fn, NULL, &small, sizeof small);
     r[6] = ferry_flight_destroy(&g_f);              /* in flight: -EBUSY */
     ferry_event_set(&g_go);
-    r[7] = join(lead);
+    r[7] = tu_join(lead);
     /* The empty key is a key. */
     r[8] = ferry_flight_do(&g_f, NULL, 0, plain_fn, NULL, &small, sizeof small);
     return 0;
@@ -439,18 +413,18 @@ static int distinct_main(void *arg)
     /* A burst of distinct keys in flight at once grows the table. */
     for (int i = 0; i < 2000; i++)
         g_tasks[i] = spawn(distinct_caller, (void *)(intptr_t)i);
-    settle();
+    tu_settle();
     if (ferry_flight_count(&g_f) != 2000)
         bad += 1000000;
     ferry_event_set(&g_go);
     for (int i = 0; i < 2000; i++)
-        bad += join(g_tasks[i]) != 0;
+        bad += tu_join(g_tasks[i]) != 0;
     return bad;
 }
 
 T(flight, memory_returns_to_baseline_after_distinct_keys)
 {
-    int n = (int)(100000 * stress_scale());
+    int n = (int)(100000 * tu_stress_scale());
 
     g_calls = 0;
     ferry_event_init(&g_go);
@@ -461,6 +435,98 @@ T(flight, memory_returns_to_baseline_after_distinct_keys)
     cr_assert_leq(g_f.calls.cap, HTAB_MIN_SLOTS, "the table did not shrink back");
     cr_assert_eq(ferry_flight_destroy(&g_f), 0);
     cr_assert_eq(g_f.calls.cap, 0);
+}
+
+/* ---- NULL and invalid arguments -------------------------------------- */
+
+static int nulls_rc[8], nnulls, nbools;
+static bool nulls_bool[8];
+
+static int flight_nulls_task(void *arg)
+{
+    ferry_flight f = FERRY_FLIGHT_INIT;
+    int i = 0, b = 0;
+
+    (void)arg;
+    nulls_rc[i++] = ferry_flight_init(NULL);
+    nulls_rc[i++] = ferry_flight_destroy(NULL);
+    nulls_bool[b++] = ferry_flight_count(NULL) != 0;
+    nnulls = i;
+    /* Nothing was bound by the refusals. */
+    nulls_bool[b++] = f.loop != NULL;
+    nbools = b;
+    return 0;
+}
+
+T(flight, refuses_null_arguments_and_binds_nothing)
+{
+    cr_assert_eq(tu_run(flight_nulls_task, NULL), 0);
+    cr_assert_eq(nnulls, 2);
+    cr_assert_eq(nbools, 2);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
+}
+
+static ferry_flight pair_f = FERRY_FLIGHT_INIT;
+static int flight_rc[2] = { 1, 1 }, pair_calls;
+
+static int yield_then(void *arg, void *out, size_t out_size)
+{
+    (void)out; (void)out_size;
+    pair_calls++;
+    ferry_yield();                 /* the second caller joins meanwhile */
+    return (int)(intptr_t)arg;
+}
+
+struct pair_caller {
+    int idx;      /* where its result goes */
+    int status;   /* what fn returns if it leads */
+};
+
+static int flight_caller(void *arg)
+{
+    struct pair_caller *c = arg;
+
+    flight_rc[c->idx] = ferry_flight_do(&pair_f, "key", 3, yield_then,
+                                        (void *)(intptr_t)c->status, NULL, 0);
+    return 0;
+}
+
+/* Two callers of one key; the leader's fn returns `status`. */
+static void flight_pair(int status)
+{
+    struct pair_caller c[2] = { { 0, status }, { 1, status } };
+    ferry_task *t[2];
+
+    pair_calls = 0;
+    flight_rc[0] = flight_rc[1] = 1;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ferry_task_spawn(&t[i], tu_loop, flight_caller, &c[i], NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ferry_task_try_join(t[i], NULL), 0);
+}
+
+T(flight, without_a_result_buffer_shares_the_status)
+{
+    flight_pair(0);
+    cr_assert_eq(pair_calls, 1);
+    cr_assert_eq(flight_rc[0], 0);
+    cr_assert_eq(flight_rc[1], 0);
+    cr_assert_eq(ferry_flight_count(&pair_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&pair_f), 0);
+}
+
+T(flight, leader_timing_out_on_its_own_fails_the_waiters_too)
+{
+    /* fn returns -ETIMEDOUT although its task was neither cancelled nor
+     * past a deadline: the waiter is not handed the lead, it shares the
+     * failure. */
+    flight_pair(-ETIMEDOUT);
+    cr_assert_eq(pair_calls, 1);
+    cr_assert_eq(flight_rc[0], -ETIMEDOUT);
+    cr_assert_eq(flight_rc[1], -ETIMEDOUT);
+    cr_assert_eq(ferry_flight_count(&pair_f), 0);
+    cr_assert_eq(ferry_flight_destroy(&pair_f), 0);
 }
 
 /* ---- Per-key locks -------------------------------------------------- */
@@ -547,13 +613,13 @@ static int kl_handoff_main(void *arg)
     ferry_keylock_acquire(&g_kl, "rate", 4);
     for (int i = 1; i <= 4; i++)
         t[i] = spawn(kl_worker, &a[i]);
-    settle();
+    tu_settle();
     ferry_task_cancel(t[3]);                 /* queued */
-    settle();
+    tu_settle();
     ferry_keylock_release(&g_kl, "rate", 4); /* handed to 1 ... */
     ferry_task_cancel(t[1]);                 /* ... cancelled before running */
     for (int i = 1; i <= 4; i++)
-        join(t[i]);
+        tu_join(t[i]);
     return (int)ferry_keylock_count(&g_kl);
 }
 
@@ -603,8 +669,8 @@ static int kl_broken_main(void *arg)
     h = spawn(kl_die_holding, NULL);
     ferry_yield();
     w = spawn(kl_worker, &a);
-    r[0] = join(h);
-    r[1] = join(w);
+    r[0] = tu_join(h);
+    r[1] = tu_join(w);
     r[2] = ferry_keylock_acquire(&g_kl, "k", 1);
     r[3] = ferry_keylock_locked(&g_kl, "k", 1);
     r[4] = ferry_keylock_acquire(&g_kl, "other", 5);
@@ -660,7 +726,7 @@ static int kl_million_main(void *arg)
 
 T(keylock, memory_returns_to_baseline_after_a_million_keys)
 {
-    int n = (int)(1000000 * stress_scale()) / KL_BATCH * KL_BATCH;
+    int n = (int)(1000000 * tu_stress_scale()) / KL_BATCH * KL_BATCH;
 
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(kl_million_main, &n), KL_BATCH, "every batch held at once");
@@ -701,7 +767,7 @@ static int cache_main(void *arg)
     for (int i = 0; i < 30; i++)
         t[i] = spawn(get_rate, (void *)(intptr_t)i);
     for (int i = 0; i < 30; i++)
-        bad += join(t[i]) != 0;
+        bad += tu_join(t[i]) != 0;
     return bad;
 }
 
@@ -716,6 +782,102 @@ T(keylock, per_key_cache_fetches_once_per_key)
         cr_assert_eq(g_cache[i], 100 + i);
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);
     cr_assert_eq(ferry_keylock_destroy(&g_kl), 0);
+}
+
+static int keylock_nulls_task(void *arg)
+{
+    ferry_keylock kl = FERRY_KEYLOCK_INIT;
+    int i = 0, b = 0;
+
+    (void)arg;
+    nulls_rc[i++] = ferry_keylock_init(NULL);
+    nulls_rc[i++] = ferry_keylock_destroy(NULL);
+    nulls_rc[i++] = ferry_keylock_acquire(NULL, "k", 1);
+    nulls_rc[i++] = ferry_keylock_try_acquire(&kl, NULL, 1);
+    nulls_rc[i++] = ferry_keylock_release(&kl, NULL, 1);
+    nulls_bool[b++] = ferry_keylock_count(NULL) != 0;
+    nulls_bool[b++] = ferry_keylock_locked(NULL, "k", 1);
+    nulls_bool[b++] = ferry_keylock_locked(&kl, NULL, 1);
+    nulls_bool[b++] = ferry_keylock_locked(&kl, "k", 1);   /* no such key */
+    nulls_bool[b++] = ferry_keylock_locked(&kl, NULL, 0);  /* the empty key, not held */
+    nnulls = i;
+    /* Nothing was bound or allocated by the refusals. */
+    nulls_bool[b++] = kl.loop != NULL || kl.keys.cap != 0;
+    nbools = b;
+    return 0;
+}
+
+T(keylock, refuses_null_arguments_and_binds_nothing)
+{
+    cr_assert_eq(tu_run(keylock_nulls_task, NULL), 0);
+    cr_assert_eq(nnulls, 5);
+    cr_assert_eq(nbools, 6);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
+}
+
+static ferry_keylock thief_kl = FERRY_KEYLOCK_INIT;
+static int kl_rc[4] = { 1, 1, 1, 1 };
+static ferry_event kl_go;
+
+static int key_holder(void *arg)
+{
+    (void)arg;
+    ferry_keylock_acquire(&thief_kl, "k", 1);
+    ferry_event_wait(&kl_go);
+    return ferry_keylock_release(&thief_kl, "k", 1);
+}
+
+static int key_thief(void *arg)
+{
+    (void)arg;
+    kl_rc[0] = ferry_keylock_release(&thief_kl, "k", 1);     /* held by another task */
+    kl_rc[1] = ferry_keylock_release(&thief_kl, "nope", 4);  /* nobody's */
+    kl_rc[2] = ferry_keylock_locked(&thief_kl, "k", 1);
+    kl_rc[3] = (int)ferry_keylock_count(&thief_kl);
+    return ferry_event_set(&kl_go);
+}
+
+T(keylock, release_by_a_task_that_does_not_hold_the_key_is_eperm)
+{
+    ferry_task *h, *t;
+    int st = 1;
+
+    cr_assert_eq(ferry_task_spawn(&h, tu_loop, key_holder, NULL, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, key_thief, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(h, &st), 0);
+    cr_assert_eq(st, 0, "the holder's release failed: %d", st);
+    cr_assert_eq(ferry_task_try_join(t, NULL), 0);
+    cr_assert_eq(kl_rc[0], -EPERM);
+    cr_assert_eq(kl_rc[1], -EPERM);
+    cr_assert_eq(kl_rc[2], 1);
+    cr_assert_eq(kl_rc[3], 1, "a failed release made or dropped a key");
+    cr_assert_eq(ferry_keylock_count(&thief_kl), 0);
+    cr_assert_eq(ferry_keylock_destroy(&thief_kl), 0);
+}
+
+static int kl_nomem_rc[3] = { 1, 1, 1 };
+
+static int keylock_nomem_task(void *arg)
+{
+    ferry_keylock k = FERRY_KEYLOCK_INIT;
+
+    (void)arg;
+    ferry__fault_arm(1, true);
+    kl_nomem_rc[0] = ferry_keylock_try_acquire(&k, "k", 1);
+    ferry__fault_reset();
+    kl_nomem_rc[1] = (int)ferry_keylock_count(&k);
+    kl_nomem_rc[2] = ferry_keylock_try_acquire(&k, "k", 1);
+    ferry_keylock_release(&k, "k", 1);
+    return ferry_keylock_destroy(&k);
+}
+
+T(keylock, try_acquire_without_memory_is_enomem_and_makes_no_key)
+{
+    cr_assert_eq(tu_run(keylock_nomem_task, NULL), 0);
+    cr_assert_eq(kl_nomem_rc[0], -ENOMEM);
+    cr_assert_eq(kl_nomem_rc[1], 0);
+    cr_assert_eq(kl_nomem_rc[2], 0);
 }
 
 /* ---- Wrong thread, wrong loop --------------------------------------- */
@@ -741,47 +903,14 @@ static int foreign_flight(int *r)
     return n;
 }
 
-static int g_n;
-
-static void *thread_flight(void *arg)
-{
-    g_n = foreign_flight(arg);
-    return NULL;
-}
-
-static int loop2_flight(void *arg)
-{
-    g_n = foreign_flight(arg);
-    return 0;
-}
-
 T(flight, other_thread_or_other_loop_gets_eperm)
 {
-    int r[8];
-    pthread_t th;
-    ferry_loop *loop2;
-
     g_calls = 0;
     ferry_flight_init(&g_f);
     ferry_keylock_init(&g_kl);
     cr_assert_eq(tu_run(bind_both, NULL), 0);
     cr_assert_eq(g_calls, 1);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(pthread_create(&th, NULL, thread_flight, r), 0);
-    pthread_join(th, NULL);
-    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_flight, r, NULL), 0);
-    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
-    ferry_loop_free(loop2);
-    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    tu_assert_eperm_elsewhere(foreign_flight);
     cr_assert_eq(g_calls, 1);
     /* "held" broke when main ended holding it; destroy frees it. */
     cr_assert(ferry_keylock_locked(&g_kl, "held", 4));
@@ -813,7 +942,6 @@ static void *thread_destroy_flight(void *arg)
 
 T(flight, destroy_after_the_bound_loop_is_freed)
 {
-    pthread_t th;
     ferry_loop *loop2;
 
     g_calls = 0;
@@ -825,8 +953,7 @@ T(flight, destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(g_calls, 1);
 
     g_rt[0] = g_rt[1] = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_flight, NULL);
     cr_assert_eq(g_rt[0], -EPERM, "flight from a thread while the loop lives: %d", g_rt[0]);
     cr_assert_eq(g_rt[1], -EPERM, "keylock from a thread while the loop lives: %d", g_rt[1]);
 
@@ -835,8 +962,7 @@ T(flight, destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(ferry_flight_destroy(&g_f), 0, "flight, this thread");
     ferry_flight_init(&g_f);
     g_rt[0] = g_rt[1] = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_flight, NULL), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_flight, NULL);
     cr_assert_eq(g_rt[0], 0);
     cr_assert_eq(g_rt[1], 0, "keylock from a thread once the loop is freed: %d", g_rt[1]);
     cr_assert_eq(ferry_keylock_count(&g_kl), 0);

@@ -3,7 +3,10 @@
  * fork+exec / posix_spawn from a task works.
  *
  * A child reports through its exit status: 0 if every check held, else the
- * number (1..100) of the first check that failed.
+ * number (1..100) of the first check that failed.  Two tests look inside
+ * (src/loop_int.h): they write into the loop's fork mark what a forked
+ * child reads there, and take the mark away as a kernel without
+ * MADV_WIPEONFORK leaves it.
  */
 #include <errno.h>
 #include <spawn.h>
@@ -16,6 +19,7 @@
 
 #include "testutil.h"
 #include "ferry/bridge.h"
+#include "loop_int.h"
 
 extern char **environ;
 
@@ -273,4 +277,59 @@ T(fork_exec_from_a_task_and_reap_on_a_pool_thread)
 
     cr_assert_eq(tu_run(spawn_true_main, &mode), 0);
     cr_assert_geq(atomic_load(&ticks), 3);
+}
+
+/* ---- what a forked child sees in the fork mark ------------------------------- */
+
+T(a_forked_copy_of_the_loop_refuses_every_call)
+{
+    volatile unsigned char *mark = (volatile unsigned char *)(uintptr_t)tu_loop->fork_mark;
+    ferry_sem sem = FERRY_SEM_INIT(1), unbound = FERRY_SEM_INIT(1);
+    bool current, copy, copy_null;
+    void *task;
+    int rc[5];
+
+    cr_assert_not_null(mark, "MADV_WIPEONFORK refused (kernel before 4.14?)");
+    cr_assert_eq(ferry_sem_try_acquire(&sem), 0);   /* binds it to tu_loop */
+    /* What a child forked from this process reads there (MADV_WIPEONFORK). */
+    *mark = 0;
+    current = ferry_loop_is_current(tu_loop);
+    copy = ferry__loop_is_fork_copy(tu_loop);
+    copy_null = ferry__loop_is_fork_copy(NULL);
+    task = ferry_task_current();
+    rc[0] = ferry_call_soon(tu_loop, noop_cb, NULL);
+    rc[1] = ferry_sem_release(&sem);
+    rc[2] = ferry_sem_try_acquire(&unbound);
+    rc[3] = ferry_yield();
+    rc[4] = ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
+    ferry_loop_free(tu_loop);    /* the child must not free the parent's state */
+    *mark = 1;
+    cr_assert_not(current);
+    cr_assert(copy);
+    cr_assert_not(copy_null);
+    cr_assert_null(task);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(rc[i], -EPERM, "call %d returned %d", i, rc[i]);
+    /* The parent's loop is untouched. */
+    cr_assert(ferry_loop_is_current(tu_loop));
+    cr_assert_not(ferry__loop_is_fork_copy(tu_loop));
+    cr_assert_eq(ferry_sem_value(&sem), 0);
+    cr_assert_eq(ferry_sem_release(&sem), 0);
+    cr_assert_eq(ferry_sem_value(&unbound), 1);
+    cr_assert_eq(tu_run(noop_task, NULL), 0);
+}
+
+T(a_loop_without_a_fork_mark_works)
+{
+    /* A kernel that refuses MADV_WIPEONFORK leaves the mark NULL. */
+    const volatile unsigned char *saved = tu_loop->fork_mark;
+    bool current;
+    int rc;
+
+    tu_loop->fork_mark = NULL;
+    current = ferry_loop_is_current(tu_loop);
+    rc = tu_run(noop_task, NULL);
+    tu_loop->fork_mark = saved;
+    cr_assert(current);
+    cr_assert_eq(rc, 0);
 }

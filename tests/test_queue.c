@@ -18,30 +18,6 @@
 #define T(name) \
     Test(queue, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 10.)
 
-static ferry_task *spawn(ferry_task_fn fn, void *arg)
-{
-    ferry_task *t = NULL;
-
-    if (ferry_task_spawn(&t, NULL, fn, arg, NULL) != 0)
-        return NULL;
-    return t;
-}
-
-static int join(ferry_task *t)
-{
-    int st = -99999;
-
-    if (t == NULL || ferry_task_join(t, &st) != 0)
-        return -99998;
-    return st;
-}
-
-static void settle(void)
-{
-    for (int i = 0; i < 8; i++)
-        ferry_yield();
-}
-
 static ferry_queue g_q;
 static int g_rc[32];
 static int g_got[32];
@@ -386,16 +362,16 @@ static int get_cancel_main(void *arg)
     ferry_task *t[4];
 
     for (int i = 1; i <= 3; i++)
-        t[i] = spawn(getter, (void *)(intptr_t)i);
-    settle();
+        t[i] = tu_spawn(getter, (void *)(intptr_t)i);
+    tu_settle();
     ferry_task_cancel(t[2]);           /* middle one, while queued */
-    settle();
+    tu_settle();
     v = 10;
     ferry_queue_put(&g_q, &v);          /* promised to 1 ... */
     ferry_task_cancel(t[1]);           /* ... cancelled before it runs */
     r[0] = ferry_queue_destroy(&g_q);   /* woken getter not run yet: busy */
     for (int i = 1; i <= 3; i++)
-        join(t[i]);
+        tu_join(t[i]);
     r[1] = (int)ferry_queue_size(&g_q);
     return 0;
 }
@@ -424,14 +400,14 @@ static int put_cancel_main(void *arg)
 
     ferry_queue_put(&g_q, &v);          /* full (capacity 1) */
     for (int i = 1; i <= 3; i++)
-        t[i] = spawn(putter, (void *)(intptr_t)i);
-    settle();
+        t[i] = tu_spawn(putter, (void *)(intptr_t)i);
+    tu_settle();
     ferry_task_cancel(t[2]);
-    settle();
+    tu_settle();
     ferry_queue_get(&g_q, &v);          /* slot promised to 1 ... */
     ferry_task_cancel(t[1]);           /* ... cancelled before it runs */
     for (int i = 1; i <= 3; i++)
-        join(t[i]);
+        tu_join(t[i]);
     r[0] = (int)ferry_queue_size(&g_q);
     r[1] = -1;
     ferry_queue_try_get(&g_q, &r[1]);
@@ -507,9 +483,9 @@ static int deadline_main(void *arg)
 {
     int *r = arg, v = 1;
 
-    join(spawn(deadline_getter, NULL));   /* empty queue */
+    tu_join(tu_spawn(deadline_getter, NULL));   /* empty queue */
     ferry_queue_put(&g_q, &v);             /* now full */
-    join(spawn(deadline_putter, NULL));
+    tu_join(tu_spawn(deadline_putter, NULL));
     r[0] = (int)ferry_queue_size(&g_q);
     ferry_queue_get(&g_q, &r[1]);
     return 0;
@@ -599,9 +575,9 @@ static int chaos_main(void *arg)
     int id;
 
     for (int i = 0; i < NPROD; i++)
-        t[i] = spawn(chaos_producer, (void *)(intptr_t)i);
+        t[i] = tu_spawn(chaos_producer, (void *)(intptr_t)i);
     for (int i = 0; i < NCONS; i++)
-        t[NPROD + i] = spawn(chaos_consumer, NULL);
+        t[NPROD + i] = tu_spawn(chaos_consumer, NULL);
     for (int step = 0; step < 12; step++) {
         for (int k = rand_r(&seed) % 6; k >= 0; k--)
             ferry_yield();
@@ -621,7 +597,7 @@ static int chaos_main(void *arg)
     for (int i = 0; i < NPROD + NCONS; i++)
         ferry_task_cancel(t[i]);
     for (int i = 0; i < NPROD + NCONS; i++)
-        join(t[i]);
+        tu_join(t[i]);
     while (ferry_queue_try_get(&g_q, &id) == 0) {
         seen(id);
         ferry_queue_task_done(&g_q);
@@ -667,15 +643,15 @@ static int join_main(void *arg)
     r[1] = ferry_queue_join(&g_q);           /* nothing unfinished: at once */
     ferry_queue_put(&g_q, &v);
     ferry_queue_put(&g_q, &v);
-    j = spawn(joiner, (void *)(intptr_t)1);
-    settle();
+    j = tu_spawn(joiner, (void *)(intptr_t)1);
+    tu_settle();
     ferry_queue_get(&g_q, &v);
     ferry_queue_get(&g_q, &v);
     ferry_queue_task_done(&g_q);
-    settle();
+    tu_settle();
     r[2] = g_rc[1];                          /* still waiting: sentinel */
     r[3] = ferry_queue_task_done(&g_q);
-    join(j);
+    tu_join(j);
     r[4] = ferry_queue_task_done(&g_q);      /* beyond: -EINVAL */
     return 0;
 }
@@ -706,12 +682,12 @@ static int graceful_main(void *arg)
     for (v = 1; v <= 2; v++)
         ferry_queue_put(&g_q, &v);            /* full */
     for (int i = 1; i <= 2; i++)
-        p[i] = spawn(putter, (void *)(intptr_t)i);
-    j = spawn(joiner, (void *)(intptr_t)5);
-    settle();
+        p[i] = tu_spawn(putter, (void *)(intptr_t)i);
+    j = tu_spawn(joiner, (void *)(intptr_t)5);
+    tu_settle();
     r[0] = ferry_queue_shutdown(&g_q, false);
     for (int i = 1; i <= 2; i++)
-        join(p[i]);
+        tu_join(p[i]);
     r[1] = ferry_queue_put(&g_q, &v);         /* -ESHUTDOWN */
     r[2] = ferry_queue_try_put(&g_q, &v);
     r[3] = ferry_queue_get(&g_q, &r[10]);     /* drains: 1 */
@@ -720,13 +696,13 @@ static int graceful_main(void *arg)
     r[6] = ferry_queue_try_get(&g_q, &v);
     /* Getters blocked on an empty queue at shutdown. */
     for (int i = 3; i <= 4; i++)
-        g[i - 3] = spawn(getter, (void *)(intptr_t)i);
-    settle();
+        g[i - 3] = tu_spawn(getter, (void *)(intptr_t)i);
+    tu_settle();
     ferry_queue_task_done(&g_q);
     ferry_queue_task_done(&g_q);
-    join(j);
+    tu_join(j);
     for (int i = 0; i < 2; i++)
-        join(g[i]);
+        tu_join(g[i]);
     r[7] = ferry_queue_destroy(&g_q);
     return 0;
 }
@@ -760,11 +736,11 @@ static int blocked_getters_main(void *arg)
     ferry_task *g[3];
 
     for (int i = 0; i < 3; i++)
-        g[i] = spawn(getter, (void *)(intptr_t)(i + 1));
-    settle();
+        g[i] = tu_spawn(getter, (void *)(intptr_t)(i + 1));
+    tu_settle();
     r[0] = ferry_queue_shutdown(&g_q, false);
     for (int i = 0; i < 3; i++)
-        join(g[i]);
+        tu_join(g[i]);
     r[1] = ferry_queue_shutdown(&g_q, false);     /* again: nothing */
     return 0;
 }
@@ -790,16 +766,16 @@ static int immediate_main(void *arg)
 
     for (int i = 0; i < 3; i++)
         ferry_queue_put(&g_q, &v);                 /* full (3) */
-    p = spawn(putter, (void *)(intptr_t)2);
-    j = spawn(joiner, (void *)(intptr_t)3);
-    settle();
+    p = tu_spawn(putter, (void *)(intptr_t)2);
+    j = tu_spawn(joiner, (void *)(intptr_t)3);
+    tu_settle();
     ferry_queue_get(&g_q, &v);                     /* slot promised to 2 */
     ferry_queue_task_done(&g_q);
     /* Shut down before putter 2 runs: its item must not go in. */
     r[0] = ferry_queue_shutdown(&g_q, true);
     r[1] = (int)ferry_queue_size(&g_q);
-    join(p);
-    join(j);
+    tu_join(p);
+    tu_join(j);
     r[2] = ferry_queue_get(&g_q, &v);
     r[3] = (int)ferry_queue_size(&g_q);
     r[4] = ferry_queue_task_done(&g_q);            /* dropped ones count as done */
@@ -828,13 +804,13 @@ static int immediate_promised_main(void *arg)
     int *r = arg, v = 42;
     ferry_task *g, *j;
 
-    g = spawn(getter, (void *)(intptr_t)1);
-    settle();
+    g = tu_spawn(getter, (void *)(intptr_t)1);
+    tu_settle();
     ferry_queue_put(&g_q, &v);                     /* promised to getter 1 */
-    j = spawn(joiner, (void *)(intptr_t)2);
+    j = tu_spawn(joiner, (void *)(intptr_t)2);
     r[0] = ferry_queue_shutdown(&g_q, true);       /* before 1 runs */
-    join(g);
-    join(j);
+    tu_join(g);
+    tu_join(j);
     r[1] = (int)ferry_queue_size(&g_q);
     return 0;
 }
@@ -851,6 +827,91 @@ T(immediate_shutdown_drops_item_promised_to_a_getter)
     cr_assert_eq(g_rc[2], 0);
     cr_assert_eq(r[1], 0);
     cr_assert_eq(ferry_queue_destroy(&g_q), 0);
+}
+
+/* ---- NULL and invalid arguments, storage limits ------------------------ */
+
+static int nulls_rc[32], nnulls, nbools;
+static bool nulls_bool[8];
+
+static int nulls_task(void *arg)
+{
+    ferry_queue bad_kind = { .elem_size = 4, .kind = 7 };
+    ferry_queue neg_kind = { .elem_size = 4, .kind = -1 };
+    ferry_queue no_cmp = FERRY_QUEUE_PRIORITY_INIT(4, 0, NULL, NULL);
+    ferry_queue zero = { 0 };
+    ferry_queue q = FERRY_QUEUE_INIT(sizeof(int), 0);
+    int item = 1, i = 0, b = 0;
+
+    (void)arg;
+    /* Bad arguments and queues that were never valid. */
+    nulls_rc[i++] = ferry_queue_init(NULL, 4, 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    nulls_rc[i++] = ferry_queue_init(&q, 0, 0, FERRY_QUEUE_FIFO, NULL, NULL);
+    nulls_rc[i++] = ferry_queue_init(&q, 4, 0, (enum ferry_queue_kind)3, NULL, NULL);
+    nulls_rc[i++] = ferry_queue_init(&q, 4, 0, (enum ferry_queue_kind)-1, NULL, NULL);
+    nulls_rc[i++] = ferry_queue_init(&q, 4, 0, FERRY_QUEUE_FIFO, NULL, &item);   /* arg without cmp */
+    nulls_rc[i++] = ferry_queue_destroy(NULL);
+    nulls_rc[i++] = ferry_queue_put(&bad_kind, &item);
+    nulls_rc[i++] = ferry_queue_put(&neg_kind, &item);
+    nulls_rc[i++] = ferry_queue_put(&no_cmp, &item);
+    nulls_rc[i++] = ferry_queue_put(&zero, &item);
+    nulls_rc[i++] = ferry_queue_put(&q, NULL);
+    nulls_rc[i++] = ferry_queue_try_put(&q, NULL);
+    nulls_rc[i++] = ferry_queue_get(&q, NULL);
+    nulls_rc[i++] = ferry_queue_get(&bad_kind, &item);
+    nulls_rc[i++] = ferry_queue_try_get(&q, NULL);
+    nulls_rc[i++] = ferry_queue_try_get(&bad_kind, &item);
+    nulls_rc[i++] = ferry_queue_task_done(&bad_kind);
+    nulls_rc[i++] = ferry_queue_join(&bad_kind);
+    nulls_rc[i++] = ferry_queue_shutdown(&bad_kind, false);
+    nulls_bool[b++] = ferry_queue_size(NULL) != 0;
+    nulls_bool[b++] = !ferry_queue_empty(NULL);
+    nulls_bool[b++] = ferry_queue_full(NULL);
+    nnulls = i;
+    /* Nothing was bound or allocated by the refusals. */
+    nulls_bool[b++] = q.loop != NULL;
+    nbools = b;
+    return 0;
+}
+
+T(refuses_null_and_invalid_arguments_and_binds_nothing)
+{
+    cr_assert_eq(tu_run(nulls_task, NULL), 0);
+    cr_assert_eq(nnulls, 19);
+    cr_assert_eq(nbools, 4);
+    tu_assert_einval_and_false(nulls_rc, nnulls, nulls_bool, nbools);
+}
+
+static int cmp_bytes(const void *a, const void *b, void *arg)
+{
+    (void)arg;
+    return memcmp(a, b, 1);
+}
+
+static int qlimit_rc[4];
+
+static int queue_limits_task(void *arg)
+{
+    /* Element sizes no storage can hold: refused before any copy. */
+    ferry_queue prio = FERRY_QUEUE_PRIORITY_INIT(SIZE_MAX / 2 + 2, 0, cmp_bytes, NULL);
+    ferry_queue fifo = FERRY_QUEUE_INIT(SIZE_MAX / 4, 0);
+    char item[16] = { 0 };
+
+    (void)arg;
+    qlimit_rc[0] = ferry_queue_try_put(&prio, item);
+    qlimit_rc[1] = ferry_queue_put(&fifo, item);
+    qlimit_rc[2] = (int)(ferry_queue_size(&prio) + ferry_queue_size(&fifo));
+    qlimit_rc[3] = ferry_queue_destroy(&prio) + ferry_queue_destroy(&fifo);
+    return 0;
+}
+
+T(element_size_too_large_to_store_is_enomem)
+{
+    cr_assert_eq(tu_run(queue_limits_task, NULL), 0);
+    cr_assert_eq(qlimit_rc[0], -ENOMEM);
+    cr_assert_eq(qlimit_rc[1], -ENOMEM);
+    cr_assert_eq(qlimit_rc[2], 0);
+    cr_assert_eq(qlimit_rc[3], 0);
 }
 
 /* ---- Errors --------------------------------------------------------- */
@@ -876,25 +937,9 @@ static int foreign_q(int *r)
     return n;
 }
 
-static int g_n;
-
-static void *thread_q(void *arg)
-{
-    g_n = foreign_q(arg);
-    return NULL;
-}
-
-static int loop2_q(void *arg)
-{
-    g_n = foreign_q(arg);
-    return 0;
-}
-
 T(errors_einval_eperm)
 {
-    int r[16];
-    pthread_t th;
-    ferry_loop *loop2;
+    int r[1];
     ferry_queue zero = { 0 };
 
     cr_assert_eq(ferry_queue_init(NULL, 4, 0, FERRY_QUEUE_FIFO, NULL, NULL), -EINVAL);
@@ -907,22 +952,7 @@ T(errors_einval_eperm)
 
     cr_assert_eq(ferry_queue_init(&g_q, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
     cr_assert_eq(tu_run(bind_q, NULL), 0);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(pthread_create(&th, NULL, thread_q, r), 0);
-    pthread_join(th, NULL);
-    cr_assert_gt(g_n, 0, "the calls from a thread did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from a thread returned %d", i, r[i]);
-    memset(r, 0, sizeof r);
-    g_n = 0;
-    cr_assert_eq(ferry_loop_new(&loop2, NULL), 0);
-    cr_assert_eq(ferry_task_spawn(NULL, loop2, loop2_q, r, NULL), 0);
-    cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_DEFAULT), 0);
-    ferry_loop_free(loop2);
-    cr_assert_gt(g_n, 0, "the calls from another loop did not run");
-    for (int i = 0; i < g_n; i++)
-        cr_assert_eq(r[i], -EPERM, "call %d from another loop returned %d", i, r[i]);
+    tu_assert_eperm_elsewhere(foreign_q);
     cr_assert_eq(ferry_queue_size(&g_q), 1);
     cr_assert_eq(ferry_queue_destroy(&g_q), 0);
 }
@@ -930,12 +960,12 @@ T(errors_einval_eperm)
 static int destroy_busy_main(void *arg)
 {
     int *r = arg;
-    ferry_task *t = spawn(getter, (void *)(intptr_t)1);
+    ferry_task *t = tu_spawn(getter, (void *)(intptr_t)1);
 
-    settle();
+    tu_settle();
     r[0] = ferry_queue_destroy(&g_q);
     ferry_task_cancel(t);
-    join(t);
+    tu_join(t);
     r[1] = ferry_queue_destroy(&g_q);
     return 0;
 }
@@ -949,6 +979,88 @@ T(destroy_with_waiters_is_ebusy)
     cr_assert_eq(r[0], -EBUSY);
     cr_assert_eq(r[1], 0);
     cr_assert_eq(tu_leaks(), 0);
+}
+
+static ferry_queue pq = FERRY_QUEUE_INIT(sizeof(int), 1);
+static int pq_rc[4] = { 1, 1, 1, 1 }, putter_rc = 1;
+
+static int blocked_putter(void *arg)
+{
+    int v = 2;
+
+    (void)arg;
+    putter_rc = ferry_queue_put(&pq, &v);
+    return 0;
+}
+
+static int queue_putter_main(void *arg)
+{
+    ferry_task *p;
+    int v = 1, out = 0;
+
+    (void)arg;
+    pq_rc[3] = ferry_queue_empty(&pq);
+    ferry_queue_put(&pq, &v);                  /* full now */
+    ferry_task_spawn(&p, NULL, blocked_putter, NULL, NULL);
+    ferry_yield();                             /* the putter waits */
+    pq_rc[0] = ferry_queue_destroy(&pq);
+    ferry_queue_get(&pq, &out);
+    ferry_task_join(p, NULL);
+    ferry_queue_get(&pq, &out);
+    pq_rc[1] = out;
+    pq_rc[2] = ferry_queue_destroy(&pq);
+    return 0;
+}
+
+T(destroy_is_ebusy_while_a_putter_waits)
+{
+    cr_assert_eq(tu_run(queue_putter_main, NULL), 0);
+    cr_assert_eq(pq_rc[3], 1, "a new queue is empty");
+    cr_assert_eq(pq_rc[0], -EBUSY);
+    cr_assert_eq(putter_rc, 0);
+    cr_assert_eq(pq_rc[1], 2);
+    cr_assert_eq(pq_rc[2], 0);
+}
+
+static ferry_queue jq = FERRY_QUEUE_INIT(sizeof(int), 0);
+static int jq_rc[5] = { 1, 1, 1, 1, 1 }, joined_rc = 1;
+
+static int queue_joiner(void *arg)
+{
+    (void)arg;
+    joined_rc = ferry_queue_join(&jq);
+    return 0;
+}
+
+static int queue_destroy_main(void *arg)
+{
+    ferry_task *j;
+    int v = 5, out = 0;
+
+    (void)arg;
+    ferry_queue_put(&jq, &v);
+    ferry_task_spawn(&j, NULL, queue_joiner, NULL, NULL);
+    ferry_yield();                               /* the joiner waits */
+    jq_rc[0] = ferry_queue_destroy(&jq);         /* a joiner waits */
+    ferry_queue_get(&jq, &out);
+    ferry_queue_task_done(&jq);                  /* the joiner is woken */
+    jq_rc[1] = ferry_queue_destroy(&jq);         /* ... but has not run */
+    ferry_task_join(j, NULL);
+    jq_rc[2] = ferry_queue_destroy(&jq);
+    jq_rc[3] = out;
+    jq_rc[4] = ferry_queue_task_done(&jq);       /* destroyed: all-zero, invalid */
+    return 0;
+}
+
+T(destroy_is_ebusy_while_a_joiner_waits_or_has_not_run)
+{
+    cr_assert_eq(tu_run(queue_destroy_main, NULL), 0);
+    cr_assert_eq(jq_rc[0], -EBUSY);
+    cr_assert_eq(jq_rc[1], -EBUSY);
+    cr_assert_eq(jq_rc[2], 0);
+    cr_assert_eq(jq_rc[3], 5);
+    cr_assert_eq(jq_rc[4], -EINVAL);
+    cr_assert_eq(joined_rc, 0);
 }
 
 /* ---- Destroy once the bound loop is freed --------------------------- */
@@ -974,7 +1086,6 @@ static void *thread_destroy_queue(void *arg)
 T(destroy_after_the_bound_loop_is_freed)
 {
     ferry_loop *loop2;
-    pthread_t th;
     int rt = 1;
 
     ferry_queue_init(&g_q, sizeof(int), 0, FERRY_QUEUE_FIFO, NULL, NULL);
@@ -982,14 +1093,12 @@ T(destroy_after_the_bound_loop_is_freed)
     cr_assert_eq(ferry_task_spawn(NULL, loop2, fill_then_wait, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(loop2, FERRY_RUN_ONCE), 0);
     cr_assert_eq(ferry_queue_size(&g_q), 2);
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_queue, &rt);
     cr_assert_eq(rt, -EPERM, "from a thread while the loop lives: %d", rt);
 
     ferry_loop_free(loop2);
     rt = 1;
-    cr_assert_eq(pthread_create(&th, NULL, thread_destroy_queue, &rt), 0);
-    pthread_join(th, NULL);
+    tu_on_thread(thread_destroy_queue, &rt);
     cr_assert_eq(rt, 0, "from a thread once the loop is freed: %d", rt);
     cr_assert_eq(ferry_queue_size(&g_q), 0);
     cr_assert_eq(tu_leaks(), 0, "the queue's storage was given back");

@@ -20,10 +20,18 @@
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "fault.h"
 
 #define T(name) Test(signal, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 
 static const int usr1[] = { SIGUSR1 };
+
+/* libevent's allocations go through the fault hook too, so that a test can
+ * fail the registration of a wait. */
+__attribute__((constructor)) static void route_libevent(void)
+{
+    tu_libevent_fault_hook(NULL);
+}
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -848,6 +856,54 @@ T(wait_signal_merges_deliveries_during_its_wait_and_hands_back_an_unreceived_one
     cr_assert_eq(app_hits[SIGUSR1], 2);
 }
 
+static int sig_main(void *arg)
+{
+    (void)arg;
+    return ferry_wait_signal(SIGUSR1);
+}
+
+static void raise_usr1(void *arg)
+{
+    (void)arg;
+    raise(SIGUSR1);
+}
+
+/* SIGUSR1's default action ends the process: the wait handles it. */
+T(wait_signal_wakes_on_delivery)
+{
+    ferry_call_later(tu_loop, tu_ms(5), raise_usr1, NULL, NULL);
+    cr_assert_eq(tu_run(sig_main, NULL), 0);
+}
+
+static int wait_rc[7];
+
+static int wait_errors_task(void *arg)
+{
+    (void)arg;
+    wait_rc[0] = ferry_wait_signal(0);
+    wait_rc[1] = ferry_wait_signal(NSIG);
+    wait_rc[2] = ferry_wait_signal(SIGKILL);       /* cannot be caught */
+    wait_rc[3] = ferry_wait_signal(SIGSTOP);
+    /* libevent cannot allocate the registration. */
+    ferry__fault_arm(1, true);
+    wait_rc[4] = ferry_wait_signal(SIGUSR2);
+    ferry__fault_reset();
+    ferry_task_cancel(ferry_task_current());
+    wait_rc[5] = ferry_wait_signal(SIGUSR1);       /* cancelled: at once */
+    return 0;
+}
+
+T(wait_signal_errors_wait_for_nothing)
+{
+    cr_assert_eq(tu_run(wait_errors_task, NULL), 0);
+    cr_assert_eq(wait_rc[0], -EINVAL, "signal 0: %d", wait_rc[0]);
+    cr_assert_eq(wait_rc[1], -EINVAL, "NSIG: %d", wait_rc[1]);
+    cr_assert_eq(wait_rc[2], -EINVAL, "SIGKILL: %d", wait_rc[2]);
+    cr_assert_eq(wait_rc[3], -EINVAL, "SIGSTOP: %d", wait_rc[3]);
+    cr_assert_eq(wait_rc[4], -ENOMEM);
+    cr_assert_eq(wait_rc[5], -ECANCELED);
+}
+
 /* ---- loops that end -------------------------------------------------------------------- */
 
 T(freeing_the_loop_ends_its_subscriptions)
@@ -889,7 +945,8 @@ static void app_raise_cb(evutil_socket_t fd, short what, void *arg)
     raise(SIGUSR1);
 }
 
-Test(signal, a_loop_attached_to_an_application_base_receives_and_lets_it_end, .timeout = 30.)
+Test(signal, a_loop_attached_to_an_application_base_receives_and_lets_it_end,
+     .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     struct event_base *base = event_base_new();
     struct timeval tv = { 0, 5000 };

@@ -1,19 +1,29 @@
-/* test_stack.c - task stacks: the guard region and the overflow report, the
- * alternate signal stack shared by the loops of a thread, unmapping that
- * survives munmap failures, and the stack use shown by ferry_loop_dump.
+/* test_stack.c - task stacks: the guard region and the overflow report,
+ * the canary of an unguarded stack, the guard kinds and their budget, the
+ * cache of free stacks and its trimming, the colouring of a slab's stacks,
+ * the alternate signal stack shared by the loops of a thread, unmapping
+ * that survives munmap failures, and the stack use shown by
+ * ferry_loop_dump.
  *
  * The overflow tests run the overflow in a forked child whose stderr goes
  * to a pipe, and check how the child died and what it printed.  Under ASan
  * the sanitizer owns SIGSEGV (ferry's reporter is not installed), so those
- * tests only check that the overflow did not go unnoticed there.
+ * tests only check that the overflow did not go unnoticed there.  A few
+ * tests look inside (src/loop_int.h) where the public API cannot show what
+ * they check: a task's canary word, the kind of guard a stack got, the
+ * free stacks and slabs of a loop.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +51,11 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-#define TL(name, ...) Test(stack, name, .timeout = 60., ##__VA_ARGS__)
+/* Tests that make their own loops, and those on tu_loop. */
+#define TL(name, ...) \
+    Test(stack, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60., ##__VA_ARGS__)
+#define T(name) Test(stack, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 60.)
+
 
 /* ---- a child that overflows ------------------------------------------- */
 
@@ -198,7 +212,7 @@ TL(a_frame_larger_than_the_stack_is_caught_with_mprotect_guards)
     assert_reported(&c, "overflower", "victim");
 }
 
-/* ---- infinite recursion without guard pages --------------------------- */
+/* ---- infinite recursion ------------------------------------------------ */
 
 static __attribute__((noinline)) int recurse(int n)
 {
@@ -242,6 +256,38 @@ TL(infinite_recursion_without_guard_pages_is_reported)
     run_child(recursion_child, &c);
     assert_reported(&c, "recurser", "idler");
 }
+/* The recursing task alone on a new loop, with the guard FERRY_STACK_GUARD
+ * names (NULL: the default one). */
+static const char *lone_guard;
+
+static void lone_recursion_child(void)
+{
+    ferry_loop *l = child_loop(lone_guard);
+
+    ferry_task_spawn(NULL, l, recurser, NULL, &(ferry_task_opts){ .name = "deep-recursion" });
+    ferry_loop_run(l, FERRY_RUN_DEFAULT);
+    child_say("ferry-test: the loop ended\n");
+}
+
+TL(overflow_names_the_task)
+{
+    struct child c;
+
+    lone_guard = NULL;
+    run_child(lone_recursion_child, &c);
+    assert_reported(&c, "deep-recursion", NULL);
+}
+
+TL(overflow_names_the_task_with_mprotect_guards)
+{
+    struct child c;
+
+    /* What kernels before 6.13 get: an mprotect'd guard region. */
+    lone_guard = "mprotect";
+    run_child(lone_recursion_child, &c);
+    assert_reported(&c, "deep-recursion", NULL);
+}
+
 
 /* What the handler counts as an overflow of the running task: a fault in
  * its guard region, or a fault near a stack pointer that has left the
@@ -269,7 +315,7 @@ static int classify_task(void *arg)
     return 0;
 }
 
-TL(overflow_is_told_from_other_faults, .init = tu_loop_setup, .fini = tu_loop_teardown)
+T(overflow_is_told_from_other_faults)
 {
     cr_assert_eq(tu_run(classify_task, NULL), 0);
     cr_assert(ov[OV_GUARD], "a fault in the guard region");
@@ -802,4 +848,575 @@ TL(at_the_mapping_limit_a_trimmed_slab_is_unmapped_by_the_end)
                  "ferry_loop_free()", still, lim.nslab + 1);
     cr_assert(lim.dropped, "the kept slab's stacks held their memory");
 #endif
+}
+
+/* ---- the kind of guard, its budget --------------------------------------- */
+
+static int guard_kind[2] = { -1, -1 }, canary_ok[2];
+
+static int note_guard(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+    int i = (int)(intptr_t)arg;
+
+    guard_kind[i] = self->stk.guard;
+    for (int k = 0; k < 5; k++)
+        ferry_yield();          /* the two tasks hand over to each other */
+    canary_ok[i] = *(uint64_t *)self->lo == FERRY__CANARY;
+    return 0;
+}
+
+TL(guard_none_puts_a_canary_that_survives_switches)
+{
+    ferry_loop *l;
+    ferry_task *t[2];
+    int st;
+
+    cr_assert_eq(setenv("FERRY_STACK_GUARD", "none", 1), 0);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    unsetenv("FERRY_STACK_GUARD");
+    ferry_loop_set_slow_threshold(l, 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ferry_task_spawn(&t[i], l, note_guard, (void *)(intptr_t)i, NULL), 0);
+    cr_assert_eq(ferry_loop_run(l, FERRY_RUN_DEFAULT), 0);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ferry_task_try_join(t[i], &st), 0);
+        cr_assert_eq(st, 0);
+        cr_assert_eq(guard_kind[i], FERRY__GUARD_NONE);
+        cr_assert(canary_ok[i]);
+    }
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+TL(guard_with_an_unknown_value_probes_as_usual)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(setenv("FERRY_STACK_GUARD", "bogus", 1), 0);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    unsetenv("FERRY_STACK_GUARD");
+    cr_assert_eq(tu_run_on(l, note_guard, (void *)0), 0);
+    cr_assert_neq(guard_kind[0], FERRY__GUARD_NONE);
+    ferry_loop_free(l);
+}
+
+TL(mprotect_guards_stop_at_their_budget_then_stacks_get_a_canary)
+{
+    enum { CAP = 40000 };
+    ferry_task *t, *first = NULL;
+    ferry_loop *l;
+    size_t guarded = 0;
+    int kind = -1, first_kind, st;
+
+#ifdef STACK_TSAN
+    cr_skip_test("16,385 TSan fibers: TSan runs out of trace memory");
+#endif
+    if (RUNNING_ON_VALGRIND)
+        cr_skip_test("32,768 mappings: more segments than valgrind tracks");
+    cr_assert_eq(setenv("FERRY_STACK_GUARD", "mprotect", 1), 0);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    unsetenv("FERRY_STACK_GUARD");
+    cr_assert_eq(ferry_task_spawn(&first, l, tu_ret42, NULL, NULL), 0);
+    first_kind = first->stk.guard;
+    /* Detached tasks that never run: ferry_loop_free() ends them. */
+    for (int i = 0; i < CAP; i++) {
+        cr_assert_eq(ferry_task_spawn(&t, l, tu_ret0, NULL, NULL), 0);
+        kind = t->stk.guard;
+        ferry_task_detach(t);
+        if (kind != FERRY__GUARD_MPROTECT)
+            break;
+        guarded++;
+    }
+    cr_assert_eq(first_kind, FERRY__GUARD_MPROTECT);
+    cr_assert_eq(kind, FERRY__GUARD_NONE, "no budget after %zu stacks", guarded);
+    cr_assert_eq(l->mprotect_live, guarded + 1);
+    /* An unguarded task still runs, with its canary. */
+    cr_assert_eq(ferry_loop_run(l, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(first, &st), 0);
+    cr_assert_eq(st, 42);
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* ---- the cache of free stacks and its trimming -------------------------- */
+
+/* Stacks beyond the cache.  A loop keeping 8 free stacks runs 200 tasks
+ * (four slabs of 64 slots; the main task holds slot 0 of the first).  When
+ * the loop next waits, the three slabs with nothing live are unmapped
+ * whole; the first slab's free stacks above the cache give their pages
+ * back once they have been above it for 100 ms, least recently freed
+ * first; the slots are reused afterwards. */
+enum { TRIM_N = 200, TRIM_CACHE = 8 };
+static void *trim_top[TRIM_N];
+static int trim_ran;
+static size_t trim_nfree[4], trim_slabs[4], trim_resident[2];
+
+static int note_top_and_yield(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+
+    trim_top[(intptr_t)arg] = ferry__stack_base(&self->stk) + self->stk.size - 4096;
+    ferry_yield();
+    trim_ran++;
+    return 0;
+}
+
+static size_t count_slabs(ferry_loop *l)
+{
+    struct ferry__link *p;
+    size_t n = 0;
+
+    ferry__list_foreach(p, &l->slabs)
+        n++;
+    return n;
+}
+
+static bool page_resident(void *page)
+{
+    unsigned char v = 0;
+
+    return mincore(page, 4096, &v) == 0 && (v & 1);
+}
+
+static int spawn_and_join(int n)
+{
+    ferry_task *t[TRIM_N];
+    int rc = 0;
+
+    for (int i = 0; i < n; i++)
+        if (ferry_task_spawn(&t[i], NULL, note_top_and_yield, (void *)(intptr_t)i, NULL))
+            return -1;
+    for (int i = 0; i < n; i++)
+        if (ferry_task_join(t[i], NULL))
+            rc = -1;
+    return rc;
+}
+
+static int trim_main(void *arg)
+{
+    ferry_loop *l = arg;
+
+    if (spawn_and_join(TRIM_N))
+        return -1;
+    trim_nfree[0] = l->stack_nfree;
+    trim_slabs[0] = count_slabs(l);
+    /* The loop waits (long enough that it does, also under valgrind): the
+     * slabs with nothing live go. */
+    ferry_sleep(FERRY_MSEC(50));
+    trim_nfree[1] = l->stack_nfree;
+    trim_slabs[1] = count_slabs(l);
+    /* The rest is above the cache for more than 100 ms at the poll before
+     * the second wait. */
+    ferry_sleep(FERRY_MSEC(150));
+    ferry_sleep(FERRY_MSEC(1));
+    trim_nfree[2] = l->stack_nfree;
+    trim_slabs[2] = count_slabs(l);
+    trim_resident[0] = page_resident(trim_top[0]);    /* freed first: given back */
+    trim_resident[1] = page_resident(trim_top[62]);   /* freed last in the slab: kept */
+    if (spawn_and_join(100))                          /* cold slots come back */
+        return -1;
+    trim_nfree[3] = l->stack_nfree;
+    trim_slabs[3] = count_slabs(l);
+    return 0;
+}
+
+TL(free_stacks_beyond_the_cache_go_back_in_whole_slabs_then_page_by_page)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, &(ferry_loop_opts){ .stack_cache = TRIM_CACHE }), 0);
+    ferry_loop_set_slow_threshold(l, 0);
+    cr_assert_eq(tu_run_on(l, trim_main, l), 0);
+    cr_assert_eq(trim_ran, TRIM_N + 100);
+    cr_assert_eq(trim_nfree[0], TRIM_N);
+    cr_assert_eq(trim_slabs[0], 4);
+    cr_assert_eq(trim_nfree[1], 63, "%zu", trim_nfree[1]);
+    cr_assert_eq(trim_slabs[1], 1);
+    cr_assert_eq(trim_nfree[2], TRIM_CACHE, "%zu", trim_nfree[2]);
+    cr_assert_eq(trim_slabs[2], 1);
+    if (!RUNNING_ON_VALGRIND) {
+        cr_assert_not(trim_resident[0], "a trimmed stack kept its pages");
+        cr_assert(trim_resident[1], "a cached stack lost its pages");
+    }
+    cr_assert_eq(trim_slabs[3], 2, "%zu", trim_slabs[3]);
+    /* The 100 stacks just used are all free again; none trimmed yet. */
+    cr_assert_eq(trim_nfree[3], 100, "%zu", trim_nfree[3]);
+    cr_assert_eq(l->mprotect_live, 0);
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* ---- colouring ----------------------------------------------------------- */
+
+/* Stack colouring (loop_int.h): the task structures of one slab's slots
+ * sit at different offsets within a page, one cache line apart, so that
+ * their hot lines do not all share the same cache sets.  The base computed
+ * back from a coloured header is still the slot's (page-aligned) base, and
+ * a stack with a mapping of its own is not coloured. */
+enum { COLOR_N = FERRY__STACK_COLORS - 1 };   /* slots 1..31: the main task holds slot 0 */
+static uintptr_t color_off[COLOR_N];
+static bool color_base_aligned[COLOR_N];
+static size_t color_room[COLOR_N];
+static uintptr_t color_single_off;
+
+static int note_color(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+    intptr_t i = (intptr_t)arg;
+    char *base = ferry__stack_base(&self->stk);
+
+    if (i < 0) {
+        color_single_off = ((uintptr_t)self + FERRY__TASK_ROOM) % 4096;
+    } else {
+        color_off[i] = (uintptr_t)self % 4096;
+        color_base_aligned[i] = (uintptr_t)base % 4096 == 0 &&
+                                (char *)self->lo == base + FERRY__GUARD_SIZE;
+        color_room[i] = (size_t)((char *)self->hi - (char *)self->lo);
+    }
+    return 0;
+}
+
+static int color_main(void *arg)
+{
+    ferry_task *t[COLOR_N], *single;
+    int rc = 0;
+
+    (void)arg;
+    for (int i = 0; i < COLOR_N; i++)
+        if (ferry_task_spawn(&t[i], NULL, note_color, (void *)(intptr_t)i, NULL))
+            return -1;
+    if (ferry_task_spawn(&single, NULL, note_color, (void *)(intptr_t)-1,
+                         &(ferry_task_opts){ .stack_size = 2 * FERRY_STACK_DEFAULT }))
+        return -1;
+    for (int i = 0; i < COLOR_N; i++)
+        if (ferry_task_join(t[i], NULL))
+            rc = -1;
+    if (ferry_task_join(single, NULL))
+        rc = -1;
+    return rc;
+}
+
+TL(stacks_of_a_slab_are_coloured_one_cache_line_apart)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(tu_run_on(l, color_main, NULL), 0);
+    for (int i = 0; i < COLOR_N; i++) {
+        cr_assert(color_base_aligned[i], "slot %d: the base computed from the header is off", i + 1);
+        cr_assert_eq(color_off[i] % 64, 0);
+        cr_assert_geq(color_room[i], FERRY_STACK_DEFAULT - FERRY__TASK_ROOM - 64 * (COLOR_N + 1) + 64);
+        for (int k = 0; k < i; k++)
+            cr_assert_neq(color_off[i], color_off[k], "slots %d and %d share an offset", k + 1, i + 1);
+    }
+    cr_assert_eq(color_single_off, 0, "a stack of its own is coloured");
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* ---- the canary of an unguarded stack ---------------------------------- */
+
+/* The canary: a task that overwrote the bottom of its stack is stopped when
+ * it switches out.  ferry logs and aborts; the SIGABRT handler checks the
+ * line written on stderr and exits with 42 (so the coverage data is
+ * written; a test process killed by a signal writes none). */
+static void canary_abort_handler(int sig)
+{
+    char buf[1024] = { 0 };
+    ssize_t n;
+    int code = 43;
+
+    (void)sig;
+    n = pread(tu_stderr_fd(), buf, sizeof buf - 1, 0);
+    if (n > 0 && strstr(buf, "ferry: error: stack overflow in task 'smasher' (canary overwritten)"))
+        code = 42;
+#ifdef STACK_ASAN
+    /* LeakSanitizer at exit() would scan the main thread's stack from here,
+     * the task's stack, miss the runner's allocations and report them. */
+    _exit(code);
+#else
+    exit(code);
+#endif
+}
+
+static int smash_and_sleep(void *arg)
+{
+    (void)arg;
+    *(volatile uint64_t *)ferry_task_current()->lo = 0;   /* what a deep recursion does */
+    ferry_sleep(FERRY_MSEC(1));
+    return 0;
+}
+
+static int smash_and_yield(void *arg)
+{
+    (void)arg;
+    ferry_yield();                      /* the partner has started too */
+    *(volatile uint64_t *)ferry_task_current()->lo = 0;
+    ferry_yield();                      /* hands over to the partner */
+    return 0;
+}
+
+static int partner(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 10; i++)
+        ferry_yield();
+    return 0;
+}
+
+static void canary_run(ferry_task_fn smasher, bool with_partner)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(setenv("FERRY_STACK_GUARD", "none", 1), 0);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    ferry_loop_set_slow_threshold(l, 0);
+    ferry_set_log(NULL, NULL);          /* the default: stderr */
+    cr_assert_eq(ferry_task_spawn(NULL, l, smasher, NULL,
+                                  &(ferry_task_opts){ .name = "smasher" }), 0);
+    if (with_partner)
+        cr_assert_eq(ferry_task_spawn(NULL, l, partner, NULL, NULL), 0);
+    signal(SIGABRT, canary_abort_handler);
+    tu_stderr_capture();
+    ferry_loop_run(l, FERRY_RUN_DEFAULT);
+    tu_stderr_release();
+    cr_assert_fail("the overwritten canary went unnoticed");
+}
+
+TL(canary_overwritten_is_caught_when_the_task_goes_back_to_the_scheduler, .exit_code = 42)
+{
+    canary_run(smash_and_sleep, false);
+}
+
+TL(canary_overwritten_is_caught_when_the_task_hands_over, .exit_code = 42)
+{
+    canary_run(smash_and_yield, true);
+}
+
+/* ---- the overflow reporter and the application's SIGSEGV handler -------- */
+
+/* The overflow reporter, driven by a SIGSEGV sent to this thread with a
+ * chosen fault address (rt_tgsigqueueinfo) while the stack pointer is in
+ * the task's stack: only an address in the running task's guard region is
+ * reported.  The reporter then restores the default
+ * action; a queued signal is not repeated, so the process goes on. */
+static void segv_to_self(const void *addr)
+{
+    siginfo_t si;
+
+    memset(&si, 0, sizeof si);
+    si.si_signo = SIGSEGV;
+    si.si_code = SEGV_MAPERR;
+    si.si_addr = (void *)addr;
+    syscall(SYS_rt_tgsigqueueinfo, getpid(), (pid_t)syscall(SYS_gettid), SIGSEGV, &si);
+}
+
+/* How many times `needle` occurs in `hay`. */
+static int count_str(const char *hay, const char *needle)
+{
+    int n = 0;
+
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* Where segv_task says the fault was. */
+enum { AT_LOW, AT_STACK, AT_GUARD };
+
+static int segv_task(void *arg)
+{
+    ferry_task *self = ferry_task_current();
+    const char *base = ferry__stack_base(&self->stk);
+
+    switch ((int)(intptr_t)arg) {
+    case AT_LOW:                /* far below the stack: a NULL dereference */
+        segv_to_self((const void *)16);
+        break;
+    case AT_STACK:              /* inside the usable stack */
+        segv_to_self((const char *)self->lo + 2 * ferry__page_size());
+        break;
+    default:                    /* the guard region */
+        segv_to_self(base + 8);
+        break;
+    }
+    return 0;
+}
+
+static bool segv_default(void)
+{
+    struct sigaction sa;
+
+    sigaction(SIGSEGV, NULL, &sa);
+    return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
+}
+
+TL(overflow_reporter_names_the_task_only_for_its_guard_page)
+{
+#if defined(STACK_ASAN) || defined(STACK_TSAN)
+    cr_skip_test("the sanitizer owns SIGSEGV");
+#else
+    ferry_loop *l;
+    const char *out;
+    bool dfl[5];
+    int k = 0;
+
+    if (RUNNING_ON_VALGRIND)
+        cr_skip_test("valgrind delivers a queued SIGSEGV its own way");
+    cr_assert(segv_default());
+    tu_stderr_capture();
+    /* The reporter stays installed after its loop is gone: no loop. */
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    ferry_loop_free(l);
+    segv_to_self((const void *)16);
+    dfl[k++] = segv_default();
+    /* A loop, no task. */
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    segv_to_self((const void *)16);
+    dfl[k++] = segv_default();
+    ferry_loop_free(l);
+    /* A task, each place; every new loop installs the reporter again. */
+    for (int at = AT_LOW; at <= AT_GUARD; at++) {
+        cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+        cr_assert_eq(tu_run_on(l, segv_task, (void *)(intptr_t)at), 0);
+        dfl[k++] = segv_default();
+        ferry_loop_free(l);
+    }
+    out = tu_stderr_release();
+    for (int i = 0; i < k; i++)
+        cr_assert(dfl[i], "the reporter did not restore the default action (%d)", i);
+    cr_assert(strstr(out, "ferry: stack overflow in task 'main'; raise ferry_task_opts.stack_size"),
+              "stderr was: %s", out);
+    cr_assert_eq(count_str(out, "stack overflow"), 1, "stderr was: %s", out);
+#endif
+}
+
+static void app_segv(int sig)
+{
+    (void)sig;
+}
+
+TL(loop_leaves_an_application_sigsegv_handler_in_place)
+{
+#if defined(STACK_ASAN) || defined(STACK_TSAN)
+    cr_skip_test("the sanitizer owns SIGSEGV");
+#else
+    struct sigaction sa;
+    ferry_loop *l;
+
+    signal(SIGSEGV, app_segv);
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(sigaction(SIGSEGV, NULL, &sa), 0);
+    cr_assert_not(sa.sa_flags & SA_SIGINFO);
+    cr_assert_eq(sa.sa_handler, app_segv);
+    cr_assert_eq(tu_run_on(l, tu_ret42, NULL), 42);
+    ferry_loop_free(l);
+    signal(SIGSEGV, SIG_DFL);
+#endif
+}
+
+/* ---- no address space left ----------------------------------------------- */
+
+/* Address space so short that no new mapping fits, while malloc is fed
+ * from a heap grown beforehand: the loop is made without its fork mark
+ * (optional), and a spawn that needs a new stack mapping fails cleanly. */
+static long vm_size_kib(void)
+{
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+TL(no_address_space_left_no_fork_mark_and_spawn_enomem)
+{
+#if defined(STACK_ASAN) || defined(STACK_TSAN)
+    cr_skip_test("the sanitizer's allocator maps memory of its own");
+#else
+    struct rlimit old, low;
+    ferry_loop *l;
+    ferry_task *t = (ferry_task *)&old;
+    bool no_mark = false, current = false;
+    int rc_new, rc_spawn = 1, rc_after;
+    void *warm;
+
+    if (RUNNING_ON_VALGRIND)
+        cr_skip_test("valgrind manages the address space itself");
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);   /* one-time setup done */
+    ferry_loop_free(l);
+    /* Keep 8 MiB of free heap for malloc: no trimming, no mmap'd chunks. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    warm = malloc(8 << 20);
+    cr_assert_not_null(warm);
+    memset(warm, 1, 8 << 20);
+    free(warm);
+    cr_assert_eq(getrlimit(RLIMIT_AS, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)vm_size_kib() * 1024;
+    cr_assert_eq(setrlimit(RLIMIT_AS, &low), 0);
+    rc_new = ferry_loop_new(&l, NULL);
+    if (rc_new == 0) {
+        no_mark = l->fork_mark == NULL;
+        current = ferry_loop_is_current(l);
+        rc_spawn = ferry_task_spawn(&t, l, tu_ret42, NULL, NULL);
+    }
+    setrlimit(RLIMIT_AS, &old);
+    cr_assert_eq(rc_new, 0, "loop_new without address space: %d", rc_new);
+    cr_assert_eq(rc_spawn, -ENOMEM, "spawn without address space: %d", rc_spawn);
+    cr_assert(no_mark, "the fork mark was mapped");
+    cr_assert(current);
+    cr_assert_null(t);
+    /* With its address space back, the same loop spawns and runs. */
+    rc_after = tu_run_on(l, tu_ret42, NULL);
+    cr_assert_eq(rc_after, 42);
+    ferry_loop_free(l);
+#endif
+}
+
+/* ---- the alternate signal stack of the application ---------------------- */
+
+TL(freeing_loops_leaves_an_alternate_signal_stack_they_did_not_install)
+{
+    static char mine[FERRY__ALTSTACK_SIZE];
+    ferry_loop *a, *b;
+    stack_t before, ss, set;
+    void *a_stack;
+
+    cr_assert_eq(sigaltstack(NULL, &before), 0);
+    cr_assert_eq(ferry_loop_new(&a, NULL), 0);
+    cr_assert_eq(sigaltstack(NULL, &ss), 0);
+    cr_assert_not(ss.ss_flags & SS_DISABLE);
+    if (!(before.ss_flags & SS_DISABLE))
+        cr_assert_eq(ss.ss_sp, before.ss_sp, "replaced an existing altstack");
+    a_stack = ss.ss_sp;
+    /* A second loop on the thread finds it and keeps it. */
+    cr_assert_eq(ferry_loop_new(&b, NULL), 0);
+    ferry_loop_free(b);
+    cr_assert_eq(sigaltstack(NULL, &ss), 0);
+    cr_assert_not(ss.ss_flags & SS_DISABLE);
+    cr_assert_eq(ss.ss_sp, a_stack);
+    /* The application installs its own: freeing `a` leaves it. */
+    set.ss_sp = mine;
+    set.ss_size = sizeof mine;
+    set.ss_flags = 0;
+    cr_assert_eq(sigaltstack(&set, NULL), 0);
+    ferry_loop_free(a);
+    cr_assert_eq(sigaltstack(NULL, &ss), 0);
+    cr_assert_eq(ss.ss_sp, (void *)mine);
+    cr_assert_not(ss.ss_flags & SS_DISABLE);
+    if (before.ss_flags & SS_DISABLE) {
+        set.ss_flags = SS_DISABLE;
+        sigaltstack(&set, NULL);
+    } else {
+        sigaltstack(&before, NULL);
+    }
+    cr_assert_eq(tu_leaks(), 0);
 }

@@ -1,17 +1,24 @@
-/* test_task.c - tasks: spawn, join, cancel, yield, sleep, scopes, groups. */
+/* test_task.c - ferry/task.h: tasks (spawn, join, detach, cancel, yield,
+ * sleep), deadline and shield scopes, task groups.
+ *
+ * No cr_assert inside task bodies (see testutil.h).
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include "testutil.h"
 
-#define T(name) Test(task, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+#define T(suite, name) \
+    Test(suite, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+
+/* Tests that make their own loops. */
+#define TL(suite, name) Test(suite, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60.)
 
 /* ---- sleep order ---------------------------------------------------- */
 
@@ -19,15 +26,31 @@
 static int64_t deadlines[NSLEEP];
 static int wake_order[NSLEEP];
 static bool late[NSLEEP];
-static int nwoken, nlate;
+static int nwaiting, nwoken, nlate;
+static ferry_event sleepers_go;
 
+/* Every sleeper waits on the event until all have started; the deadline is
+ * then taken from the moment each one is resumed, at least 50 ms ahead, so
+ * that however long spawning and resuming ten thousand tasks takes, each
+ * goes to sleep before its deadline.  The 200 ms spread is far wider than
+ * the time between two resumptions, so the deadlines come in random order
+ * and the timers, not the order the tasks were resumed in, decide the
+ * wake-up order. */
 static int sleep_one(void *arg)
 {
     int i = (int)(intptr_t)arg;
+    int64_t now;
     int rc;
 
-    /* On a loaded machine a task may first run after its deadline: it never
-     * sleeps, so it says nothing about the wake-up order. */
+    nwaiting++;
+    rc = ferry_event_wait(&sleepers_go);
+    if (rc)
+        return rc;
+    now = ferry_now();
+    deadlines[i] = now + tu_ms(50) + (int64_t)(rand() % 200000) * 1000;
+    /* Only a stall of 50 ms between the two clock readings can make a
+     * deadline pass before the sleep starts; such a task would only yield
+     * and say nothing about the order, so it is left out of the check. */
     if (ferry_now() >= deadlines[i]) {
         late[i] = true;
         nlate++;
@@ -38,19 +61,14 @@ static int sleep_one(void *arg)
     return rc;
 }
 
-T(ten_thousand_sleepers_wake_in_deadline_order)
+T(task, ten_thousand_sleepers_wake_in_deadline_order)
 {
-    int64_t base;
-
     for (int i = 0; i < NSLEEP; i++)
         cr_assert_eq(ferry_task_spawn(NULL, tu_loop, sleep_one, (void *)(intptr_t)i, NULL), 0);
-    /* The deadlines count from the end of the spawns (no task has run yet,
-     * and making 10,000 stacks takes long on a loaded machine): far enough
-     * ahead that all 10,000 are asleep before the first wakes. */
-    base = ferry_now() + tu_ms(300);
+    while (nwaiting < NSLEEP)
+        cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);
     srand(1234);
-    for (int i = 0; i < NSLEEP; i++)
-        deadlines[i] = base + (int64_t)(rand() % 200000) * 1000;  /* 0..200 ms */
+    cr_assert_eq(ferry_event_set(&sleepers_go), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(nwoken + nlate, NSLEEP);
     cr_assert_gt(nwoken, NSLEEP / 2, "only %d of %d tasks were asleep", nwoken, NSLEEP);
@@ -84,7 +102,7 @@ static int join_finished_main(void *arg)
     return rc ? rc : st;
 }
 
-T(join_of_a_finished_task_returns_its_status)
+T(task, join_of_a_finished_task_returns_its_status)
 {
     cr_assert_eq(tu_run(join_finished_main, NULL), 42);
 }
@@ -94,7 +112,7 @@ static int join_self_main(void *arg)
     return ferry_task_join(ferry_task_current(), NULL);
 }
 
-T(join_self_is_edeadlk)
+T(task, join_self_is_edeadlk)
 {
     /* The handle belongs to tu_run, which still gets it back afterwards. */
     cr_assert_eq(tu_run(join_self_main, NULL), -EDEADLK);
@@ -114,7 +132,7 @@ static void spawn_from_callback(void *arg)
     cr_expect_eq(ferry_task_spawn(&cb_task, tu_loop, mark_cb_task, NULL, NULL), 0);
 }
 
-T(spawn_from_a_callback)
+T(task, spawn_from_a_callback)
 {
     int st = -1;
     cr_assert_eq(ferry_call_soon(tu_loop, spawn_from_callback, NULL), 0);
@@ -138,7 +156,7 @@ static int spawn_chain(void *arg)
     return st + 1;
 }
 
-T(spawn_from_a_task_nested)
+T(task, spawn_from_a_task_nested)
 {
     cr_assert_eq(tu_run(spawn_chain, (void *)50), 51);
 }
@@ -207,7 +225,7 @@ static int eager_order_main(void *arg)
     return st;
 }
 
-T(eager_spawn_runs_the_task_first_and_the_spawner_in_a_later_turn)
+T(task, eager_spawn_runs_the_task_first_and_the_spawner_in_a_later_turn)
 {
     cr_assert_eq(tu_run(eager_order_main, NULL), 5);
     ev_log[ev_n] = '\0';
@@ -229,7 +247,7 @@ static int eager_reuse_main(void *arg)
     return 0;
 }
 
-T(eager_tasks_that_end_at_once_reuse_one_stack)
+T(task, eager_tasks_that_end_at_once_reuse_one_stack)
 {
     cr_assert_eq(tu_run(eager_reuse_main, NULL), 0);
     cr_assert_str_eq((ev_log[ev_n] = '\0', ev_log), "qqqq");
@@ -246,7 +264,7 @@ static void eager_from_callback(void *arg)
     ev_mark('c');
 }
 
-T(eager_spawn_from_a_callback_runs_later)
+T(task, eager_spawn_from_a_callback_runs_later)
 {
     cr_assert_eq(ferry_call_soon(tu_loop, eager_from_callback, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
@@ -270,7 +288,7 @@ static int eager_cancelled_main(void *arg)
     return ferry_yield();
 }
 
-T(eager_spawn_by_a_cancelled_task_still_spawns)
+T(task, eager_spawn_by_a_cancelled_task_still_spawns)
 {
     cr_assert_eq(tu_run(eager_cancelled_main, NULL), -ECANCELED);
 }
@@ -310,14 +328,14 @@ static int eager_group_main(void *arg)
     return ferry_group_wait(&g);
 }
 
-T(eager_children_of_a_group_are_counted_before_they_run)
+T(task, eager_children_of_a_group_are_counted_before_they_run)
 {
     cr_assert_eq(tu_run(eager_group_main, NULL), -EIO);
     ev_log[ev_n] = '\0';
     cr_assert_str_eq(ev_log, "zzz");
 }
 
-T(spawn_with_an_unknown_flag_is_einval)
+T(task, spawn_with_an_unknown_flag_is_einval)
 {
     ferry_task_opts o = { .flags = 0x80 };
 
@@ -348,7 +366,7 @@ static int cancel_before_first_run_main(void *arg)
     return rc ? rc : st;
 }
 
-T(cancel_before_first_run_never_runs_the_body)
+T(task, cancel_before_first_run_never_runs_the_body)
 {
     cr_assert_eq(tu_run(cancel_before_first_run_main, NULL), -ECANCELED);
     cr_assert_eq(body_ran, 0);
@@ -359,31 +377,46 @@ static int sleep_long(void *arg)
     return ferry_sleep(FERRY_SEC(60));
 }
 
-/* Shorter than the test's timeout, so that a cancel that does not wake
- * the sleeper is seen by the test, not by the runner's kill. */
-static int sleep_4s(void *arg)
+/* The sleeper's deadline, shorter than the test's timeout so that a
+ * cancel that does not wake the sleeper is seen by the test, not by the
+ * runner's kill. */
+static int64_t sleep_deadline;
+
+static int sleep_until_deadline(void *arg)
 {
-    return ferry_sleep(tu_ms(4000));
+    return ferry_sleep_until(sleep_deadline);
+}
+
+/* Sleeps until just before the sleeper's deadline: its timer fires first,
+ * so it has finished by the time a sleep that only its deadline ends is
+ * over, however slow the machine is. */
+static int witness_sleep(void *arg)
+{
+    return ferry_sleep_until(sleep_deadline - 1);
 }
 
 static int cancel_during_sleep_main(void *arg)
 {
-    ferry_task *t;
+    ferry_task *t, *w;
     int st = 0, rc;
-    int64_t t0 = ferry_now();
 
-    if ((rc = ferry_task_spawn(&t, NULL, sleep_4s, NULL, NULL)))
+    sleep_deadline = ferry_now() + tu_ms(4000);
+    if ((rc = ferry_task_spawn(&w, NULL, witness_sleep, NULL, NULL)))
+        return rc;
+    if ((rc = ferry_task_spawn(&t, NULL, sleep_until_deadline, NULL, NULL)))
         return rc;
     ferry_sleep(tu_ms(5));
     ferry_task_cancel(t);
     rc = ferry_task_join(t, &st);
     /* The cancel ended the sleep, not its deadline. */
-    if (ferry_now() - t0 >= tu_ms(2000))
-        return -1000;
+    if (ferry_task_state(w) == FERRY_TASK_DONE)
+        rc = -1000;
+    ferry_task_cancel(w);
+    ferry_task_join(w, NULL);
     return rc ? rc : st;
 }
 
-T(cancel_during_sleep_returns_ecanceled)
+T(task, cancel_during_sleep_returns_ecanceled)
 {
     cr_assert_eq(tu_run(cancel_during_sleep_main, NULL), -ECANCELED);
 }
@@ -417,7 +450,7 @@ static int cancel_during_join_main(void *arg)
     return rc ? rc : st;
 }
 
-T(cancel_during_join_leaves_the_handle_usable)
+T(task, cancel_during_join_leaves_the_handle_usable)
 {
     cr_assert_eq(tu_run(cancel_during_join_main, NULL), -ECANCELED);
     cr_assert_eq(joiner_rc, -ECANCELED);
@@ -445,13 +478,75 @@ static int level_triggered_main(void *arg)
     return st;
 }
 
-T(cancellation_is_level_triggered)
+T(task, cancellation_is_level_triggered)
 {
     cr_assert_eq(tu_run(level_triggered_main, NULL), 5);
     cr_assert_eq(rc_seq[0], -ECANCELED);
     cr_assert_eq(rc_seq[1], -ECANCELED);
     cr_assert_eq(rc_seq[2], -ECANCELED);
 }
+
+/* ---- calls outside a task, join and detach misuse ------------------- */
+
+T(task, calls_that_need_a_task_are_eperm_outside_one)
+{
+    ferry_scope s;
+    ferry_group g;
+    ferry_task *t;
+    int st = -1;
+
+    cr_assert_eq(ferry_scope_enter(&s, FERRY_NEVER, 0), -EPERM);
+    cr_assert_eq(ferry_scope_exit(&s), -EPERM);
+    cr_assert_eq(ferry_group_init(&g), -EPERM);
+    cr_assert_eq(ferry_wait_signal(SIGUSR1), -EPERM);
+    cr_assert_eq(ferry_sleep_until(0), -EPERM);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, tu_ret0, NULL, NULL), 0);
+    cr_assert_str_eq(ferry_task_name(t), "task");   /* the default name */
+    cr_assert_not(ferry_task_cancelled(t));
+    cr_assert_eq(ferry_task_join(t, &st), -EPERM);   /* joining suspends: tasks only */
+    cr_assert_eq(ferry_task_try_join(t, &st), -EAGAIN);
+    cr_assert_eq(st, -1);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(t, NULL), 0);   /* the status is optional */
+}
+
+static int join_rc[6];
+
+static int join_misuse_main(void *arg)
+{
+    ferry_task *t, *u;
+    ferry_scope shield;
+    int st = 1;
+
+    (void)arg;
+    ferry_task_spawn(&t, NULL, sleep_long, NULL, NULL);
+    ferry_task_detach(t);                       /* t lives on, detached */
+    join_rc[0] = ferry_task_join(t, NULL);
+    join_rc[1] = ferry_task_try_join(t, NULL);
+    join_rc[2] = ferry_task_detach(t);
+    ferry_task_cancel(t);                       /* t ends on its own; not touched again */
+    ferry_task_spawn(&u, NULL, tu_ret42, NULL, NULL);
+    ferry_task_cancel(ferry_task_current());
+    join_rc[3] = ferry_task_join(u, &st);       /* cancelled: at once, the handle stays ours */
+    join_rc[4] = ferry_task_try_join(u, &st);   /* u has not run */
+    ferry_scope_enter(&shield, FERRY_NEVER, FERRY_SCOPE_SHIELD);
+    join_rc[5] = ferry_task_join(u, &st);
+    ferry_scope_exit(&shield);
+    return st;
+}
+
+T(task, join_and_detach_misuse_is_refused_and_keeps_the_handle)
+{
+    cr_assert_eq(tu_run(join_misuse_main, NULL), 42);
+    cr_assert_eq(join_rc[0], -EINVAL, "join of a detached task");
+    cr_assert_eq(join_rc[1], -EINVAL, "try_join of a detached task");
+    cr_assert_eq(join_rc[2], -EINVAL, "detach twice");
+    cr_assert_eq(join_rc[3], -ECANCELED);
+    cr_assert_eq(join_rc[4], -EAGAIN);
+    cr_assert_eq(join_rc[5], 0);
+}
+
+/* ---- scopes: shields and deadlines -------------------------------------- */
 
 static int shield_rc[3];
 
@@ -476,7 +571,7 @@ static int shield_main(void *arg)
     return ferry_task_join(t, NULL);
 }
 
-T(shield_defers_cancellation_until_the_scope_ends)
+T(scope, shield_defers_cancellation_until_the_scope_ends)
 {
     cr_assert_eq(tu_run(shield_main, NULL), 0);
     cr_assert_eq(shield_rc[0], 0, "sleep inside the shield was interrupted: %d", shield_rc[0]);
@@ -503,7 +598,7 @@ static int nested_inner_fires(void *arg)
     return 0;
 }
 
-T(nested_deadline_inner_fires)
+T(scope, nested_deadline_inner_fires)
 {
     tu_run(nested_inner_fires, NULL);
     cr_assert_eq(nested_rc[0], -ETIMEDOUT);
@@ -529,7 +624,7 @@ static int nested_outer_fires(void *arg)
     return 0;
 }
 
-T(nested_deadline_outer_fires)
+T(scope, nested_deadline_outer_fires)
 {
     tu_run(nested_outer_fires, NULL);
     cr_assert_eq(nested_rc[0], -ETIMEDOUT);
@@ -554,7 +649,7 @@ static int shield_with_deadline(void *arg)
     return 0;
 }
 
-T(shield_blocks_outer_deadline_but_not_its_own)
+T(scope, shield_blocks_outer_deadline_but_not_its_own)
 {
     tu_run(shield_with_deadline, NULL);
     cr_assert_eq(nested_rc[0], 0);
@@ -577,11 +672,107 @@ static int scope_misuse(void *arg)
     return 0;
 }
 
-T(scope_misuse_is_einval)
+T(scope, misuse_is_einval)
 {
     tu_run(scope_misuse, NULL);
     cr_assert_eq(nested_rc[0], -EINVAL);
     cr_assert_eq(nested_rc[1], -EINVAL);
+}
+
+static int scope_rc[2] = { 1, 1 };
+
+static int yield_in_scope(void *arg)
+{
+    ferry_scope s;
+
+    (void)arg;
+    ferry_scope_enter(&s, ferry_now() + FERRY_SEC(100), 0);
+    scope_rc[0] = ferry_yield();
+    scope_rc[1] = ferry_scope_exit(&s);
+    return 0;
+}
+
+T(scope, yield_inside_a_deadline_that_has_not_passed_returns_0)
+{
+    cr_assert_eq(tu_run(yield_in_scope, NULL), 0);
+    cr_assert_eq(scope_rc[0], 0);
+    cr_assert_eq(scope_rc[1], 0);
+}
+
+static int sleep_rc = 1;
+static bool sleep_fired;
+
+static int sleep_to_the_scope_deadline(void *arg)
+{
+    int64_t d = ferry_now() + FERRY_MSEC(2);
+    ferry_scope s;
+
+    (void)arg;
+    ferry_scope_enter(&s, d, 0);
+    sleep_rc = ferry_sleep_until(d);    /* the sleep and the scope end together */
+    sleep_fired = ferry_scope_fired(&s);
+    return ferry_scope_exit(&s);
+}
+
+T(scope, a_sleep_that_ends_with_its_scope_deadline_reports_the_deadline)
+{
+    cr_assert_eq(tu_run(sleep_to_the_scope_deadline, NULL), -ETIMEDOUT);
+    cr_assert_eq(sleep_rc, -ETIMEDOUT);
+    cr_assert(sleep_fired);
+}
+
+static ferry_event race_ev;
+static int race_rc = 1;
+static bool race_fired = true;
+
+static int deadline_waiter(void *arg)
+{
+    int64_t *deadline = arg;
+    ferry_scope s;
+
+    /* Set here, just before the wait, so that a slow build (valgrind)
+     * does not pass it before the wait begins. */
+    *deadline = ferry_now() + tu_ms(20);
+    ferry_scope_enter(&s, *deadline, 0);
+    race_rc = ferry_event_wait(&race_ev);
+    race_fired = ferry_scope_fired(&s);
+    ferry_scope_exit(&s);
+    return 0;
+}
+
+static int late_setter(void *arg)
+{
+    const int64_t *deadline = arg;
+
+    ferry_yield();                      /* the waiter waits */
+    while (ferry_now() <= *deadline)    /* past its deadline, without a poll */
+        ;
+    return ferry_event_set(&race_ev);
+}
+
+TL(scope, a_grant_that_comes_before_the_deadline_timer_is_polled_wins)
+{
+    ferry_loop *l;
+    ferry_task *w, *s;
+    int64_t deadline = 0;
+    int st = 1;
+
+    /* io_interval 1: timers are polled after every turn, so the expired
+     * deadline is found after the setter's turn, with the waiter granted
+     * but not yet run. */
+    cr_assert_eq(ferry_loop_new(&l, &(ferry_loop_opts){ .io_interval = 1 }), 0);
+    ferry_loop_set_slow_threshold(l, 0);
+    cr_assert_eq(ferry_task_spawn(&w, l, deadline_waiter, &deadline, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&s, l, late_setter, &deadline, NULL), 0);
+    cr_assert_eq(ferry_loop_run(l, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_task_try_join(s, &st), 0);
+    cr_assert_eq(st, 0);
+    cr_assert_eq(ferry_task_try_join(w, NULL), 0);
+    cr_assert_eq(race_rc, 0, "granted, yet the wait returned %d", race_rc);
+    cr_assert_not(race_fired);
+    ferry_event_destroy(&race_ev);
+    ferry_loop_free(l);
+    cr_assert_eq(tu_leaks(), 0);
 }
 
 /* ---- groups ------------------------------------------------------------ */
@@ -612,7 +803,7 @@ static int group_main(void *arg)
     return ferry_group_wait(&g);
 }
 
-T(group_failure_cancels_siblings_and_waits_for_them)
+T(group, failure_cancels_siblings_and_waits_for_them)
 {
     cr_assert_eq(tu_run(group_main, NULL), -EIO);
     cr_assert_eq(sibling_cleanups, 5);
@@ -635,7 +826,7 @@ static int group_ok_main(void *arg)
     return ferry_group_wait(&g);
 }
 
-T(group_waits_for_all_children)
+T(group, waits_for_all_children)
 {
     cr_assert_eq(tu_run(group_ok_main, NULL), 0);
     cr_assert_eq(sibling_cleanups, 10);
@@ -667,11 +858,95 @@ static int group_owner_cancel_main(void *arg)
     return st;
 }
 
-T(cancelled_group_owner_still_waits_for_children)
+T(group, cancelled_owner_still_waits_for_children)
 {
     cr_assert_eq(tu_run(group_owner_cancel_main, NULL), -ECANCELED);
     cr_assert_eq(sibling_cleanups, 3, "no child may outlive its group");
     cr_assert_eq(nested_rc[0], -ESHUTDOWN);
+}
+
+static ferry_group cb_group;
+static int cb_rc[3] = { 1, 1, 1 }, non_owner_rc = 1, closed_rc = 1, bad_spawn_rc = 1, empty_rc = 1;
+
+static void group_from_callback(void *arg)
+{
+    (void)arg;
+    cb_rc[0] = ferry_group_spawn(&cb_group, tu_ret0, NULL, NULL);
+    cb_rc[1] = ferry_group_wait(&cb_group);
+    cb_rc[2] = ferry_group_cancel(&cb_group);   /* allowed outside tasks */
+}
+
+static int child_waits_on_group(void *arg)
+{
+    non_owner_rc = ferry_group_wait(arg);
+    return 0;
+}
+
+static int group_misuse_main(void *arg)
+{
+    ferry_group g2;
+    int rc;
+
+    (void)arg;
+    ferry_group_init(&cb_group);
+    ferry_group_spawn(&cb_group, child_waits_on_group, &cb_group, NULL);
+    ferry_group_spawn(&cb_group, sleep_long, NULL, NULL);
+    ferry_call_soon(tu_loop, group_from_callback, NULL);
+    ferry_yield();
+    rc = ferry_group_wait(&cb_group);
+    closed_rc = ferry_group_spawn(&cb_group, tu_ret0, NULL, NULL);
+    ferry_group_init(&g2);
+    bad_spawn_rc = ferry_group_spawn(&g2, NULL, NULL, NULL);
+    ferry_group_cancel(&g2);                    /* no children: nothing to do */
+    empty_rc = ferry_group_wait(&g2);
+    return rc;
+}
+
+T(group, misuse_from_callbacks_and_non_owners_is_refused)
+{
+    cr_assert_eq(tu_run(group_misuse_main, NULL), 0, "cancelled children are not failures");
+    cr_assert_eq(cb_rc[0], -EPERM);
+    cr_assert_eq(cb_rc[1], -EPERM);
+    cr_assert_eq(cb_rc[2], 0);
+    cr_assert_eq(non_owner_rc, -EPERM);
+    cr_assert_eq(closed_rc, -ESHUTDOWN);
+    cr_assert_eq(bad_spawn_rc, -EINVAL);
+    cr_assert_eq(empty_rc, 0);
+}
+
+static int ret_ecanceled(void *arg)
+{
+    (void)arg;
+    return -ECANCELED;       /* not cancelled: this is a failure */
+}
+
+static int fail_when_cancelled(void *arg)
+{
+    (void)arg;
+    return ferry_sleep(FERRY_SEC(100)) == -ECANCELED ? -7 : -8;
+}
+
+static int failing_spawn_rc = 1;
+
+static int group_fail_main(void *arg)
+{
+    ferry_group g;
+
+    (void)arg;
+    ferry_group_init(&g);
+    ferry_group_spawn(&g, fail_when_cancelled, NULL, NULL);
+    ferry_group_spawn(&g, ret_ecanceled, NULL, NULL);
+    ferry_yield();                      /* both ran: the group is failing */
+    failing_spawn_rc = ferry_group_spawn(&g, tu_ret0, NULL, NULL);
+    return ferry_group_wait(&g);
+}
+
+T(group, keeps_its_first_failure_and_refuses_spawns_while_failing)
+{
+    /* The first failure (-ECANCELED returned by a child nobody cancelled)
+     * stays the status; the sibling's later -7 does not replace it. */
+    cr_assert_eq(tu_run(group_fail_main, NULL), -ECANCELED);
+    cr_assert_eq(failing_spawn_rc, -ESHUTDOWN);
 }
 
 /* ---- wrong thread --------------------------------------------------- */
@@ -691,18 +966,16 @@ static void *foreign_thread(void *arg)
     return NULL;
 }
 
-T(loop_calls_from_another_thread_are_eperm)
+T(task, loop_calls_from_another_thread_are_eperm)
 {
     int rcs[7];
-    pthread_t th;
 
-    pthread_create(&th, NULL, foreign_thread, rcs);
-    pthread_join(th, NULL);
+    tu_on_thread(foreign_thread, rcs);
     for (int i = 0; i < 7; i++)
         cr_assert_eq(rcs[i], -EPERM, "call %d returned %d", i, rcs[i]);
 }
 
-T(suspension_points_outside_a_task_are_eperm)
+T(task, suspension_points_outside_a_task_are_eperm)
 {
     cr_assert_eq(ferry_yield(), -EPERM);
     cr_assert_eq(ferry_sleep(1), -EPERM);
@@ -712,7 +985,40 @@ T(suspension_points_outside_a_task_are_eperm)
 
 /* ---- bad input ---------------------------------------------------------- */
 
-T(bad_input_is_einval)
+T(task, null_and_out_of_range_arguments_are_einval_and_change_nothing)
+{
+    ferry_loop_stats st;
+    ferry_task *t = (ferry_task *)&st;
+    ferry_scope s;
+    ferry_group g;
+
+    cr_assert_eq(ferry_task_try_join(NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_task_detach(NULL), -EINVAL);
+    cr_assert_str_eq(ferry_task_name(NULL), "(null)");
+    cr_assert_not(ferry_task_cancelled(NULL));
+    cr_assert_eq(ferry_scope_enter(NULL, FERRY_NEVER, 0), -EINVAL);
+    cr_assert_eq(ferry_scope_enter(&s, FERRY_NEVER, 0x80), -EINVAL);
+    cr_assert_eq(ferry_scope_exit(NULL), -EINVAL);
+    cr_assert_not(ferry_scope_fired(NULL));
+    memset(&g, 0, sizeof g);     /* never initialised: no owner */
+    cr_assert_eq(ferry_group_init(NULL), -EINVAL);
+    cr_assert_eq(ferry_group_spawn(NULL, tu_ret0, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_group_spawn(&g, tu_ret0, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_group_wait(NULL), -EINVAL);
+    cr_assert_eq(ferry_group_wait(&g), -EINVAL);
+    cr_assert_eq(ferry_group_cancel(NULL), -EINVAL);
+    cr_assert_eq(ferry_group_cancel(&g), -EINVAL);
+    cr_assert_eq(ferry_task_spawn(&t, tu_loop, tu_ret0, NULL,
+                                  &(ferry_task_opts){ .stack_size = ((size_t)1 << 30) + 1 }),
+                 -EINVAL);
+    cr_assert_null(t);
+    /* No task was made, and the loop still runs one. */
+    cr_assert_eq(ferry_loop_stats_get(tu_loop, &st), 0);
+    cr_assert_eq(st.live_tasks, 0);
+    cr_assert_eq(tu_run(tu_ret0, NULL), 0);
+}
+
+T(task, bad_input_is_einval)
 {
     ferry_task *t;
     cr_assert_eq(ferry_task_spawn(&t, tu_loop, NULL, NULL, NULL), -EINVAL);
@@ -728,64 +1034,3 @@ T(bad_input_is_einval)
     cr_assert_null(l);
 }
 
-/* ---- stack overflow ---------------------------------------------------- */
-
-static __attribute__((noinline)) int recurse(int n)
-{
-    volatile char buf[1024];
-    buf[0] = (char)n;
-    if (n == 0)
-        return buf[0];
-    return recurse(n - 1) + buf[0];
-}
-
-static int overflow_task(void *arg)
-{
-    return recurse(1 << 20);
-}
-
-static void overflow_in_child(const char *guard_mode)
-{
-    int fds[2], status;
-    char out[512] = {0};
-    pid_t pid;
-    ssize_t n, total = 0;
-
-    cr_assert_eq(pipe(fds), 0);
-    pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        ferry_loop *loop;
-        dup2(fds[1], STDERR_FILENO);
-        close(fds[0]);
-        if (guard_mode)
-            setenv("FERRY_STACK_GUARD", guard_mode, 1);
-        if (ferry_loop_new(&loop, NULL))
-            _exit(3);
-        ferry_task_spawn(NULL, loop, overflow_task, NULL,
-                         &(ferry_task_opts){ .name = "deep-recursion" });
-        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
-        _exit(0);
-    }
-    close(fds[1]);
-    while ((n = read(fds[0], out + total, sizeof out - 1 - (size_t)total)) > 0)
-        total += n;
-    close(fds[0]);
-    waitpid(pid, &status, 0);
-    cr_assert(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0),
-              "child survived a stack overflow");
-#if !defined(__SANITIZE_ADDRESS__)
-    cr_assert(strstr(out, "deep-recursion") != NULL, "stderr was: %s", out);
-#endif
-}
-
-T(stack_overflow_names_the_task)
-{
-    overflow_in_child(NULL);
-}
-
-T(stack_overflow_names_the_task_with_mprotect_guards)
-{
-    /* What kernels before 6.13 get: an mprotect'd guard page. */
-    overflow_in_child("mprotect");
-}

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -53,6 +54,16 @@ void tu_loop_setup(void)
     ferry_loop_set_slow_threshold(tu_loop, 0);
 }
 
+void tu_alloc_setup(void)
+{
+    ferry__fault_reset();
+    tu_loop = NULL;
+    baseline_loop = NULL;
+    live_before_loop = ferry__alloc_live();
+    live_with_loop = live_before_loop;
+    fixture_open = true;
+}
+
 long tu_alloc_settle(long want)
 {
     int64_t until = ferry_now() + tu_ms(1000);
@@ -89,8 +100,9 @@ static void test_end(void)
         ferry_loop_free(loop);
     }
     d = tu_alloc_settle(live_before_loop);
-    cr_expect_eq(d, 0, "%ld ferry allocations %s after the loop was freed", d < 0 ? -d : d,
-                 d > 0 ? "leaked" : "freed twice or more than made");
+    cr_expect_eq(d, 0, "%ld ferry allocations %s %s", d < 0 ? -d : d,
+                 d > 0 ? "leaked" : "freed twice or more than made",
+                 loop ? "after the loop was freed" : "by the end of the test");
 }
 
 void tu_loop_teardown(void)
@@ -136,17 +148,22 @@ void criterion_internal_test_main(void (*fn)(void))
 }
 #endif
 
-int tu_run(ferry_task_fn fn, void *arg)
+int tu_run_on(ferry_loop *loop, ferry_task_fn fn, void *arg)
 {
     ferry_task *t;
     int status = -12345, rc;
 
-    rc = ferry_task_spawn(&t, tu_loop, fn, arg, &(ferry_task_opts){ .name = "main" });
+    rc = ferry_task_spawn(&t, loop, fn, arg, &(ferry_task_opts){ .name = "main" });
     if (rc)
         return rc;
     while (ferry_task_try_join(t, &status) == -EAGAIN)
-        ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT);
+        ferry_loop_run(loop, FERRY_RUN_DEFAULT);
     return status;
+}
+
+int tu_run(ferry_task_fn fn, void *arg)
+{
+    return tu_run_on(tu_loop, fn, arg);
 }
 
 double tu_time_mult(void)
@@ -160,6 +177,21 @@ double tu_time_mult(void)
 int64_t tu_ms(int64_t ms)
 {
     return (int64_t)((double)ms * tu_time_mult() * 1e6);
+}
+
+double tu_stress_scale(void)
+{
+    const char *s = getenv("FERRY_STRESS_SCALE");
+    double v = s ? atof(s) : 1.0;
+
+    return v > 0 && v <= 1 ? v : 1.0;
+}
+
+long tu_scaled(long n)
+{
+    long v = (long)((double)n * tu_stress_scale());
+
+    return v > 0 ? v : 1;
 }
 
 int tu_leaks(void)
@@ -185,14 +217,32 @@ int tu_leaks(void)
  * as ferry's: libevent keeps some for the whole process (the locks made
  * when threads are enabled), and its own leaks are LeakSanitizer's and
  * valgrind's to find. */
+static void (*ev_failed)(const char *site);
+static bool ev_exempt;
+
+void tu_libevent_fault_exempt(bool on)
+{
+    ev_exempt = on;
+}
+
 static void *ev_malloc(size_t n)
 {
-    return ferry__fault_point("libevent malloc") ? NULL : malloc(n);
+    if (!ev_exempt && ferry__fault_point("libevent malloc")) {
+        if (ev_failed)
+            ev_failed("libevent malloc");
+        return NULL;
+    }
+    return malloc(n);
 }
 
 static void *ev_realloc(void *p, size_t n)
 {
-    return ferry__fault_point("libevent realloc") ? NULL : realloc(p, n);
+    if (!ev_exempt && ferry__fault_point("libevent realloc")) {
+        if (ev_failed)
+            ev_failed("libevent realloc");
+        return NULL;
+    }
+    return realloc(p, n);
 }
 
 static void ev_free(void *p)
@@ -200,8 +250,9 @@ static void ev_free(void *p)
     free(p);
 }
 
-void tu_libevent_fault_hook(void)
+void tu_libevent_fault_hook(void (*failed)(const char *site))
 {
+    ev_failed = failed;
     event_set_mem_functions(ev_malloc, ev_realloc, ev_free);
 }
 
@@ -223,6 +274,14 @@ pthread_t tu_start_thread(void *(*fn)(void *), void *arg)
     return t;
 }
 
+void *tu_on_thread(void *(*fn)(void *), void *arg)
+{
+    void *res = NULL;
+
+    pthread_join(tu_start_thread(fn, arg), &res);
+    return res;
+}
+
 void tu_spin_until(atomic_int *flag)
 {
     while (!atomic_load(flag))
@@ -237,4 +296,200 @@ int tu_task_wait_flag(atomic_int *flag)
             return rc;
     }
     return 0;
+}
+
+ferry_task *tu_spawn_opts(ferry_task_fn fn, void *arg, const ferry_task_opts *opts)
+{
+    ferry_task *t = NULL;
+
+    if (ferry_task_spawn(&t, NULL, fn, arg, opts) != 0)
+        return NULL;
+    return t;
+}
+
+ferry_task *tu_spawn(ferry_task_fn fn, void *arg)
+{
+    return tu_spawn_opts(fn, arg, NULL);
+}
+
+int tu_join(ferry_task *t)
+{
+    int st = -99999;
+
+    if (t == NULL || ferry_task_join(t, &st) != 0)
+        return -99998;
+    return st;
+}
+
+void tu_settle(void)
+{
+    for (int i = 0; i < 8; i++)
+        ferry_yield();
+}
+
+void tu_assert_einval_and_false(const int *rc, int nrc, const bool *pred, int npred)
+{
+    for (int i = 0; i < nrc; i++)
+        cr_assert_eq(rc[i], -EINVAL, "call %d returned %d", i, rc[i]);
+    for (int i = 0; i < npred; i++)
+        cr_assert_not(pred[i], "predicate %d", i);
+}
+
+int tu_ret0(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+int tu_ret42(void *arg)
+{
+    (void)arg;
+    return 42;
+}
+
+/* tu_assert_eperm_elsewhere(): the calls, and what they returned. */
+static int (*elsewhere_calls)(int *rc);
+static int elsewhere_rc[32], elsewhere_n;
+
+static void *elsewhere_thread(void *arg)
+{
+    (void)arg;
+    elsewhere_n = elsewhere_calls(elsewhere_rc);
+    return NULL;
+}
+
+static int elsewhere_task(void *arg)
+{
+    (void)arg;
+    elsewhere_n = elsewhere_calls(elsewhere_rc);
+    return 0;
+}
+
+static void elsewhere_check(const char *where)
+{
+    cr_assert_gt(elsewhere_n, 0, "the calls from %s did not run", where);
+    cr_assert_leq(elsewhere_n, 32);
+    for (int i = 0; i < elsewhere_n; i++)
+        cr_assert_eq(elsewhere_rc[i], -EPERM, "call %d from %s returned %d", i, where,
+                     elsewhere_rc[i]);
+}
+
+void tu_assert_eperm_elsewhere(int (*calls)(int *rc))
+{
+    ferry_loop *other;
+
+    elsewhere_calls = calls;
+    elsewhere_n = 0;
+    tu_on_thread(elsewhere_thread, NULL);
+    elsewhere_check("a thread");
+    elsewhere_n = 0;
+    cr_assert_eq(ferry_loop_new(&other, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, other, elsewhere_task, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(other, FERRY_RUN_DEFAULT), 0);
+    ferry_loop_free(other);
+    elsewhere_check("another loop");
+}
+
+void tu_order_add(struct tu_order *o, int who)
+{
+    if (o->n < (int)(sizeof o->who / sizeof o->who[0]))
+        o->who[o->n++] = who;
+}
+
+/* ---- log capture ---------------------------------------------------------- */
+
+/* The log may be written by pool threads as well as the loop's. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+static int log_lines;
+static int log_levels[8];
+
+static void capture_log(int level, const char *msg, void *ctx)
+{
+    size_t len;
+
+    (void)ctx;
+    pthread_mutex_lock(&log_mu);
+    if (log_lines < (int)(sizeof log_levels / sizeof log_levels[0]))
+        log_levels[log_lines] = level;
+    log_lines++;
+    len = strlen(log_text);
+    snprintf(log_text + len, sizeof log_text - len, "%s\n", msg);
+    pthread_mutex_unlock(&log_mu);
+}
+
+void tu_log_capture_start(void)
+{
+    pthread_mutex_lock(&log_mu);
+    log_text[0] = '\0';
+    log_lines = 0;
+    pthread_mutex_unlock(&log_mu);
+    ferry_set_log(capture_log, NULL);
+}
+
+void tu_log_capture_stop(void)
+{
+    ferry_set_log(NULL, NULL);
+}
+
+int tu_log_lines(void)
+{
+    int n;
+
+    pthread_mutex_lock(&log_mu);
+    n = log_lines;
+    pthread_mutex_unlock(&log_mu);
+    return n;
+}
+
+const char *tu_log_text(void)
+{
+    return log_text;
+}
+
+int tu_log_level(int i)
+{
+    int level = -1;
+
+    pthread_mutex_lock(&log_mu);
+    if (i >= 0 && i < log_lines && i < (int)(sizeof log_levels / sizeof log_levels[0]))
+        level = log_levels[i];
+    pthread_mutex_unlock(&log_mu);
+    return level;
+}
+
+/* ---- stderr capture -------------------------------------------------------- */
+
+static FILE *cap_file;
+static int cap_saved = -1;
+
+void tu_stderr_capture(void)
+{
+    fflush(stderr);
+    cap_file = tmpfile();
+    cr_assert_not_null(cap_file);
+    cap_saved = dup(STDERR_FILENO);
+    cr_assert_geq(cap_saved, 0);
+    dup2(fileno(cap_file), STDERR_FILENO);
+}
+
+const char *tu_stderr_release(void)
+{
+    static char buf[8192];
+    ssize_t n;
+
+    fflush(stderr);
+    dup2(cap_saved, STDERR_FILENO);
+    close(cap_saved);
+    cap_saved = -1;
+    n = pread(fileno(cap_file), buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    fclose(cap_file);
+    cap_file = NULL;
+    return buf;
+}
+
+int tu_stderr_fd(void)
+{
+    return cap_file ? fileno(cap_file) : -1;
 }

@@ -2,6 +2,8 @@
  * find_package(ferry) and by pkg-config (tests/install/check.sh).
  * It runs a main task that spawns a child, sleeps, joins it and returns
  * the child's status; the program exits 0 only if that status is 42.
+ * It uses the installed headers and library only, so the shared teardown
+ * of the tests (testutil.c, not installed) is not available to it.
  */
 #include <stdio.h>
 

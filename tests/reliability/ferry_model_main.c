@@ -27,7 +27,11 @@
  * threads blocked: the run stops there.
  *
  * Prints "model: N sequences checked, F failed" last; exits 1 if F > 0 or
- * the run stopped early, 2 on bad usage.
+ * the run stopped early, 2 on bad usage.  A program of its own, not a
+ * Criterion test, so without the shared teardown of testutil.c: each
+ * sequence is checked against the model at every step and at its end (no
+ * waiter left that could proceed, no callback run after its sequence);
+ * test_model_regress replays single sequences under the shared teardown.
  */
 #include <errno.h>
 #include <inttypes.h>

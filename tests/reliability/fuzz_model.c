@@ -4,6 +4,11 @@
  * failed check aborts, so libFuzzer saves the input as crash-<sha1>.
  *
  * Build (clang only; gcc rejects -fsanitize=fuzzer): see run-fuzz.sh.
+ *
+ * It is not a Criterion test, so the shared teardown does not run: each
+ * sequence ends by releasing everything it holds (model.c), and the loop is
+ * kept from one input to the next because libFuzzer calls the target many
+ * times in one process.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,6 +7,9 @@
  *
  *   model_corpus DIR     prints "model: N sequences checked, F failed";
  *                        an empty or unreadable corpus fails
+ *
+ * Not a Criterion test (so without the shared teardown of testutil.c):
+ * each sequence is checked as ferry-model checks it.
  */
 #include <dirent.h>
 #include <stdio.h>

@@ -13,7 +13,9 @@
  * After a warm-up of 20% of the lifetimes it samples RSS, the number of
  * open descriptors and of lines in /proc/self/maps; at the end RSS must be
  * within +5% (plus 256 KiB of slack for allocator noise), and descriptors
- * and mappings the same.  Exits 1 on any violation.
+ * and mappings the same.  Exits 1 on any violation.  A program of its own,
+ * not a Criterion test: instead of the shared teardown's per-test checks it
+ * checks that the process stays flat over the whole run.
  */
 #include <dirent.h>
 #include <errno.h>

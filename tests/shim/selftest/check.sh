@@ -51,8 +51,8 @@ if [ "$mode" = criterion ] && [ -z "${seen[fail::init_fails]:-}" ] &&
     checked=$((checked + 1))
 fi
 # Every test of selftest.c outside the sanitizer suite.
-min=28
-[ "$mode" != criterion ] || min=27
+min=31
+[ "$mode" != criterion ] || min=30
 if [ "$checked" -lt "$min" ]; then
     echo "check.sh: only $checked outcomes checked, expected at least $min"
     bad=1

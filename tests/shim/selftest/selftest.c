@@ -6,7 +6,9 @@
  * get it wrong and that only the shim is held to: an assertion failing in
  * .fini (Criterion has decided the verdict by then), a leak reported at
  * exit, a data race under TSan.  The "teardown" tests break the rules of
- * ferry's shared teardown (tests/testutil.c) and must fail under both.
+ * ferry's shared teardown (tests/testutil.c: a task, a callback, a timer
+ * or a post left behind, an allocation not given back) and must fail
+ * under both.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -267,6 +269,42 @@ Test(fail, teardown_finds_a_callback_not_run, .init = tu_loop_setup, .fini = tu_
 Test(fail, teardown_finds_a_timer_not_fired, .init = tu_loop_setup, .fini = tu_loop_teardown)
 {
     cr_assert_eq(ferry_call_later(tu_loop, FERRY_SEC(3600), nop_cb, NULL, NULL), 0);
+}
+
+/* A post from another thread that the loop has not run yet. */
+static void *post_from_a_thread(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)ferry_loop_call_soon_threadsafe(tu_loop, nop_cb, NULL);
+}
+
+Test(fail, teardown_finds_a_post_from_a_thread_not_run, .init = tu_loop_setup,
+     .fini = tu_loop_teardown)
+{
+    void *rc;
+
+    pthread_join(tu_start_thread(post_from_a_thread, NULL), &rc);
+    cr_assert_null(rc);
+}
+
+/* tu_alloc_setup(): a test that makes its own loops is held to give back
+ * every allocation too. */
+Test(pass, alloc_teardown_of_a_clean_test, .init = tu_alloc_setup, .fini = tu_loop_teardown)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(tu_run_on(l, tu_ret42, NULL), 42);
+    ferry_loop_free(l);
+}
+
+Test(fail, alloc_teardown_finds_a_loop_not_freed, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown)
+{
+    ferry_loop *l;
+
+    cr_assert_eq(ferry_loop_new(&l, NULL), 0);
+    cr_assert_eq(tu_run_on(l, tu_ret42, NULL), 42);
 }
 
 /* tu_leaks() counts ferry's allocations in every build, not only under
