@@ -176,7 +176,8 @@ def table(runs, notes):
     data = series(runs)
     med = {k: statistics.median(v) for k, v in data.items()}
     workloads = order({w for w, _ in data}, WORKLOAD_ORDER)
-    out = [f"Medians of {runs_text(data)} runs; \"/ ref\" is the median over the reference "
+    nruns = runs_text(data)
+    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}; \"/ ref\" is the median over the reference "
            "peer's median (below 1: faster).", ""]
     out.append("| workload | system | median | fastest-slowest | / ref |")
     out.append("| --- | --- | ---: | --- | ---: |")
@@ -244,10 +245,21 @@ def chart(runs, notes):
     label_x = x0 - 10            # system names end here
     value_x = x1 + 12            # absolute medians start here
     bar_h, gap, title_h, panel_gap = 13, 3, 20, 14
-    top = 96
 
     def xpos(ratio):
         return x0 + (math.log10(ratio) - lo) / (hi - lo) * (x1 - x0)
+
+    # Legend: every system that appears, in drawing order.
+    legend = []
+    lx, ly = 10, 66
+    for s in order({s for _, s in data if any((w, s) in data for w in workloads)}, SYSTEM_ORDER):
+        legend.append(f'<rect x="{lx}" y="{ly - 10}" width="11" height="11" '
+                      f'fill="{COLOURS.get(s, OTHER_COLOUR)}"/>')
+        legend.append(f'<text x="{lx + 15}" y="{ly}" class="legend">{esc(s)}</text>')
+        lx += 26 + 6 * len(s)
+        if lx > W - 120:
+            lx, ly = 10, ly + 16
+    top = ly + 34                # the first panel's top tick labels sit above it
 
     body = []
     panels = []                  # (top, bottom) of each panel's bars
@@ -303,14 +315,14 @@ def chart(runs, notes):
                     grid.append(f'<line x1="{xm:.1f}" y1="{pt}" x2="{xm:.1f}" y2="{pb}" '
                                 f'class="minor"/>')
     grid.append(f'<text x="{(x0 + x1) / 2:.0f}" y="{bottom - panel_gap + 30}" class="tick">'
-                f'median time per operation / the reference peer\'s (log scale)</text>')
+                f'median / the reference peer\'s median (log scale)</text>')
 
     nruns = runs_text(data)
     head = [
         f'<text x="10" y="24" class="h1">ferry and its peers: time per operation relative to '
         f'each workload\'s reference peer</text>',
         f'<text x="10" y="44" class="h2">log scale; left of 1\u00d7 is faster than the reference, '
-        f'right is slower; bar = median of {nruns} runs, thin line = fastest to slowest run; '
+        f'right is slower; bar = median of {nruns} run{"" if nruns == "1" else "s"}, thin line = fastest to slowest run; '
         f'figures: median, ratio</text>',
     ]
     foot_y = bottom + 36
@@ -319,17 +331,6 @@ def chart(runs, notes):
         foot.append(f'<text x="10" y="{foot_y}" class="note">{esc(n)}</text>')
         foot_y += 15
     H = foot_y + 6
-
-    # Legend: every system that appears, in drawing order.
-    legend = []
-    lx, ly = 10, 66
-    for s in order({s for _, s in data if any((w, s) in data for w in workloads)}, SYSTEM_ORDER):
-        legend.append(f'<rect x="{lx}" y="{ly - 10}" width="11" height="11" '
-                      f'fill="{COLOURS.get(s, OTHER_COLOUR)}"/>')
-        legend.append(f'<text x="{lx + 15}" y="{ly}" class="legend">{esc(s)}</text>')
-        lx += 24 + int(6.5 * len(s))
-        if lx > W - 120:
-            lx, ly = 10, ly + 16
 
     style = (
         "text{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;fill:#222}"

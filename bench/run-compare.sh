@@ -90,12 +90,17 @@ else
         { cmake -S "$root" -B "$root/build-bench" -DCMAKE_BUILD_TYPE=Release -DFERRY_BENCH=ON &&
             cmake --build "$root/build-bench" --target ferry-bench -j"$(nproc)"; } > /dev/null ||
             { log "build failed (run the two cmake commands above to see why)"; exit 2; }
-        commit=$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
-        if [ -n "$(git -C "$root" status --porcelain -- src bridge include cmake CMakeLists.txt \
-                bench/ferry_bench.c bench/CMakeLists.txt 2>/dev/null)" ]; then
+        # The commit that last changed what ferry-bench is built from, which
+        # may be older than a checkout whose newer commits touch only scripts.
+        code=(src bridge include cmake CMakeLists.txt bench/ferry_bench.c bench/CMakeLists.txt)
+        head=$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+        commit=$(git -C "$root" log -1 --first-parent --format=%h --abbrev=7 -- "${code[@]}" \
+            2>/dev/null || echo unknown)
+        [ "$commit" = "$head" ] || commit="$commit (checked out: $head)"
+        if [ -n "$(git -C "$root" status --porcelain -- "${code[@]}" 2>/dev/null)" ]; then
             commit="$commit with uncommitted changes"
         fi
-        ferry_note="ferry: commit $commit, Release build"
+        ferry_note="ferry: library and ferry-bench of commit $commit, Release build"
     else
         ferry_note="ferry: $FERRY_BENCH (given with -b)"
     fi
