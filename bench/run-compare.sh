@@ -26,6 +26,9 @@
 #   -c FILE  draw the chart of results.txt into FILE (SVG, bench/chart.py)
 #   -e       the network workloads too (tcp_echo, tcp_bulk): the peers' echo
 #            servers, and ferry's when ferry-bench lists tcp_echo
+#   -q LOAD  before each program, wait until the 1-minute load average is at
+#            most LOAD (QUIET; checked every 10 s, for at most 15 minutes,
+#            then it runs anyway): on a shared machine, measure when it is quiet
 # Remaining arguments are peer systems for run-all.sh (default: all).
 # ANCHORS_NO_INSTALL=1 is passed through to run-all.sh (never apt-get).
 #
@@ -44,9 +47,10 @@ ANCHORS=${ANCHORS:-$root/../shared/anchors}
 FERRY_BENCH=${FERRY_BENCH:-}
 FERRY_WORKLOADS=${FERRY_WORKLOADS:-}
 OUT=${OUT:-}
+QUIET=${QUIET:-}
 REPORT_ONLY="" SAVE="" CHART="" NET=0
 
-while getopts "n:a:b:o:r:w:s:c:eh" opt; do
+while getopts "n:a:b:o:r:w:s:c:eq:h" opt; do
     case $opt in
         n) RUNS=$OPTARG ;;
         a) ANCHORS=$OPTARG ;;
@@ -57,16 +61,31 @@ while getopts "n:a:b:o:r:w:s:c:eh" opt; do
         s) SAVE=$OPTARG ;;
         c) CHART=$OPTARG ;;
         e) NET=1 ;;
-        h) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        q) QUIET=$OPTARG ;;
+        h) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 PEERS=("$@")
 case $RUNS in ''|*[!0-9]*|0) echo "run-compare: -n needs a positive number" >&2; exit 2 ;; esac
+if [ -n "$QUIET" ] && ! awk -v q="$QUIET" 'BEGIN { exit !(q + 0 > 0) }'; then
+    echo "run-compare: -q needs a positive load average" >&2; exit 2
+fi
 
 log() { printf 'run-compare: %s\n' "$*" >&2; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# wait_quiet: with -q LOAD, wait until the 1-minute load average is at most
+# LOAD, for at most 15 minutes.
+wait_quiet() {
+    [ -n "$QUIET" ] || return 0
+    local waited=0
+    while awk -v l="$(load1)" -v q="$QUIET" 'BEGIN { exit !(l > q) }'; do
+        if [ $waited -ge 900 ]; then log "load still $(load1) after 15 minutes: running"; return 0; fi
+        [ $waited -gt 0 ] || log "waiting for the load average ($(load1)) to fall to $QUIET"
+        sleep 10; waited=$((waited + 10))
+    done
+}
 status=0
 
 if [ -n "$REPORT_ONLY" ]; then
@@ -120,6 +139,7 @@ else
 
     run_ferry() { # RUN-INDEX
         local f=$OUT/ferry$1.txt
+        wait_quiet
         echo "# run $1, ferry-bench: load $(load1)" > "$OUT/ferry$1.load"
         # shellcheck disable=SC2086
         "$FERRY_BENCH" $FERRY_WORKLOADS > "$f" || status=1
@@ -129,6 +149,7 @@ else
         fi
     }
     run_peers() { # RUN-INDEX
+        wait_quiet
         ANCHORS_NET=$NET "$ANCHORS/run-all.sh" "${PEERS[@]}" > "$OUT/anchors$1.txt" \
             2> "$OUT/anchors$1.err" || { status=1; log "run-all.sh failed: see $OUT/anchors$1.err"; }
     }
