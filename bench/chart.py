@@ -172,44 +172,58 @@ def runs_text(data):
 
 # ---------------------------------------------------------------- table
 
+def target_cells(w, med):
+    """'<= 0.3x go-1p: yes' for each of the workload's targets."""
+    cells = []
+    for tw, peer, bound in TARGETS:
+        if tw != w:
+            continue
+        f = med.get((w, "ferry"))
+        if peer is None:
+            met = "?" if f is None else ("yes" if f <= bound else "**no**")
+            cells.append(f"<= {bound:g} ns: {met}")
+            continue
+        p = med.get((w, peer))
+        r = f / p if f is not None and p else None
+        ok = r is not None and (r < bound if bound == 1.0 else r <= bound)
+        met = "?" if r is None else ("yes" if ok else f"**no** ({fmt_ratio(r)})")
+        cells.append(f"{'<' if bound == 1.0 else '<='} {bound:g}x {peer}: {met}")
+    return "; ".join(cells)
+
+
 def table(runs, notes):
+    """One row per workload: ferry, the reference peer, their ratio, the
+    project's target, and every other peer with its ratio to the reference."""
     data = series(runs)
     med = {k: statistics.median(v) for k, v in data.items()}
     workloads = order({w for w, _ in data}, WORKLOAD_ORDER)
     nruns = runs_text(data)
-    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}; \"/ ref\" is the median over the reference "
-           "peer's median (below 1: faster).", ""]
-    out.append("| workload | system | median | fastest-slowest | / ref |")
-    out.append("| --- | --- | ---: | --- | ---: |")
+
+    def cell(w, s):
+        v, m = data[(w, s)], med[(w, s)]
+        rng = f" ({fmt_range(w, v[0], v[-1])})" if v[0] != v[-1] and s == "ferry" else ""
+        return f"{fmt_value(w, m)}{rng}"
+
+    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}, ferry's with its fastest-slowest "
+           "run; a ratio is a median over the reference peer's median (below 1: faster).", ""]
+    out.append("| workload | ferry | reference peer | ferry / ref | target | other peers (/ ref) |")
+    out.append("| --- | ---: | --- | ---: | --- | --- |")
     for w in workloads:
         ref = REFERENCE.get(w)
         rmed = med.get((w, ref)) if ref else None
-        first = True
+        has_f = (w, "ferry") in data
+        f = cell(w, "ferry") if has_f else "-"
+        r = f"{ref} {fmt_value(w, rmed)}" if rmed else "-"
+        ratio = fmt_ratio(med[(w, "ferry")] / rmed) if has_f and rmed else "-"
+        others = []
         for s in order({s for ww, s in data if ww == w}, SYSTEM_ORDER):
-            v = data[(w, s)]
-            m = med[(w, s)]
-            name = f"**{s}**" if s == "ferry" else (f"{s} (ref)" if s == ref else s)
-            cell_w = w.replace("/bytes", " (bytes)") if first else ""
-            rng = fmt_range(w, v[0], v[-1]) if len(v) > 1 else ""
-            ratio = fmt_ratio(m / rmed) if rmed else "-"
-            out.append(f"| {cell_w} | {name} | {fmt_value(w, m)} | {rng} | {ratio} |")
-            first = False
-    out.append("")
-    out.append("| target | ferry | reference | ratio | met |")
-    out.append("| --- | ---: | ---: | ---: | --- |")
-    for w, peer, bound in TARGETS:
-        f = med.get((w, "ferry"))
-        label = w.replace("/bytes", " (bytes)")
-        if peer is None:
-            met = "?" if f is None else ("yes" if f <= bound else "no")
-            out.append(f"| {label} <= {bound:g} ns | {fmt_value(w, f) if f else '-'} | - | - | {met} |")
-            continue
-        p = med.get((w, peer))
-        r = f / p if f is not None and p else None
-        met = "?" if r is None else ("yes" if (r < bound if bound == 1.0 else r <= bound) else "no")
-        rel = "<" if bound == 1.0 else "<="
-        out.append(f"| {label} {rel} {bound:g}x {peer} | {fmt_value(w, f) if f else '-'} | "
-                   f"{fmt_value(w, p) if p else '-'} | {fmt_ratio(r)} | {met} |")
+            if s in ("ferry", ref):
+                continue
+            x = f" ({fmt_ratio(med[(w, s)] / rmed)})" if rmed else ""
+            others.append(f"{s} {fmt_value(w, med[(w, s)])}{x}")
+        label = w.replace("/bytes", " (bytes per task)")
+        out.append(f"| {label} | {f} | {r} | {ratio} | {target_cells(w, med)} | "
+                   f"{', '.join(others)} |")
     if notes:
         out.append("")
         out.extend(f"- {n}" for n in notes)
