@@ -1,40 +1,56 @@
 #!/usr/bin/env bash
-# Run ferry-bench and the peer benchmarks ("anchors") N times, interleaved,
-# then print the median table of every (workload, system) and ferry's ratio
-# to each peer, with the targets of issues 2-4.
+# bench/run-compare.sh - run ferry-bench and the peer benchmarks ("anchors")
+# N times, interleaved, collect every BENCH line in one file (the input of
+# bench/chart.py) and print the median table.
 #
-#   bench/run-compare.sh                    # 3 runs, every peer system
-#   bench/run-compare.sh -n 5 libuv go-1p   # 5 runs, only these peers
-#   RUNS=3 ANCHORS=/path/to/anchors bench/run-compare.sh
-#   bench/run-compare.sh -r DIR             # only re-print the tables of DIR
+#   bench/run-compare.sh                      # 3 runs, every peer
+#   bench/run-compare.sh -n 5 libuv go-1p     # 5 runs, only these peers
+#   bench/run-compare.sh -s bench/results.txt -c bench/results.svg
+#                                             # refresh the committed report
+#   bench/run-compare.sh -r DIR -c chart.svg  # run nothing: table (and chart) of DIR
 #
 # Options (or environment):
 #   -n N     runs (RUNS, default 3)
 #   -a DIR   the anchors directory (ANCHORS, default ../shared/anchors from
-#            the repository root)
-#   -b FILE  the ferry-bench binary (FERRY_BENCH, default
-#            build-bench/bench/ferry-bench, built in Release if missing)
-#   -o DIR   where the raw BENCH lines go (OUT, default a new directory
-#            under ${TMPDIR:-/tmp})
-#   -r DIR   do not run anything: print the tables of the runs in DIR
+#            the repository root); if it is not writable, it is copied to
+#            build-bench/anchors, since run-all.sh builds inside it
+#   -b FILE  the ferry-bench binary (FERRY_BENCH); by default
+#            build-bench/bench/ferry-bench, configured as Release and brought
+#            up to date first
+#   -o DIR   where the lines go (OUT, default a new directory under
+#            ${TMPDIR:-/tmp}): ferryI.txt and anchorsI.txt per run, run-all's
+#            stderr in anchorsI.err, everything with notes in results.txt
+#   -r DIR   run nothing: report on the results.txt of DIR
 #   -w LIST  ferry workloads, space separated (FERRY_WORKLOADS, default all)
-# Remaining arguments are peer systems passed to run-all.sh.
+#   -s FILE  copy results.txt to FILE as well
+#   -c FILE  draw the chart of results.txt into FILE (SVG, bench/chart.py)
+#   -e       the network workloads too (tcp_echo, tcp_bulk): the peers' echo
+#            servers, and ferry's when ferry-bench lists tcp_echo
+#   -q LOAD  before each program, wait until the 1-minute load average is at
+#            most LOAD (QUIET; checked every 10 s, for at most 15 minutes,
+#            then it runs anyway): on a shared machine, measure when it is quiet
+# Remaining arguments are peer systems for run-all.sh (default: all).
 # ANCHORS_NO_INSTALL=1 is passed through to run-all.sh (never apt-get).
 #
-# stdout: the tables (markdown).  stderr: progress.  Exit status: 0, or 1 if
-# a run failed or printed check=FAIL.
+# Odd runs start with ferry-bench, even runs with the peers, so a load that
+# rises or falls during the session does not favour one side.  The
+# 1-minute load average at the start of every program is in results.txt.
+#
+# stdout: the tables (markdown).  stderr: progress.  Exit status: 0, 1 if a
+# run failed or printed check=FAIL, 2 on bad usage or a failed build.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 RUNS=${RUNS:-3}
 ANCHORS=${ANCHORS:-$root/../shared/anchors}
-FERRY_BENCH=${FERRY_BENCH:-$root/build-bench/bench/ferry-bench}
+FERRY_BENCH=${FERRY_BENCH:-}
 FERRY_WORKLOADS=${FERRY_WORKLOADS:-}
 OUT=${OUT:-}
-REPORT_ONLY=""
+QUIET=${QUIET:-}
+REPORT_ONLY="" SAVE="" CHART="" NET=0
 
-while getopts "n:a:b:o:r:w:h" opt; do
+while getopts "n:a:b:o:r:w:s:c:eq:h" opt; do
     case $opt in
         n) RUNS=$OPTARG ;;
         a) ANCHORS=$OPTARG ;;
@@ -42,124 +58,150 @@ while getopts "n:a:b:o:r:w:h" opt; do
         o) OUT=$OPTARG ;;
         r) REPORT_ONLY=$OPTARG ;;
         w) FERRY_WORKLOADS=$OPTARG ;;
-        h) sed -n '2,26p' "$0"; exit 0 ;;
+        s) SAVE=$OPTARG ;;
+        c) CHART=$OPTARG ;;
+        e) NET=1 ;;
+        q) QUIET=$OPTARG ;;
+        h) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 PEERS=("$@")
+case $RUNS in ''|*[!0-9]*|0) echo "run-compare: -n needs a positive number" >&2; exit 2 ;; esac
+if [ -n "$QUIET" ] && ! awk -v q="$QUIET" 'BEGIN { exit !(q + 0 > 0) }'; then
+    echo "run-compare: -q needs a positive load average" >&2; exit 2
+fi
 
 log() { printf 'run-compare: %s\n' "$*" >&2; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# wait_quiet: with -q LOAD, wait until the 1-minute load average is at most
+# LOAD, for at most 15 minutes.
+wait_quiet() {
+    [ -n "$QUIET" ] || return 0
+    local waited=0
+    while awk -v l="$(load1)" -v q="$QUIET" 'BEGIN { exit !(l > q) }'; do
+        if [ $waited -ge 900 ]; then log "load still $(load1) after 15 minutes: running"; return 0; fi
+        [ $waited -gt 0 ] || log "waiting for the load average ($(load1)) to fall to $QUIET"
+        sleep 10; waited=$((waited + 10))
+    done
+}
 status=0
 
 if [ -n "$REPORT_ONLY" ]; then
     OUT=$REPORT_ONLY
+    if [ ! -f "$OUT/results.txt" ]; then log "no results.txt in $OUT"; exit 2; fi
 else
     if [ ! -x "$ANCHORS/run-all.sh" ]; then
         log "no run-all.sh in '$ANCHORS' (use -a DIR or ANCHORS=DIR)"; exit 2
     fi
-    if [ ! -x "$FERRY_BENCH" ]; then
-        log "building ferry-bench (Release) in $root/build-bench"
-        cmake -S "$root" -B "$root/build-bench" -DCMAKE_BUILD_TYPE=Release >&2 &&
-            cmake --build "$root/build-bench" --target ferry-bench -j"$(nproc)" >&2 ||
-            { log "build failed"; exit 2; }
+    ANCHORS=$(cd "$ANCHORS" && pwd)
+    if [ ! -w "$ANCHORS" ]; then
+        copy=$root/build-bench/anchors
+        log "$ANCHORS is read-only: copying it to $copy"
+        mkdir -p "$copy" && cp -R "$ANCHORS"/. "$copy"/ && chmod -R u+w "$copy" ||
+            { log "copy failed"; exit 2; }
+        ANCHORS=$copy
     fi
+    if [ -z "$FERRY_BENCH" ]; then
+        FERRY_BENCH=$root/build-bench/bench/ferry-bench
+        log "building ferry-bench (Release) in $root/build-bench"
+        { cmake -S "$root" -B "$root/build-bench" -DCMAKE_BUILD_TYPE=Release -DFERRY_BENCH=ON &&
+            cmake --build "$root/build-bench" --target ferry-bench -j"$(nproc)"; } > /dev/null ||
+            { log "build failed (run the two cmake commands above to see why)"; exit 2; }
+        # The commit that last changed what ferry-bench is built from, which
+        # may be older than a checkout whose newer commits touch only scripts.
+        code=(src bridge include cmake CMakeLists.txt bench/ferry_bench.c bench/CMakeLists.txt)
+        head=$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+        commit=$(git -C "$root" log -1 --first-parent --format=%h --abbrev=7 -- "${code[@]}" \
+            2>/dev/null || echo unknown)
+        [ "$commit" = "$head" ] || commit="$commit (checked out: $head)"
+        if [ -n "$(git -C "$root" status --porcelain -- "${code[@]}" 2>/dev/null)" ]; then
+            commit="$commit with uncommitted changes"
+        fi
+        ferry_note="ferry: library and ferry-bench of commit $commit, Release build"
+    else
+        ferry_note="ferry: $FERRY_BENCH (given with -b)"
+    fi
+    if [ ! -x "$FERRY_BENCH" ]; then log "no ferry-bench at '$FERRY_BENCH'"; exit 2; fi
+    ferry_net=0
+    if [ "$NET" = 1 ]; then
+        if "$FERRY_BENCH" --list | grep -qx tcp_echo; then
+            ferry_net=1
+        else
+            log "ferry-bench has no echo server: the network workloads are the peers' only"
+        fi
+    fi
+
     [ -n "$OUT" ] || OUT=$(mktemp -d "${TMPDIR:-/tmp}/ferry-compare.XXXXXX")
-    mkdir -p "$OUT"
+    mkdir -p "$OUT" || exit 2
     log "raw results in $OUT"
-    for i in $(seq 1 "$RUNS"); do
-        log "run $i/$RUNS: ferry-bench (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+
+    run_ferry() { # RUN-INDEX
+        local f=$OUT/ferry$1.txt
+        wait_quiet
+        echo "# run $1, ferry-bench: load $(load1)" > "$OUT/ferry$1.load"
         # shellcheck disable=SC2086
-        "$FERRY_BENCH" $FERRY_WORKLOADS > "$OUT/ferry$i.txt" || status=1
-        log "run $i/$RUNS: anchors ${PEERS[*]:-(all)}"
-        "$ANCHORS/run-all.sh" "${PEERS[@]}" > "$OUT/anchors$i.txt" 2> "$OUT/anchors$i.err" || status=1
+        "$FERRY_BENCH" $FERRY_WORKLOADS > "$f" || status=1
+        if [ "$ferry_net" = 1 ]; then
+            (cd "$root" && "$ANCHORS/echo-pair.sh" "$FERRY_BENCH --echo-server {PORT}" ferry) \
+                >> "$f" || status=1
+        fi
+    }
+    run_peers() { # RUN-INDEX
+        wait_quiet
+        ANCHORS_NET=$NET "$ANCHORS/run-all.sh" "${PEERS[@]}" > "$OUT/anchors$1.txt" \
+            2> "$OUT/anchors$1.err" || { status=1; log "run-all.sh failed: see $OUT/anchors$1.err"; }
+    }
+    for i in $(seq 1 "$RUNS"); do
+        if [ $((i % 2)) = 1 ]; then
+            log "run $i/$RUNS: ferry-bench (load $(load1))"; run_ferry "$i"
+            log "run $i/$RUNS: peers ${PEERS[*]:-(all)} (load $(load1))"; run_peers "$i"
+        else
+            log "run $i/$RUNS: peers ${PEERS[*]:-(all)} (load $(load1))"; run_peers "$i"
+            log "run $i/$RUNS: ferry-bench (load $(load1))"; run_ferry "$i"
+        fi
         grep -h 'check=FAIL' "$OUT/ferry$i.txt" "$OUT/anchors$i.txt" >&2 && status=1
     done
+
+    # results.txt: notes ("# key: value"), then each run's lines.
+    {
+        echo "# $ferry_note"
+        echo "# date: $(date -u +%Y-%m-%d)"
+        err=$OUT/anchors1.err
+        v() { sed -n "s/^run-all: $1/\\1/p" "$err" | head -n1; }
+        echo "# host: $(v 'host: \(.*\)'), gcc $(v 'gcc: \(.*\)')"
+        echo "# peers: libuv $(v 'libuv: \([^ ]*\).*'), libevent $(v 'libuv: .*libevent: \(.*\)')," \
+            "$(v 'go version \(go[^ ]*\).*'), asyncio on $(v 'asyncio: \(Python [^ ]*\).*')," \
+            "uvloop $(v 'debpy: .*uvloop \(.*\)') on Debian's $(v 'debpy: \(Python [^,]*\),.*')"
+        for i in $(seq 1 "$RUNS"); do
+            loads=$(sed -n 's/.*running .* (loadavg \([0-9.]*\) .*/\1/p' "$OUT/anchors$i.err" |
+                sort -n | sed -n '1p;$p' | paste -sd'-' -)
+            echo "# run $i: load average $(sed -n 's/.*load \([0-9.]*\)$/\1/p' "$OUT/ferry$i.load")" \
+                "at ferry-bench's start, ${loads:-?} over the peers"
+        done
+        for i in $(seq 1 "$RUNS"); do
+            cat "$OUT/ferry$i.txt" "$OUT/anchors$i.txt"
+        done
+    } > "$OUT/results.txt"
 fi
 
-shopt -s nullglob
-files=("$OUT"/ferry*.txt "$OUT"/anchors*.txt)
-if [ ${#files[@]} -eq 0 ]; then
-    log "no results in $OUT"; exit 2
-fi
-
-echo "# ferry vs peers: medians of $(ls "$OUT"/ferry*.txt | wc -l) run(s)"
+echo "# ferry vs peers: $OUT/results.txt"
+echo
+python3 "$here/chart.py" --table "$OUT/results.txt" || status=1
 if [ -f "$ANCHORS/median.py" ]; then
-    python3 "$ANCHORS/median.py" "${files[@]}"
+    echo
+    echo "# details: every (workload, system), median.py"
+    python3 "$ANCHORS/median.py" "$OUT/results.txt"
 fi
-
-python3 - "${files[@]}" <<'EOF'
-"""Ratio of ferry's median to each peer's median, and the targets."""
-import statistics
-import sys
-from collections import defaultdict
-
-runs = defaultdict(list)          # (workload, system) -> [fields]
-for path in sys.argv[1:]:
-    with open(path) as f:
-        for line in f:
-            if line.startswith("BENCH "):
-                kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-                runs[(kv["workload"], kv["system"])].append(kv)
-
-def med(w, s, key="ns_per_op"):
-    vals = [float(r[key]) for r in runs.get((w, s), []) if key in r]
-    return statistics.median(vals) if vals else None
-
-# workload -> list of (peer, max ratio, metric); peer None: absolute ns.
-TARGETS = {
-    "switch":             [(None, 20.0, "ns_per_op")],
-    "spawn":              [("go-1p", 0.3, "ns_per_op")],
-    "idle_tasks":         [("go", 1.6, "bytes_per_task")],
-    "lock_contention":    [("go-1p", 0.2, "ns_per_op")],
-    "queue_pipeline":     [("go-1p", 0.5, "ns_per_op")],
-    "stampede":           [("go", 1.0, "ns_per_op")],
-    "threadsafe_post":    [("libuv", 0.5, "ns_per_op"), ("libevent-eventfd", 0.7, "ns_per_op")],
-    "offload_rtt":        [("libuv", 0.7, "ns_per_op")],
-    "offload_throughput": [("libuv", 0.7, "ns_per_op")],
-}
-
-def fmt(x):
-    return "-" if x is None else (f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}")
-
-workloads = sorted({w for w, s in runs if s == "ferry"},
-                   key=lambda w: (list(TARGETS).index(w) if w in TARGETS else 99, w))
-
-print("\n## ferry / peer (median ns per op; idle_tasks also bytes per task)\n")
-print("| workload | ferry | peer | peer median | ferry/peer |")
-print("| --- | ---: | --- | ---: | ---: |")
-for w in workloads:
-    f = med(w, "ferry")
-    peers = sorted({s for ww, s in runs if ww == w and s != "ferry"},
-                   key=lambda s: med(w, s) or 0)
-    for s in peers:
-        p = med(w, s)
-        print(f"| {w} | {fmt(f)} | {s} | {fmt(p)} | {fmt(f / p) if f and p else '-'} |")
-    if w == "idle_tasks":
-        fb = med(w, "ferry", "bytes_per_task")
-        for s in peers:
-            pb = med(w, s, "bytes_per_task")
-            if pb:
-                print(f"| {w} (bytes/task) | {fmt(fb)} | {s} | {fmt(pb)} | {fmt(fb / pb) if fb else '-'} |")
-
-print("\n## targets\n")
-print("| workload | target | ferry | reference | ratio | met |")
-print("| --- | --- | ---: | ---: | ---: | --- |")
-for w, goals in TARGETS.items():
-    for peer, limit, key in goals:
-        f = med(w, "ferry", key)
-        if peer is None:
-            ok = f is not None and f <= limit
-            print(f"| {w} | <= {limit:g} ns | {fmt(f)} | - | - | {'yes' if ok else 'NO' if f else '?'} |")
-            continue
-        p = med(w, peer, key)
-        r = f / p if f is not None and p else None
-        ok = r is not None and (r < limit if limit == 1.0 else r <= limit)
-        rel = "<" if limit == 1.0 else "<="
-        print(f"| {w} | {rel} {limit:g}x {peer} ({key}) | {fmt(f)} | {fmt(p)} | "
-              f"{fmt(r)} | {'yes' if ok else ('NO' if r is not None else '?')} |")
-if any(s.startswith("limit") for _, s in runs):
-    print("\nCross-thread numbers are bimodal on this VM: read offload_* and "
-          "threadsafe_post next to the limit xthread_pingpong_* probes above.")
-EOF
+if [ -n "$SAVE" ]; then
+    if cp "$OUT/results.txt" "$SAVE"; then log "lines copied to $SAVE"; else status=1; fi
+fi
+if [ -n "$CHART" ]; then
+    if python3 "$here/chart.py" -o "$CHART" "$OUT/results.txt"; then
+        log "chart written to $CHART"
+    else
+        status=1
+    fi
+fi
 exit $status
