@@ -666,8 +666,13 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
         t->state = TLS_OPEN;
         *out = s;
     } else {
+        /* Broken: every later call says so at once, without waiting for
+         * the descriptor (the stream calls the transport when it thinks
+         * the descriptor is ready, and reads stop at a kept error). */
         t->state = TLS_BROKEN;
         t->broken = -EPROTO;
+        s->rerr = -EPROTO;
+        s->reg.ready |= FERRY_READ | FERRY_WRITE;
     }
     s->reading = s->writing = false;
     ferry__stream_unref(s);
