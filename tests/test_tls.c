@@ -1087,3 +1087,120 @@ T(allocation_failures_leave_nothing_behind)
     cr_assert(ok < 31, "no OpenSSL allocation failed");
     done();
 }
+
+/* ---- the write's records go out before it returns; early bytes -------------------------------- */
+
+/* With a small socket buffer, the last records of a write do not fit at
+ * once: the write must wait until they are out, or the reader never gets
+ * them. */
+struct smallbuf {
+    int    wrc, rrc;
+    size_t got;
+    unsigned char *src;
+};
+
+static int smallbuf_writer(void *arg)
+{
+    struct smallbuf *k = arg;
+
+    k->wrc = ferry_stream_write(A, k->src, 200000, NULL);
+    return 0;
+}
+
+static int smallbuf_task(void *arg)
+{
+    struct smallbuf *k = arg;
+    ferry_task *t;
+    ferry_scope sc;
+    unsigned char *buf = malloc(65536);
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc || !buf)
+        goto out;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(5000), 0);
+    ferry_task_spawn(&t, NULL, smallbuf_writer, k, NULL);
+    while (k->got < 200000) {
+        size_t n;
+        k->rrc = ferry_stream_read(B, buf, 65536, &n);
+        if (k->rrc || !n)
+            break;
+        k->got += n;
+    }
+    ferry_task_join(t, NULL);
+    ferry_scope_exit(&sc);
+out:
+    free(buf);
+    return 0;
+}
+
+T(a_write_returns_once_its_records_are_out)
+{
+    struct smallbuf k;
+    int sz = 4096;
+
+    memset(&k, 0, sizeof k);
+    k.src = calloc(1, 200000);
+    cr_assert_not_null(k.src);
+    pair();
+    cr_assert_eq(setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz), 0);
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(smallbuf_task, &k);
+    free(k.src);
+    cr_assert_eq(HC.rc, 0);
+    cr_assert_eq(k.wrc, 0, "write: %d", k.wrc);
+    cr_assert_eq(k.rrc, 0, "read: %d", k.rrc);
+    cr_assert_eq(k.got, 200000, "got %zu", k.got);
+    close_ab();
+    done();
+}
+
+/* STARTTLS: the server's plain stream has read the client's first TLS
+ * bytes along with the plain command; the handshake must take them. */
+struct starttls {
+    int  rc[3];
+    char cmd[16];
+};
+
+static int starttls_server(void *arg)
+{
+    struct starttls *k = arg;
+    size_t n;
+
+    ferry_sleep(tu_ms(50));    /* the client hello is there by now */
+    k->rc[0] = ferry_stream_read_until(B, "\n", 1, k->cmd, sizeof k->cmd - 1, &n);
+    k->cmd[n] = 0;
+    k->rc[1] = (int)ferry_stream_buffered(B);    /* the client hello, read early */
+    hs_task(&HS);
+    return 0;
+}
+
+static int starttls_task(void *arg)
+{
+    struct starttls *k = arg;
+    ferry_task *t;
+
+    ferry_task_spawn(&t, NULL, starttls_server, k, NULL);
+    k->rc[2] = ferry_stream_write(A, "STARTTLS\n", 9, NULL);
+    hs_task(&HC);
+    ferry_task_join(t, NULL);
+    return 0;
+}
+
+T(bytes_read_before_the_handshake_are_its_start)
+{
+    struct starttls k;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000, .server = true };
+    tu_run(starttls_task, &k);
+    cr_assert_eq(k.rc[0], 0);
+    cr_assert_str_eq(k.cmd, "STARTTLS\n");
+    cr_assert_gt(k.rc[1], 0, "the client hello was not read early");
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    done();
+}
