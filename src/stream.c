@@ -481,6 +481,12 @@ void ferry__stream_destroy(ferry_stream *s)
     stream_free(s);
 }
 
+void ferry__stream_unref(ferry_stream *s)
+{
+    if (--s->inside == 0 && s->reg.closed)
+        stream_free(s);
+}
+
 /* The loop is being freed: no task is left inside a call. */
 static void stream_destroy_obj(struct ferry__ioobj *o)
 {
@@ -1018,6 +1024,16 @@ static int push(ferry_stream *s, ferry_task *self, const struct iovec *iov, int 
         }
     }
     *done = total;
+    /* A transport with a buffer of its own sends what it holds before the
+     * write returns (the seam in stream_int.h). */
+    while (s->io->flush && (rc = s->io->flush(s, &want)) != 0) {
+        if (rc != -EAGAIN)
+            return rc;
+        s->reg.ready &= (uint8_t)~want;
+        rc = ferry__ioreg_wait(&s->reg, self, &s->reg.wq, want, "stream write", s);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 

@@ -63,7 +63,15 @@ void ferry__stream_loop_free(ferry_loop *loop);
  *                            negative errno;
  *   shutdown(s)              end the write direction: 0 or a negative errno;
  *   close(s)                 release what the transport holds and close
- *                            s->fd; cannot fail.
+ *                            s->fd; cannot fail;
+ *   flush(s, want)           optional (NULL: nothing to do): send what the
+ *                            transport holds of the bytes its send() has
+ *                            counted: 0 once nothing is left, -EAGAIN with
+ *                            *want, or a negative errno.  A write calls it
+ *                            before it returns, so that a transport may
+ *                            count bytes as sent once they are its own to
+ *                            send (TLS: once encrypted), as the kernel counts
+ *                            what its socket buffer took.
  *
  * `drains`: a recv that returns less than len, or a send that takes less
  * than it was offered, has found the descriptor empty or full, so the
@@ -77,6 +85,7 @@ struct ferry__stream_io {
     ssize_t (*send)(ferry_stream *s, const struct iovec *iov, int n, int *want);
     int     (*shutdown)(ferry_stream *s);
     void    (*close)(ferry_stream *s);
+    int     (*flush)(ferry_stream *s, int *want);
     bool    drains;
 };
 
@@ -182,6 +191,11 @@ int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
 
 /* Close and free a stream that no task is inside (error paths of net.c). */
 void ferry__stream_destroy(ferry_stream *s);
+
+/* A task that counted itself in s->inside leaves (a transport's own
+ * waiting call, as the TLS handshake): the last one to leave a closed
+ * stream frees it. */
+void ferry__stream_unref(ferry_stream *s);
 
 /* ---- Connecting (net.c) ------------------------------------------------------ */
 

@@ -55,6 +55,7 @@
 #include "fakedns.h"
 #include "fault.h"
 #include "ferry_int.h"
+#include "ferry/ferry.h"
 
 /* Set by tests/reliability/CMakeLists.txt: where the library's folders are. */
 #ifndef FERRY_SOURCE_DIR
@@ -1302,6 +1303,65 @@ static void undo_stream_read(int rc)
     pair_done();
 }
 
+#if FERRY_HAVE_TLS
+/* ---- TLS: a context; the handshake's state and the bytes read before it -- */
+
+static ferry_tls_ctx *g_tls;
+
+static int op_tls_ctx_new(void)
+{
+    return ferry_tls_ctx_new(&g_tls, FERRY_TLS_CLIENT, FERRY_TLS_NO_VERIFY);
+}
+
+static void undo_tls_ctx_new(int rc)
+{
+    if (rc != 0 && g_tls)
+        FAILF("tls_ctx_new: failed but set *out");
+    ferry_tls_ctx_free(g_tls);
+    g_tls = NULL;
+}
+
+/* A stream that has read "abc" and handed out "a" (not armed): "bc" are
+ * bytes read before the handshake. */
+static void setup_tls_client(void)
+{
+    setup_pair_stream(0);
+    if (write(g_sp[1], "abc", 3) != 3 || ferry_tls_ctx_new(&g_tls, FERRY_TLS_CLIENT, FERRY_TLS_NO_VERIFY))
+        FAILF("tls setup");
+}
+
+static int tls_client_task(void *arg)
+{
+    ferry_stream *o;
+    char c;
+    size_t n;
+    int rc;
+
+    (void)arg;
+    if (ferry_stream_read(g_st, &c, 1, &n) != 0 || n != 1)
+        return -1000;
+    sweep_arm();
+    rc = ferry_tls_client(&o, g_st, g_tls, NULL);
+    sweep_disarm();
+    /* "bc" is no TLS record: with every allocation made, the handshake
+     * fails on them. */
+    return rc == -EPROTO ? 0 : rc;
+}
+
+static int op_tls_client(void)
+{
+    return in_task(tu_loop, tls_client_task, NULL);
+}
+
+static void undo_tls_client(int rc)
+{
+    (void)rc;
+    pair_done();    /* closing frees the TLS state too */
+    ferry_tls_ctx_free(g_tls);
+    g_tls = NULL;
+}
+#endif
+
 static char g_path[64];
 
 static void setup_listen(void)
@@ -1828,6 +1888,10 @@ static const struct sweep sweeps[] = {
     { "getaddrinfo (dns)",   setup_resolver_dns, op_gai_dns,      undo_gai_dns,     NULL, true },
     { "getaddrinfo (pool)",  setup_resolver_pool, op_gai_pool,    undo_gai_pool,
       "ferry_call_soon|eventfd write", true, teardown_pool },
+#if FERRY_HAVE_TLS
+    { "tls_ctx_new",         NULL,             op_tls_ctx_new,    undo_tls_ctx_new, NULL },
+    { "tls_client",          setup_tls_client, op_tls_client,     undo_tls_client,  NULL, true },
+#endif
 };
 
 static void quiet_log(int level, const char *msg, void *ctx)

@@ -13,6 +13,8 @@
  *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
  *                   sockets: listen, accept, connect
  *   ferry/net.h     name resolution for tasks (getaddrinfo)
+ *   ferry/tls.h     TLS over a stream (OpenSSL), when FERRY_HAVE_TLS
+ *                   (ferry/features.h) says this build has it
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -26,5 +28,9 @@
 #include "ferry/signal.h"
 #include "ferry/stream.h"
 #include "ferry/net.h"
+#include "ferry/features.h"
+#if FERRY_HAVE_TLS
+#include "ferry/tls.h"
+#endif
 
 #endif /* FERRY_FERRY_H */

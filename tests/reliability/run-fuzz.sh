@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run-fuzz.sh - build the libFuzzer targets (clang, ASan+UBSan): the
 # model-based tester (fuzz_model, corpus/) and the line reader
-# (fuzz_stream, corpus-stream/); replay each committed corpus, then fuzz
-# each for a bounded time.
+# (fuzz_stream, corpus-stream/) and, when the TLS part is built, TLS record
+# boundaries (fuzz_tls, corpus-tls/); replay each committed corpus, then
+# fuzz each for a bounded time.
 #
 #   bash tests/reliability/run-fuzz.sh [SECONDS]    (default 60 per target)
 #
@@ -22,6 +23,13 @@ CC=clang cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFERRY_ASAN=ON -DFERRY_FUZZ=ON -DFERRY_BENCH=OFF -DFERRY_EXAMPLES=OFF \
     -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link >/dev/null
 cmake --build "$build" -j"${JOBS:-2}" --target fuzz_model fuzz_stream
+# fuzz_tls exists when the build found OpenSSL (FERRY_TLS).
+tls=0
+if grep -q '^FERRY_HAVE_TLS:INTERNAL=1' "$build/CMakeCache.txt" 2>/dev/null ||
+   grep -q 'define FERRY_HAVE_TLS 1' "$build/include/ferry/features.h"; then
+    tls=1
+    cmake --build "$build" -j"${JOBS:-2}" --target fuzz_tls
+fi
 fuzz=$build/tests/reliability/fuzz_model
 # Use-after-return detection gives every task a fake stack (an mmap and a
 # munmap each): it ran 5 times fewer inputs in the time budget.  The ASan
@@ -49,4 +57,17 @@ stream_scratch=$build/fuzz-corpus-stream
 mkdir -p "$stream_scratch"
 "$stream_fuzz" -max_total_time="$secs" -max_len=4096 -timeout=10 -print_final_stats=1 \
     "$stream_scratch" "$stream_corpus"
-echo "fuzz: 2 passed, 0 failed"
+if [ "$tls" = 1 ]; then
+    tls_fuzz=$build/tests/reliability/fuzz_tls
+    tls_corpus=$root/tests/reliability/corpus-tls
+    echo "== fuzz_tls: replaying the committed corpus ($(ls "$tls_corpus" | wc -l) inputs)"
+    "$tls_fuzz" -runs=0 "$tls_corpus"
+    echo "== fuzz_tls: fuzzing for ${secs} s"
+    tls_scratch=$build/fuzz-corpus-tls
+    mkdir -p "$tls_scratch"
+    "$tls_fuzz" -max_total_time="$secs" -max_len=8192 -timeout=30 -print_final_stats=1 \
+        "$tls_scratch" "$tls_corpus"
+    echo "fuzz: 3 passed, 0 failed"
+else
+    echo "fuzz: 2 passed, 0 failed (no TLS part: fuzz_tls not built)"
+fi

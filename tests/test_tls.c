@@ -1,0 +1,1206 @@
+/* test_tls.c - TLS over streams (ferry/tls.h): handshakes over a socketpair
+ * and over TCP loopback, data both ways through the line reader across
+ * record boundaries, backpressure, verification (wrong host, untrusted
+ * authority, the system's store by default), SNI, cancellation and
+ * deadlines in the handshake and in reads, closing while a task waits,
+ * a peer that ends without close_notify, bad input, another loop, and
+ * allocation failures (ferry's and OpenSSL's).
+ *
+ * The certificates are made at run time (tls_certs.c).  Client and server
+ * are tasks of one loop.  Every wait that a broken stream could leave
+ * hanging runs under a deadline scope.  No cr_assert inside task bodies
+ * (see testutil.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+#include "fault.h"
+#include "ferry/tls.h"
+#include "stream_int.h"
+#include "tls_certs.h"
+
+/* ---- OpenSSL's allocations, countable and failable ------------------------ */
+
+static unsigned long ossl_count;   /* allocations since ossl_arm() */
+static unsigned long ossl_fail_at; /* 0: none fails; else this one and later */
+static bool ossl_armed;
+
+static void *ossl_malloc(size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    if (ossl_armed && ++ossl_count >= ossl_fail_at)
+        return NULL;
+    return malloc(n);
+}
+
+static void *ossl_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    if (ossl_armed && ++ossl_count >= ossl_fail_at)
+        return NULL;
+    return realloc(p, n);
+}
+
+static void ossl_free(void *p, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    free(p);
+}
+
+/* Before OpenSSL's first allocation; ferry's allocator counted too. */
+__attribute__((constructor)) static void hooks(void)
+{
+    CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free);
+    ferry__alloc_count_on();
+    if (getenv("FERRY_TEST_IO_LIBEVENT"))
+        ferry__io_use_libevent = true;
+}
+
+/* ---- fixtures ---------------------------------------------------------------- */
+
+static struct tc_files F;
+static ferry_tls_ctx *SRV;    /* server: localhost, signed by the test CA */
+static ferry_tls_ctx *CLI;    /* client trusting the test CA */
+
+static void setup(void)
+{
+    tu_loop_setup();
+    cr_assert_eq(tc_files_make(&F), 0);
+    cr_assert_eq(ferry_tls_ctx_new(&SRV, FERRY_TLS_SERVER, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(SRV, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_new(&CLI, FERRY_TLS_CLIENT, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(CLI, F.ca, NULL), 0);
+}
+
+/* The end of every test body: the contexts are ferry's allocations, which
+ * the loop's teardown counts. */
+static void done(void)
+{
+    ferry_tls_ctx_free(SRV);
+    ferry_tls_ctx_free(CLI);
+    SRV = CLI = NULL;
+    tc_files_remove(&F);
+}
+
+static void teardown(void)
+{
+    done();
+    tu_loop_teardown();
+}
+
+#define T(name) Test(tls, name, .init = setup, .fini = teardown, .timeout = 60.)
+
+static int sp[2];
+static ferry_stream *A, *B;   /* A: the client's end, B: the server's */
+
+static void pair(void)
+{
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(ferry_stream_open(&A, tu_loop, sp[0], NULL), 0);
+    cr_assert_eq(ferry_stream_open(&B, tu_loop, sp[1], NULL), 0);
+}
+
+/* A handshake run as a task. */
+struct hs {
+    ferry_stream  *s;
+    ferry_tls_ctx *ctx;
+    const char    *host;     /* client: the name checked */
+    bool           server;
+    int64_t        ms;       /* a deadline for it, 0 for none */
+    int            rc;
+    ferry_stream  *out;
+    char           why[200];
+    char           sni[64];
+    char           version[16];
+};
+
+static int hs_task(void *arg)
+{
+    struct hs *h = arg;
+    ferry_scope sc;
+    const char *p;
+
+    ferry_scope_enter(&sc, h->ms ? ferry_now() + tu_ms(h->ms) : FERRY_NEVER, 0);
+    h->rc = h->server ? ferry_tls_server(&h->out, h->s, h->ctx)
+                      : ferry_tls_client(&h->out, h->s, h->ctx, h->host);
+    ferry_scope_exit(&sc);
+    if ((p = ferry_tls_last_error(h->s)) != NULL)
+        snprintf(h->why, sizeof h->why, "%s", p);
+    if (h->rc == 0 && (p = ferry_tls_server_name(h->s)) != NULL)
+        snprintf(h->sni, sizeof h->sni, "%s", p);
+    if (h->rc == 0 && (p = ferry_tls_version(h->s)) != NULL)
+        snprintf(h->version, sizeof h->version, "%s", p);
+    return 0;
+}
+
+/* Both handshakes at once, from a task: the server's in a task of its own. */
+static void handshake_both(struct hs *c, struct hs *s)
+{
+    ferry_task *t;
+
+    s->server = true;
+    if (ferry_task_spawn(&t, NULL, hs_task, s, NULL) != 0) {
+        s->rc = c->rc = -999;
+        return;
+    }
+    hs_task(c);
+    ferry_task_join(t, NULL);
+}
+
+/* The usual pair of handshakes over A and B, run on the main stack. */
+static struct hs HC, HS;
+
+static int both_task(void *arg)
+{
+    (void)arg;
+    handshake_both(&HC, &HS);
+    return 0;
+}
+
+static void connect_ab(ferry_tls_ctx *cli, const char *host, ferry_tls_ctx *srv)
+{
+    memset(&HC, 0, sizeof HC);
+    memset(&HS, 0, sizeof HS);
+    HC = (struct hs){ .s = A, .ctx = cli, .host = host, .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = srv, .ms = 10000 };
+    tu_run(both_task, NULL);
+}
+
+static void close_ab(void)
+{
+    cr_assert_eq(ferry_stream_close(A), 0);
+    cr_assert_eq(ferry_stream_close(B), 0);
+}
+
+/* ---- handshakes and data ------------------------------------------------------ */
+
+/* A conversation: the client sends lines in pieces, the server answers each
+ * line, both read with the line reader. */
+struct talk {
+    int  rc[8];
+    char got[4][64];
+    char reply[64];
+};
+
+static int talk_server(void *arg)
+{
+    struct talk *k = arg;
+    char line[64];
+    size_t n;
+
+    for (int i = 0; i < 2; i++) {
+        k->rc[i] = ferry_stream_read_until(B, "\n", 1, line, sizeof line - 1, &n);
+        line[n] = 0;
+        snprintf(k->got[i], sizeof k->got[i], "%s", line);
+    }
+    k->rc[2] = ferry_stream_write(B, "ok: 2 lines\n", 12, NULL);
+    return 0;
+}
+
+static int talk_task(void *arg)
+{
+    struct talk *k = arg;
+    ferry_task *t;
+    ferry_scope sc;
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    ferry_task_spawn(&t, NULL, talk_server, k, NULL);
+    /* Each write is a record of its own: lines cross records. */
+    k->rc[3] = ferry_stream_write(A, "hel", 3, NULL);
+    k->rc[4] = ferry_stream_write(A, "lo\nwor", 6, NULL);
+    k->rc[5] = ferry_stream_write(A, "ld\n", 3, NULL);
+    k->rc[6] = ferry_stream_read_until(A, "\n", 1, k->reply, sizeof k->reply - 1, &n);
+    k->reply[n] = 0;
+    ferry_task_join(t, NULL);
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+T(handshake_and_lines_over_a_socketpair)
+{
+    struct talk k;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(talk_task, &k);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(HC.out, A, "the stream is converted in place");
+    cr_assert_eq(HS.out, B);
+    cr_assert_str_eq(HS.sni, "localhost", "the server saw SNI '%s'", HS.sni);
+    cr_assert_str_eq(HC.version, "TLSv1.3");
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(k.rc[i], 0, "call %d: %d", i, k.rc[i]);
+    cr_assert_str_eq(k.got[0], "hello\n");
+    cr_assert_str_eq(k.got[1], "world\n");
+    cr_assert_str_eq(k.reply, "ok: 2 lines\n");
+    close_ab();
+    done();
+}
+
+/* TCP loopback: by name (SNI sent) and by address (no SNI, the address is
+ * checked against the certificate's IP addresses). */
+struct tcp {
+    const char *host;
+    int         rc[6];
+    char        sni[64];
+    bool        sni_null;
+    char        echo[16];
+};
+
+static int tcp_task(void *arg)
+{
+    struct tcp *k = arg;
+    ferry_listener *l;
+    ferry_stream *c = NULL, *s = NULL;
+    ferry_scope sc;
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    k->rc[0] = ferry_tcp_listen(&l, NULL, "127.0.0.1", 0, NULL);
+    if (k->rc[0])
+        goto out;
+    k->rc[1] = ferry_tcp_connect(&c, "127.0.0.1", ferry_listener_port(l), NULL);
+    k->rc[2] = ferry_listener_accept(l, &s, NULL);
+    ferry_listener_close(l);
+    if (k->rc[1] || k->rc[2])
+        goto out;
+    HC = (struct hs){ .s = c, .ctx = CLI, .host = k->host, .ms = 10000 };
+    HS = (struct hs){ .s = s, .ctx = SRV, .ms = 10000 };
+    handshake_both(&HC, &HS);
+    k->sni_null = ferry_tls_server_name(s) == NULL;
+    k->rc[3] = ferry_stream_write(c, "ping\n", 5, NULL);
+    k->rc[4] = ferry_stream_read_until(s, "\n", 1, k->echo, sizeof k->echo - 1, &n);
+    k->echo[n] = 0;
+out:
+    ferry_scope_exit(&sc);
+    if (c)
+        ferry_stream_close(c);
+    if (s)
+        ferry_stream_close(s);
+    return 0;
+}
+
+T(handshake_over_tcp_loopback_by_name_and_by_address)
+{
+    struct tcp k;
+
+    memset(&k, 0, sizeof k);
+    k.host = "localhost";
+    tu_run(tcp_task, &k);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(k.rc[i], 0, "call %d: %d", i, k.rc[i]);
+    cr_assert_eq(HC.rc, 0, "by name: %d (%s)", HC.rc, HC.why);
+    cr_assert_str_eq(HS.sni, "localhost");
+    cr_assert_str_eq(k.echo, "ping\n");
+
+    memset(&k, 0, sizeof k);
+    k.host = "127.0.0.1";
+    tu_run(tcp_task, &k);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(k.rc[i], 0, "call %d: %d", i, k.rc[i]);
+    cr_assert_eq(HC.rc, 0, "by address: %d (%s)", HC.rc, HC.why);
+    cr_assert(k.sni_null, "no SNI for an address");
+    cr_assert_str_eq(k.echo, "ping\n");
+    done();
+}
+
+/* ---- large transfers -------------------------------------------------------------- */
+
+#define BIG ((size_t)6 * 1024 * 1024)
+
+static unsigned char pattern(size_t i)
+{
+    return (unsigned char)(i * 7 + i / 251);
+}
+
+struct bulk {
+    unsigned char *src;
+    int    wrc;
+    size_t written;
+    bool   writer_done;
+    bool   done_before_read;   /* the writer finished before anyone read */
+    int    rrc;
+    size_t got;
+    size_t bad_at;            /* first wrong byte + 1, 0 if none */
+    int    lrc;              /* the long line, read with room for it */
+    int    lrc2;             /* read first with too little room */
+    int    lwrc;             /* its write */
+    size_t line_len;
+    char  *line;
+};
+
+static int line_writer(void *arg)
+{
+    struct bulk *b = arg;
+
+    b->lwrc = ferry_stream_write(A, b->line, 100000, NULL);
+    return 0;
+}
+
+static int bulk_writer(void *arg)
+{
+    struct bulk *b = arg;
+
+    b->wrc = ferry_stream_write(A, b->src, BIG, &b->written);
+    b->writer_done = true;
+    return 0;
+}
+
+static int bulk_task(void *arg)
+{
+    struct bulk *b = arg;
+    ferry_task *t;
+    ferry_scope sc;
+    unsigned char *buf = malloc(70000);
+    char *line = malloc(100001);
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc || !buf || !line)
+        goto out;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(30000), 0);
+    ferry_task_spawn(&t, NULL, bulk_writer, b, NULL);
+    /* Nobody reads for a while: the writer must be held up. */
+    ferry_sleep(tu_ms(100));
+    b->done_before_read = b->writer_done;
+    while (b->got < BIG) {
+        size_t n;
+        b->rrc = ferry_stream_read(B, buf, 70000, &n);
+        if (b->rrc || n == 0)
+            break;
+        for (size_t i = 0; i < n && !b->bad_at; i++)
+            if (buf[i] != pattern(b->got + i))
+                b->bad_at = b->got + i + 1;
+        b->got += n;
+    }
+    ferry_task_join(t, NULL);
+    /* A line of 100,000 bytes: seven records, read by the line reader. */
+    b->line = line;
+    memset(line, 'x', 100000);
+    line[99999] = '\n';
+    ferry_task_spawn(&t, NULL, line_writer, b, NULL);
+    b->lrc = ferry_stream_read_until(B, "\n", 1, buf, 70000, &b->line_len);
+    b->lrc2 = b->lrc;
+    if (b->lrc == -EMSGSIZE) {
+        char *big = malloc(100001);
+        b->lrc = big ? ferry_stream_read_until(B, "\n", 1, big, 100001, &b->line_len) : -ENOMEM;
+        if (b->lrc == 0 && (big[0] != 'x' || big[99998] != 'x' || big[99999] != '\n'))
+            b->lrc = -1000;
+        free(big);
+    }
+    ferry_task_join(t, NULL);
+    ferry_scope_exit(&sc);
+out:
+    free(buf);
+    free(line);
+    return 0;
+}
+
+T(large_writes_wait_for_the_reader_and_arrive_intact)
+{
+    struct bulk b;
+
+    memset(&b, 0, sizeof b);
+    b.src = malloc(BIG);
+    cr_assert_not_null(b.src);
+    for (size_t i = 0; i < BIG; i++)
+        b.src[i] = pattern(i);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(bulk_task, &b);
+    free(b.src);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(b.wrc, 0, "write: %d", b.wrc);
+    cr_assert_eq(b.written, BIG);
+    cr_assert_not(b.done_before_read, "6 MiB went out with no reader: no backpressure");
+    cr_assert_eq(b.rrc, 0, "read: %d", b.rrc);
+    cr_assert_eq(b.got, BIG, "got %zu of %zu bytes", b.got, BIG);
+    cr_assert_eq(b.bad_at, 0, "byte %zu is wrong", b.bad_at - 1);
+    cr_assert_eq(b.lwrc, 0, "the long line's write: %d", b.lwrc);
+    cr_assert_eq(b.lrc2, -EMSGSIZE, "a line over the maximum: %d", b.lrc2);
+    cr_assert_eq(b.lrc, 0, "the long line: %d", b.lrc);
+    cr_assert_eq(b.line_len, 100000);
+    close_ab();
+    done();
+}
+
+/* ---- verification ------------------------------------------------------------------ */
+
+/* A server context with the certificate `cert`/`key`. */
+static ferry_tls_ctx *server_with(const char *cert, const char *key)
+{
+    ferry_tls_ctx *c;
+
+    cr_assert_eq(ferry_tls_ctx_new(&c, FERRY_TLS_SERVER, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(c, cert, key), 0);
+    return c;
+}
+
+T(a_certificate_for_another_host_is_rejected)
+{
+    ferry_tls_ctx *wrong = server_with(F.wrong, F.wrong_key);
+
+    pair();
+    connect_ab(CLI, "localhost", wrong);
+    cr_assert_eq(HC.rc, -EKEYREJECTED, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert(strstr(HC.why, "hostname mismatch"), "the reason: '%s'", HC.why);
+    cr_assert_eq(HS.rc, -EPROTO, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_null(HC.out);
+    /* Broken, not half-made: reads and writes say so, close frees. */
+    cr_assert_eq(ferry_stream_buffered(A), 0);
+    close_ab();
+    ferry_tls_ctx_free(wrong);
+
+    /* The same certificate passes for the name it has. */
+    ferry_tls_ctx *ok = server_with(F.wrong, F.wrong_key);
+    pair();
+    connect_ab(CLI, "wrong.example", ok);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    ferry_tls_ctx_free(ok);
+    done();
+}
+
+T(an_untrusted_certificate_is_rejected_unless_verification_is_off)
+{
+    ferry_tls_ctx *self = server_with(F.self, F.self_key), *nv;
+
+    pair();
+    connect_ab(CLI, "localhost", self);
+    cr_assert_eq(HC.rc, -EKEYREJECTED, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert(strstr(HC.why, "certificate verify failed"), "the reason: '%s'", HC.why);
+    close_ab();
+
+    cr_assert_eq(ferry_tls_ctx_new(&nv, FERRY_TLS_CLIENT, FERRY_TLS_NO_VERIFY), 0);
+    pair();
+    connect_ab(nv, NULL, self);
+    cr_assert_eq(HC.rc, 0, "no verification: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    ferry_tls_ctx_free(nv);
+    ferry_tls_ctx_free(self);
+    done();
+}
+
+T(a_client_context_verifies_against_the_system_store_by_default)
+{
+    ferry_tls_ctx *sys;
+
+    /* The test CA is in no system store: the default must reject it. */
+    cr_assert_eq(ferry_tls_ctx_new(&sys, FERRY_TLS_CLIENT, 0), 0);
+    pair();
+    connect_ab(sys, "localhost", SRV);
+    cr_assert_eq(HC.rc, -EKEYREJECTED, "client: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    ferry_tls_ctx_free(sys);
+    done();
+}
+
+T(a_server_may_require_a_client_certificate)
+{
+    ferry_tls_ctx *srv, *cli;
+
+    cr_assert_eq(ferry_tls_ctx_new(&srv, FERRY_TLS_SERVER, FERRY_TLS_VERIFY_CLIENT), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(srv, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(srv, F.ca, NULL), 0);
+    pair();
+    connect_ab(CLI, "localhost", srv);
+    cr_assert_neq(HS.rc, 0, "a client without a certificate was accepted");
+    close_ab();
+
+    cr_assert_eq(ferry_tls_ctx_new(&cli, FERRY_TLS_CLIENT, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(cli, F.ca, NULL), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(cli, F.client, F.client_key), 0);
+    pair();
+    connect_ab(cli, "localhost", srv);
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    ferry_tls_ctx_free(cli);
+    ferry_tls_ctx_free(srv);
+    done();
+}
+
+/* ---- cancellation, deadlines, closing ------------------------------------------------- */
+
+/* The handshake against a peer that never answers: a deadline, then a
+ * cancellation.  The stream is left broken, and closing it frees all. */
+struct silent {
+    int rc[4];
+    ferry_task *victim;
+};
+
+static int silent_client(void *arg)
+{
+    struct silent *k = arg;
+    ferry_stream *o;
+
+    k->rc[1] = ferry_tls_client(&o, A, CLI, "localhost");
+    return 0;
+}
+
+static int silent_task(void *arg)
+{
+    struct silent *k = arg;
+    ferry_scope sc;
+    ferry_stream *o;
+    char b[8];
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(100), 0);
+    k->rc[0] = ferry_tls_client(&o, A, CLI, "localhost");
+    ferry_scope_exit(&sc);
+    k->rc[2] = ferry_stream_read(A, b, sizeof b, &n);
+    return 0;
+}
+
+static int canceller(void *arg)
+{
+    struct silent *k = arg;
+
+    ferry_sleep(tu_ms(50));
+    ferry_task_cancel(k->victim);
+    return 0;
+}
+
+static int silent_cancel_task(void *arg)
+{
+    struct silent *k = arg;
+
+    ferry_task_spawn(&k->victim, NULL, silent_client, k, NULL);
+    ferry_task_spawn(NULL, NULL, canceller, k, NULL);
+    ferry_task_join(k->victim, NULL);
+    return 0;
+}
+
+T(a_handshake_honours_deadlines_and_cancellation)
+{
+    struct silent k;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    tu_run(silent_task, &k);
+    cr_assert_eq(k.rc[0], -ETIMEDOUT, "deadline: %d", k.rc[0]);
+    cr_assert_eq(k.rc[2], -EPROTO, "a read after it: %d", k.rc[2]);
+    close_ab();
+
+    memset(&k, 0, sizeof k);
+    pair();
+    tu_run(silent_cancel_task, &k);
+    cr_assert_eq(k.rc[1], -ECANCELED, "cancelled: %d", k.rc[1]);
+    close_ab();
+    done();
+}
+
+/* Closing the stream while the handshake waits, and while a read waits. */
+struct closer {
+    ferry_stream *s;
+    int64_t ms;
+};
+
+static int close_later(void *arg)
+{
+    struct closer *c = arg;
+
+    ferry_sleep(tu_ms(c->ms));
+    ferry_stream_close(c->s);
+    return 0;
+}
+
+static int close_hs_task(void *arg)
+{
+    int *rc = arg;
+    struct closer c = { A, 50 };
+    ferry_stream *o;
+
+    ferry_task_spawn(NULL, NULL, close_later, &c, NULL);
+    rc[0] = ferry_tls_client(&o, A, CLI, "localhost");
+    return 0;
+}
+
+static int close_read_task(void *arg)
+{
+    int *rc = arg;
+    struct closer c = { A, 50 };
+    char b[8];
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    ferry_task_spawn(NULL, NULL, close_later, &c, NULL);
+    rc[1] = ferry_stream_read(A, b, sizeof b, &n);
+    return 0;
+}
+
+T(closing_wakes_a_task_in_the_handshake_or_a_read)
+{
+    int rc[2] = { 1, 1 };
+
+    pair();
+    tu_run(close_hs_task, rc);
+    cr_assert_eq(rc[0], -EBADF, "handshake: %d", rc[0]);
+    cr_assert_eq(ferry_stream_close(B), 0);
+
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(close_read_task, rc);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(rc[1], -EBADF, "read: %d", rc[1]);
+    cr_assert_eq(ferry_stream_close(B), 0);
+    done();
+}
+
+/* A read that times out keeps what came; the retry gets the whole line. */
+struct keep {
+    int  rc[4];
+    char line[32];
+};
+
+static int keep_task(void *arg)
+{
+    struct keep *k = arg;
+    ferry_scope sc;
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    k->rc[0] = ferry_stream_write(B, "abc", 3, NULL);
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(100), 0);
+    k->rc[1] = ferry_stream_read_until(A, "\n", 1, k->line, sizeof k->line - 1, &n);
+    ferry_scope_exit(&sc);
+    k->rc[2] = ferry_stream_write(B, "def\n", 4, NULL);
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    k->rc[3] = ferry_stream_read_until(A, "\n", 1, k->line, sizeof k->line - 1, &n);
+    ferry_scope_exit(&sc);
+    k->line[n] = 0;
+    return 0;
+}
+
+T(a_read_that_times_out_loses_nothing)
+{
+    struct keep k;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(keep_task, &k);
+    cr_assert_eq(HC.rc, 0);
+    cr_assert_eq(k.rc[0], 0);
+    cr_assert_eq(k.rc[1], -ETIMEDOUT, "first read: %d", k.rc[1]);
+    cr_assert_eq(k.rc[2], 0);
+    cr_assert_eq(k.rc[3], 0, "retry: %d", k.rc[3]);
+    cr_assert_str_eq(k.line, "abcdef\n");
+    close_ab();
+    done();
+}
+
+/* A write that times out counts what it encrypted; those bytes, and no
+ * others, reach the peer before the next write's. */
+struct partial {
+    int    rc[4];
+    size_t written;
+    size_t got;
+    size_t bad_at;
+    unsigned char *src;
+};
+
+static int partial_end_writer(void *arg)
+{
+    struct partial *k = arg;
+
+    k->rc[1] = ferry_stream_write(A, "END\n", 4, NULL);
+    return 0;
+}
+
+static int partial_task(void *arg)
+{
+    struct partial *k = arg;
+    ferry_scope sc;
+    unsigned char *buf = malloc(65536);
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc || !buf)
+        goto out;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(200), 0);
+    k->rc[0] = ferry_stream_write(A, k->src, BIG, &k->written);
+    ferry_scope_exit(&sc);
+    /* "END\n" after it: the reader must find exactly written bytes first. */
+    ferry_task *t;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20000), 0);
+    ferry_task_spawn(&t, NULL, partial_end_writer, k, NULL);
+    while (k->got < k->written + 4) {
+        size_t n;
+        k->rc[2] = ferry_stream_read(B, buf, 65536, &n);
+        if (k->rc[2] || !n)
+            break;
+        for (size_t i = 0; i < n && !k->bad_at; i++) {
+            size_t at = k->got + i;
+            unsigned char want = at < k->written ? pattern(at) : (unsigned char)"END\n"[at - k->written];
+            if (buf[i] != want)
+                k->bad_at = at + 1;
+        }
+        k->got += n;
+    }
+    ferry_task_join(t, NULL);
+    ferry_scope_exit(&sc);
+out:
+    free(buf);
+    return 0;
+}
+
+T(a_write_that_times_out_counts_what_it_encrypted)
+{
+    struct partial k;
+
+    memset(&k, 0, sizeof k);
+    k.src = malloc(BIG);
+    cr_assert_not_null(k.src);
+    for (size_t i = 0; i < BIG; i++)
+        k.src[i] = pattern(i);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(partial_task, &k);
+    free(k.src);
+    cr_assert_eq(HC.rc, 0);
+    cr_assert_eq(k.rc[0], -ETIMEDOUT, "the write: %d", k.rc[0]);
+    cr_assert(k.written > 0 && k.written < BIG, "written %zu", k.written);
+    cr_assert_eq(k.rc[1], 0, "the next write: %d", k.rc[1]);
+    cr_assert_eq(k.rc[2], 0, "read: %d", k.rc[2]);
+    cr_assert_eq(k.got, k.written + 4, "got %zu, written %zu + 4", k.got, k.written);
+    cr_assert_eq(k.bad_at, 0, "byte %zu is wrong", k.bad_at - 1);
+    close_ab();
+    done();
+}
+
+/* ---- the end of the stream --------------------------------------------------------------- */
+
+struct ending {
+    bool   dirty;      /* the server ends without close_notify */
+    int    rc[6];
+    size_t n;
+    char   buf[32];
+};
+
+static int ending_task(void *arg)
+{
+    struct ending *k = arg;
+    ferry_scope sc;
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    k->rc[0] = ferry_stream_write(B, "last\n", 5, NULL);
+    if (k->dirty)
+        k->rc[1] = shutdown(ferry_stream_fd(B), SHUT_WR);    /* under TLS's feet */
+    else
+        k->rc[1] = ferry_stream_shutdown(B);
+    k->rc[2] = ferry_stream_read_until(A, "\n", 1, k->buf, sizeof k->buf, &k->n);
+    k->rc[3] = ferry_stream_read(A, k->buf, sizeof k->buf, &n);
+    k->n += n;
+    /* After close_notify the other direction still works (TLS 1.3). */
+    if (!k->dirty) {
+        k->rc[4] = ferry_stream_write(A, "more\n", 5, NULL);
+        k->rc[5] = ferry_stream_read_until(B, "\n", 1, k->buf, sizeof k->buf, &n);
+    }
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+T(close_notify_is_the_end_and_its_absence_is_an_error)
+{
+    struct ending k;
+    ferry_tls_ctx *lax;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(ending_task, &k);
+    cr_assert_eq(HC.rc, 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(k.rc[i], 0, "clean, call %d: %d", i, k.rc[i]);
+    cr_assert_eq(k.n, 5, "the line, then the end");
+    close_ab();
+
+    memset(&k, 0, sizeof k);
+    k.dirty = true;
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(ending_task, &k);
+    cr_assert_eq(k.rc[2], 0, "the line before the cut: %d", k.rc[2]);
+    cr_assert_eq(k.rc[3], -ECONNABORTED, "no close_notify: %d", k.rc[3]);
+    cr_assert(strstr(ferry_tls_last_error(A), "close_notify"), "%s", ferry_tls_last_error(A));
+    close_ab();
+
+    /* FERRY_TLS_ALLOW_TRUNCATION: the same end reads as a clean one. */
+    cr_assert_eq(ferry_tls_ctx_new(&lax, FERRY_TLS_CLIENT, FERRY_TLS_ALLOW_TRUNCATION), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(lax, F.ca, NULL), 0);
+    memset(&k, 0, sizeof k);
+    k.dirty = true;
+    pair();
+    HC = (struct hs){ .s = A, .ctx = lax, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(ending_task, &k);
+    cr_assert_eq(k.rc[3], 0, "tolerated: %d", k.rc[3]);
+    close_ab();
+    ferry_tls_ctx_free(lax);
+    done();
+}
+
+/* ---- bad input, another loop -------------------------------------------------------------- */
+
+static int bad_task(void *arg)
+{
+    int *r = arg, i = 0;
+    ferry_stream *o = (ferry_stream *)1;
+
+    r[i++] = ferry_tls_client(NULL, A, CLI, "localhost");
+    r[i++] = ferry_tls_client(&o, NULL, CLI, "localhost");
+    r[i++] = o == NULL ? -EINVAL : 0;
+    r[i++] = ferry_tls_client(&o, A, NULL, "localhost");
+    r[i++] = ferry_tls_client(&o, A, SRV, "localhost");      /* a server context */
+    r[i++] = ferry_tls_client(&o, A, CLI, NULL);             /* verifying, no name */
+    r[i++] = ferry_tls_client(&o, A, CLI, "");
+    r[i++] = ferry_tls_server(&o, B, CLI);                   /* a client context */
+    r[15] = i;
+    return 0;
+}
+
+T(bad_input_is_einval)
+{
+    int r[16];
+    ferry_tls_ctx *c, *nocert;
+
+    memset(r, 1, sizeof r);
+    cr_assert_eq(ferry_tls_ctx_new(NULL, FERRY_TLS_CLIENT, 0), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_new(&c, 3, 0), -EINVAL);
+    cr_assert_null(c);
+    cr_assert_eq(ferry_tls_ctx_new(&c, FERRY_TLS_CLIENT, FERRY_TLS_VERIFY_CLIENT), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_new(&c, FERRY_TLS_SERVER, FERRY_TLS_NO_VERIFY), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_new(&c, FERRY_TLS_CLIENT, 0x100), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_load_cert(NULL, F.server, F.server_key), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_load_cert(SRV, NULL, F.server_key), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_load_ca(CLI, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_tls_ctx_load_cert(SRV, "/nonexistent/cert.pem", F.server_key), -ENOENT);
+    cr_assert_eq(ferry_tls_ctx_load_cert(SRV, F.garbage, F.server_key), -EBADMSG);
+    cr_assert_eq(ferry_tls_ctx_load_cert(SRV, F.server, F.wrong_key), -EBADMSG);
+    cr_assert_eq(ferry_tls_ctx_load_ca(CLI, "/nonexistent/ca.pem", NULL), -ENOENT);
+    cr_assert_eq(ferry_tls_ctx_load_ca(CLI, F.garbage, NULL), -EBADMSG);
+    cr_assert_null(ferry_tls_ctx_openssl(NULL));
+    cr_assert_not_null(ferry_tls_ctx_openssl(CLI));
+    ferry_tls_ctx_free(NULL);
+
+    pair();
+    cr_assert_null(ferry_tls_last_error(A), "a plain stream");
+    cr_assert_null(ferry_tls_last_error(NULL));
+    cr_assert_null(ferry_tls_server_name(NULL));
+    cr_assert_null(ferry_tls_version(A));
+    cr_assert_eq(tu_run(bad_task, r), 0);
+    cr_assert_eq(r[15], 8);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(r[i], -EINVAL, "call %d: %d", i, r[i]);
+    /* A server context without a certificate. */
+    cr_assert_eq(ferry_tls_ctx_new(&nocert, FERRY_TLS_SERVER, 0), 0);
+    HS = (struct hs){ .s = B, .ctx = nocert, .server = true };
+    tu_run(hs_task, &HS);
+    cr_assert_eq(HS.rc, -EINVAL, "no certificate: %d", HS.rc);
+    ferry_tls_ctx_free(nocert);
+    /* Not in a task. */
+    ferry_stream *o;
+    cr_assert_eq(ferry_tls_client(&o, A, CLI, "localhost"), -EPERM);
+    /* Already TLS. */
+    connect_ab(CLI, "localhost", SRV);
+    cr_assert_eq(HC.rc, 0);
+    HC.rc = 1;
+    tu_run(hs_task, &HC);
+    cr_assert_eq(HC.rc, -EINVAL, "twice: %d", HC.rc);
+    close_ab();
+    done();
+}
+
+struct foreign {
+    int rc[4];
+};
+
+static int foreign_task(void *arg)
+{
+    struct foreign *f = arg;
+    ferry_stream *o;
+    char b[4];
+    size_t n;
+
+    f->rc[0] = ferry_tls_client(&o, A, CLI, "localhost");
+    f->rc[1] = ferry_tls_server(&o, B, SRV);
+    f->rc[2] = ferry_stream_read(A, b, sizeof b, &n);
+    f->rc[3] = ferry_stream_write(A, "x", 1, NULL);
+    return 0;
+}
+
+static void *foreign_thread(void *arg)
+{
+    ferry_loop *loop2;
+
+    if (ferry_loop_new(&loop2, NULL) != 0)
+        return NULL;
+    ferry_task_spawn(NULL, loop2, foreign_task, arg, NULL);
+    ferry_loop_run(loop2, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop2);
+    return NULL;
+}
+
+T(a_task_of_another_loop_gets_eperm)
+{
+    struct foreign f;
+    pthread_t th;
+
+    memset(&f, 0, sizeof f);
+    pair();
+    connect_ab(CLI, "localhost", SRV);
+    cr_assert_eq(HC.rc, 0);
+    /* A is TLS now; B is made plain again for the handshake call. */
+    close_ab();
+    pair();
+    connect_ab(CLI, "localhost", SRV);
+    th = tu_start_thread(foreign_thread, &f);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(f.rc[i], -EPERM, "call %d: %d", i, f.rc[i]);
+    close_ab();
+    done();
+}
+
+/* ---- allocation failures ---------------------------------------------------------------------- */
+
+/* Fail each of ferry's allocations in the handshake call, then each of
+ * OpenSSL's: the call fails with a code (never crashes), and closing the
+ * stream frees everything (ferry's count here, LeakSanitizer in its build). */
+static unsigned long enomem_nth;    /* ferry's allocation to fail, or 0 */
+
+/* A handshake that closes its stream when it fails, so that the peer
+ * sees the end at once instead of waiting for its deadline. */
+static int closing_hs_task(void *arg)
+{
+    struct hs *h = arg;
+
+    hs_task(h);
+    if (h->rc)
+        ferry_stream_close(h->s);
+    return 0;
+}
+
+static int enomem_task(void *arg)
+{
+    ferry_task *t;
+
+    (void)arg;
+    HS.server = true;
+    if (ferry_task_spawn(&t, NULL, closing_hs_task, &HS, NULL) != 0)
+        return -1;
+    if (enomem_nth)
+        ferry__fault_arm(enomem_nth, false);
+    closing_hs_task(&HC);
+    ferry_task_join(t, NULL);
+    return 0;
+}
+
+/* Close what the handshakes left open. */
+static void close_left(void)
+{
+    if (!HC.rc)
+        cr_assert_eq(ferry_stream_close(A), 0);
+    if (!HS.rc)
+        cr_assert_eq(ferry_stream_close(B), 0);
+}
+
+T(allocation_failures_leave_nothing_behind)
+{
+    unsigned long n;
+    int ok = 0, failed = 0;
+
+    /* ferry's allocations: the state, the bytes already read. */
+    for (unsigned long i = 1; i < 10; i++) {
+        pair();
+        HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000, .rc = 1 };
+        HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000, .rc = 1 };
+        enomem_nth = i;
+        cr_assert_eq(tu_run(enomem_task, NULL), 0);
+        enomem_nth = 0;
+        n = ferry__fault_hits();
+        ferry__fault_reset();
+        if (!n) {
+            cr_assert_eq(HC.rc, 0, "client: %d", HC.rc);
+            close_left();
+            break;
+        }
+        cr_assert(HC.rc == -ENOMEM || HS.rc == -ENOMEM, "fault %lu: client %d, server %d", i,
+                  HC.rc, HS.rc);
+        /* The side that failed is still a plain stream. */
+        close_left();
+        failed++;
+    }
+    cr_assert(failed >= 2, "ferry's allocations failed: %d", failed);
+
+    /* OpenSSL's: the nth allocation from the handshake on fails, and all
+     * after it, until the calls return. */
+    for (unsigned long i = 1; i < 400; i += 13) {
+        pair();
+        HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 5000 };
+        HS = (struct hs){ .s = B, .ctx = SRV, .ms = 5000 };
+        ossl_count = 0;
+        ossl_fail_at = i;
+        ossl_armed = true;
+        tu_run(enomem_task, NULL);
+        ossl_armed = false;
+        if (HC.rc == 0 && HS.rc == 0)
+            ok++;
+        else
+            cr_assert(HC.rc < 0 || HS.rc < 0, "fault %lu: client %d, server %d", i, HC.rc, HS.rc);
+        close_left();
+    }
+    fprintf(stderr, "tls: %d of 31 handshakes with failing OpenSSL allocations succeeded\n", ok);
+    cr_assert(ok < 31, "no OpenSSL allocation failed");
+    done();
+}
+
+/* ---- the write's records go out before it returns; early bytes -------------------------------- */
+
+/* With a small socket buffer, the last records of a write do not fit at
+ * once: the write must wait until they are out, or the reader never gets
+ * them. */
+struct smallbuf {
+    int    wrc, rrc;
+    size_t got;
+    unsigned char *src;
+};
+
+static int smallbuf_writer(void *arg)
+{
+    struct smallbuf *k = arg;
+
+    k->wrc = ferry_stream_write(A, k->src, 200000, NULL);
+    return 0;
+}
+
+static int smallbuf_task(void *arg)
+{
+    struct smallbuf *k = arg;
+    ferry_task *t;
+    ferry_scope sc;
+    unsigned char *buf = malloc(65536);
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc || !buf)
+        goto out;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(5000), 0);
+    ferry_task_spawn(&t, NULL, smallbuf_writer, k, NULL);
+    while (k->got < 200000) {
+        size_t n;
+        k->rrc = ferry_stream_read(B, buf, 65536, &n);
+        if (k->rrc || !n)
+            break;
+        k->got += n;
+    }
+    ferry_task_join(t, NULL);
+    ferry_scope_exit(&sc);
+out:
+    free(buf);
+    return 0;
+}
+
+T(a_write_returns_once_its_records_are_out)
+{
+    struct smallbuf k;
+    int sz = 4096;
+
+    memset(&k, 0, sizeof k);
+    k.src = calloc(1, 200000);
+    cr_assert_not_null(k.src);
+    pair();
+    cr_assert_eq(setsockopt(sp[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz), 0);
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    tu_run(smallbuf_task, &k);
+    free(k.src);
+    cr_assert_eq(HC.rc, 0);
+    cr_assert_eq(k.wrc, 0, "write: %d", k.wrc);
+    cr_assert_eq(k.rrc, 0, "read: %d", k.rrc);
+    cr_assert_eq(k.got, 200000, "got %zu", k.got);
+    close_ab();
+    done();
+}
+
+/* STARTTLS: the server's plain stream has read the client's first TLS
+ * bytes along with the plain command; the handshake must take them. */
+struct starttls {
+    int  rc[3];
+    char cmd[16];
+};
+
+static int starttls_server(void *arg)
+{
+    struct starttls *k = arg;
+    size_t n;
+
+    ferry_sleep(tu_ms(50));    /* the client hello is there by now */
+    k->rc[0] = ferry_stream_read_until(B, "\n", 1, k->cmd, sizeof k->cmd - 1, &n);
+    k->cmd[n] = 0;
+    k->rc[1] = (int)ferry_stream_buffered(B);    /* the client hello, read early */
+    hs_task(&HS);
+    return 0;
+}
+
+static int starttls_task(void *arg)
+{
+    struct starttls *k = arg;
+    ferry_task *t;
+
+    ferry_task_spawn(&t, NULL, starttls_server, k, NULL);
+    k->rc[2] = ferry_stream_write(A, "STARTTLS\n", 9, NULL);
+    hs_task(&HC);
+    ferry_task_join(t, NULL);
+    return 0;
+}
+
+T(bytes_read_before_the_handshake_are_its_start)
+{
+    struct starttls k;
+
+    memset(&k, 0, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000, .server = true };
+    tu_run(starttls_task, &k);
+    cr_assert_eq(k.rc[0], 0);
+    cr_assert_str_eq(k.cmd, "STARTTLS\n");
+    cr_assert_gt(k.rc[1], 0, "the client hello was not read early");
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    close_ab();
+    done();
+}
