@@ -330,46 +330,44 @@ void ferry__ioreg_close(struct ferry__ioreg *g)
 
 /* ---- the kernel's transports -------------------------------------------- */
 
+/* A system call's result as the seam reports it: the count, -EAGAIN with
+ * the readiness to wait for in *want, or -err.  `err` is errno as the
+ * call left it (read before anything else may change it). */
+static inline ssize_t io_result(ssize_t k, int err, int wait_for, int *want)
+{
+    if (k >= 0)
+        return k;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+        *want = wait_for;
+        return -EAGAIN;
+    }
+    return -err;
+}
+
 static ssize_t sock_recv(ferry_stream *s, void *buf, size_t len, int *want)
 {
-    for (;;) {
-        ssize_t k = recv(s->reg.fd, buf, len, 0);
-        if (k >= 0)
-            return k;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            *want = FERRY_READ;
-            return -EAGAIN;
-        }
-        return -errno;
-    }
+    ssize_t k;
+
+    do
+        k = recv(s->reg.fd, buf, len, 0);
+    while (k < 0 && errno == EINTR);
+    return io_result(k, errno, FERRY_READ, want);
 }
 
 static ssize_t sock_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
 {
-    for (;;) {
-        ssize_t k;
+    ssize_t k;
 
+    do {
         if (n == 1) {
             k = send(s->reg.fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
         } else {
-            struct msghdr m;
-            memset(&m, 0, sizeof m);
-            m.msg_iov = (struct iovec *)(uintptr_t)iov;
-            m.msg_iovlen = (size_t)n;
+            struct msghdr m = { .msg_iov = (struct iovec *)(uintptr_t)iov,
+                                .msg_iovlen = (size_t)n };
             k = sendmsg(s->reg.fd, &m, MSG_NOSIGNAL);
         }
-        if (k >= 0)
-            return k;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            *want = FERRY_WRITE;
-            return -EAGAIN;
-        }
-        return -errno;
-    }
+    } while (k < 0 && errno == EINTR);
+    return io_result(k, errno, FERRY_WRITE, want);
 }
 
 static int sock_shutdown(ferry_stream *s)
@@ -386,18 +384,12 @@ static void fd_close(ferry_stream *s)
 
 static ssize_t pipe_recv(ferry_stream *s, void *buf, size_t len, int *want)
 {
-    for (;;) {
-        ssize_t k = read(s->reg.fd, buf, len);
-        if (k >= 0)
-            return k;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            *want = FERRY_READ;
-            return -EAGAIN;
-        }
-        return -errno;
-    }
+    ssize_t k;
+
+    do
+        k = read(s->reg.fd, buf, len);
+    while (k < 0 && errno == EINTR);
+    return io_result(k, errno, FERRY_READ, want);
 }
 
 /*
@@ -433,13 +425,7 @@ static ssize_t pipe_send(ferry_stream *s, const struct iovec *iov, int n, int *w
     }
     if (!was_blocked)
         pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL);
-    if (k >= 0)
-        return k;
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-        *want = FERRY_WRITE;
-        return -EAGAIN;
-    }
-    return -err;
+    return io_result(k, err, FERRY_WRITE, want);
 }
 
 static int pipe_shutdown(ferry_stream *s)
