@@ -560,7 +560,9 @@ static int on_loop(const ferry_stream *s)
     return ferry__loop_check(s->reg.loop);
 }
 
-int ferry_stream_close(ferry_stream *s)
+/* The checks of a call that neither reads nor writes: -EINVAL, -EPERM,
+ * -EBADF (closed), or 0. */
+static int usable(ferry_stream *s)
 {
     int rc;
 
@@ -569,8 +571,15 @@ int ferry_stream_close(ferry_stream *s)
     rc = on_loop(s);
     if (rc)
         return rc;
-    if (s->reg.closed)
-        return -EBADF;
+    return s->reg.closed ? -EBADF : 0;
+}
+
+int ferry_stream_close(ferry_stream *s)
+{
+    int rc = usable(s);
+
+    if (rc)
+        return rc;
     stream_shut(s);
     if (!s->inside)
         stream_free(s);
@@ -579,15 +588,10 @@ int ferry_stream_close(ferry_stream *s)
 
 int ferry_stream_shutdown(ferry_stream *s)
 {
-    int rc;
+    int rc = usable(s);
 
-    if (!s)
-        return -EINVAL;
-    rc = on_loop(s);
     if (rc)
         return rc;
-    if (s->reg.closed)
-        return -EBADF;
     if (s->writing)
         return -EBUSY;
     return s->io->shutdown(s);
