@@ -251,8 +251,8 @@ def table(runs, notes):
         rng = f" ({fmt_range(w, v[0], v[-1])})" if v[0] != v[-1] and s == "ferry" else ""
         return f"{fmt_value(w, m)}{rng}"
 
-    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}, ferry's with its slowest-fastest "
-           "run; a ratio is a median time per operation (or latency) over the reference peer's "
+    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}, ferry's with the range of its "
+           "runs; a ratio is a median time per operation (or latency) over the reference peer's "
            "(below 1: faster; for tcp_echo and tcp_bulk the inverse of the throughputs' ratio); "
            "a target's ratio is ferry's over the peer named.", ""]
     out.append("| workload | ferry | reference peer | ferry / ref | target | other peers (/ ref) |")
@@ -382,8 +382,8 @@ def chart(runs, notes):
 
     nruns = runs_text(data)
     head = [
-        f'<text x="10" y="24" class="h1">ferry and its peers: time per operation relative to '
-        f'each workload\'s reference peer</text>',
+        f'<text x="10" y="24" class="h1">ferry and its peers: time per operation (or latency) '
+        f'relative to each workload\'s reference peer</text>',
         f'<text x="10" y="44" class="h2">log scale; left of 1\u00d7 is faster than the reference, '
         f'right is slower; bar = median of {nruns} run{"" if nruns == "1" else "s"}, thin line = fastest to slowest run; '
         f'figures: median, ratio</text>',
