@@ -175,7 +175,7 @@ def fmt_value(w, x):
     if w == "idle_tasks/bytes":
         return f"{x:,.0f} B"
     if w == "tcp_echo":
-        return f"{1e9 / x / 1e3:,.1f}k/s"
+        return f"{1e9 / x / 1e3:,.1f} k/s"
     if w == "tcp_bulk":
         return f"{1e3 / x:,.0f} MB/s"
     if x >= 1e6:
