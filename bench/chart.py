@@ -4,7 +4,9 @@
     python3 bench/chart.py results.txt > results.svg      # the chart
     python3 bench/chart.py -o results.svg results.txt     # the same
     python3 bench/chart.py --table results.txt            # the table
+    python3 bench/chart.py --table --into README.md results.txt
     python3 bench/chart.py --check results.svg results.txt
+    python3 bench/chart.py --table --check README.md results.txt
 
 Input: BENCH lines in the contract's format (bench/README.md), from any
 number of files or from stdin; several lines of one (workload, system) are
@@ -13,6 +15,10 @@ are kept as notes and printed under the chart and the table (run-compare.sh
 writes the commit, the versions and each run's load average that way);
 every other line is ignored.
 
+--into FILE writes the table between the lines BEGIN and END (below) of a
+markdown file instead, and --table --check FILE compares only what stands
+between them, so a report can hold the table among other text.
+
 Each workload is drawn against one reference peer (REFERENCE below): a bar is
 that system's median time per operation divided by the reference's median,
 on one log scale for all workloads, so a bar to the left of 1x is faster
@@ -20,7 +26,10 @@ than the reference.  Workloads of very different sizes (nanoseconds for a
 switch, milliseconds for a stampede) then read on one axis, and the
 absolute median is printed at the end of each bar.  The thin line across a
 bar spans its fastest and slowest run.  Only the workloads ferry ran are
-drawn; the table lists every workload.
+drawn; the table lists every workload.  The network workloads are read as
+throughput (round trips or MB per second), their bars still as time per
+operation over the reference's (the inverse ratio), and tcp_echo's p99
+round-trip latency has a panel of its own.
 
 The output depends only on the input: no clock, no locale, no dictionary
 order, so the same lines give the same file byte for byte (--check compares
@@ -48,11 +57,18 @@ REFERENCE = {
     "offload_rtt": "libuv",
     "offload_throughput": "libuv",
     "tcp_echo": "libuv",
+    "tcp_echo/p99": "libuv",
     "tcp_bulk": "libuv",
 }
 
+# The markers of the table's place in a markdown file (--into, --check).
+BEGIN = "<!-- BEGIN table: bench/chart.py --table bench/results.txt -->"
+END = "<!-- END table -->"
+
 # The project's goals: ferry's median over the reference's at most this
-# (strictly below it for a ratio of 1), or an absolute bound in ns.
+# (strictly below it for a ratio of 1), or an absolute bound in ns.  For the
+# network workloads the bound is on throughput, ferry's over the peer's at
+# least this ("rate"), and on tcp_echo's p99 latency, at most the peer's.
 TARGETS = [
     ("switch", None, 20.0),
     ("spawn", "go-1p", 0.3),
@@ -64,6 +80,9 @@ TARGETS = [
     ("threadsafe_post", "libevent-eventfd", 0.7),
     ("offload_rtt", "libuv", 0.7),
     ("offload_throughput", "libuv", 0.7),
+    ("tcp_echo", "libuv", "rate", 1.0),
+    ("tcp_echo/p99", "libuv", "le", 1.0),
+    ("tcp_bulk", "limit", "rate", 0.9),
 ]
 
 # What one operation is, per workload (the chart's panel titles).
@@ -78,8 +97,9 @@ UNITS = {
     "threadsafe_post": "ns per callback posted from a thread",
     "offload_rtt": "ns per round trip to the pool",
     "offload_throughput": "ns per pool job, 1,000 in flight",
-    "tcp_echo": "ns per 64-byte round trip",
-    "tcp_bulk": "ns per byte echoed",
+    "tcp_echo": "64-byte round trips per second, 100 connections",
+    "tcp_echo/p99": "p99 round-trip latency",
+    "tcp_bulk": "MB per second echoed, one connection",
     "xthread_pingpong_spin": "ns per round trip",
     "xthread_pingpong_eventfd": "ns per round trip",
 }
@@ -88,13 +108,13 @@ UNITS = {
 # system keeps its place); anything not listed follows in name order.
 WORKLOAD_ORDER = ["switch", "spawn", "idle_tasks", "idle_tasks/bytes", "lock_contention",
                   "queue_pipeline", "stampede", "threadsafe_post", "offload_rtt",
-                  "offload_throughput", "tcp_echo", "tcp_bulk",
+                  "offload_throughput", "tcp_echo", "tcp_echo/p99", "tcp_bulk",
                   "xthread_pingpong_spin", "xthread_pingpong_eventfd"]
-SYSTEM_ORDER = ["ferry", "limit", "limit-jmp", "ucontext", "libuv", "libevent",
+SYSTEM_ORDER = ["ferry", "ferry-libevent", "ferry-bev", "limit", "limit-jmp", "ucontext", "libuv", "libevent",
                 "libevent-active", "libevent-eventfd", "go-1p", "go", "asyncio-uvloop",
                 "asyncio-debpy", "asyncio"]
 COLOURS = {
-    "ferry": "#d1495b", "limit": "#8d99ae", "limit-jmp": "#adb5bd", "ucontext": "#6c757d",
+    "ferry": "#d1495b", "ferry-libevent": "#e5989b", "ferry-bev": "#f2c4c6", "limit": "#8d99ae", "limit-jmp": "#adb5bd", "ucontext": "#6c757d",
     "libuv": "#2a9d8f", "libevent": "#52b788", "libevent-active": "#74c69d",
     "libevent-eventfd": "#95d5b2", "go-1p": "#1d4e89", "go": "#4f86c6",
     "asyncio-uvloop": "#e9a03b", "asyncio-debpy": "#f4c26b", "asyncio": "#f7d794",
@@ -118,17 +138,24 @@ def parse(lines, runs, notes):
 def series(runs):
     """(workload, system) -> sorted values of the workload's metric.
 
-    The metric is ns_per_op, except for the pseudo-workload
-    'idle_tasks/bytes', which is idle_tasks' bytes_per_task.
+    The metric is ns_per_op, except for the pseudo-workloads
+    'idle_tasks/bytes', idle_tasks' bytes_per_task, and 'tcp_echo/p99',
+    tcp_echo's p99_us in ns.
     """
     out = {}
     for (w, s), rows in runs.items():
         out[(w, s)] = sorted(float(r["ns_per_op"]) for r in rows)
-        if w == "idle_tasks":
-            b = sorted(float(r["bytes_per_task"]) for r in rows if "bytes_per_task" in r)
+        for src, pseudo, scale in (("idle_tasks", "bytes_per_task", 1.0),
+                                   ("tcp_echo", "p99_us", 1e3)):
+            if w != src:
+                continue
+            b = sorted(float(r[pseudo]) * scale for r in rows if pseudo in r)
             if b:
-                out[("idle_tasks/bytes", s)] = b
+                out[(PSEUDO[pseudo], s)] = b
     return out
+
+
+PSEUDO = {"bytes_per_task": "idle_tasks/bytes", "p99_us": "tcp_echo/p99"}
 
 
 def order(names, preferred):
@@ -143,9 +170,14 @@ def fmt_num(x):
 
 
 def fmt_value(w, x):
-    """A median with its unit, scaled to ns, us or ms (bytes for memory)."""
+    """A median with its unit, scaled to ns, us or ms (bytes for memory,
+    a rate for the network throughputs, whose x is ns per op)."""
     if w == "idle_tasks/bytes":
         return f"{x:,.0f} B"
+    if w == "tcp_echo":
+        return f"{1e9 / x / 1e3:,.1f} k/s"
+    if w == "tcp_bulk":
+        return f"{1e3 / x:,.0f} MB/s"
     if x >= 1e6:
         return f"{fmt_num(x / 1e6)} ms"
     if x >= 1e3:
@@ -154,7 +186,10 @@ def fmt_value(w, x):
 
 
 def fmt_range(w, a, b):
-    """'17.9-28.5 ns', or '950 ns-1.2 µs' when the unit changes."""
+    """'17.9-28.5 ns', or '950 ns-1.2 µs' when the unit changes (for a
+    rate, the slowest run's first)."""
+    if w in ("tcp_echo", "tcp_bulk"):
+        a, b = b, a
     fa, fb = fmt_value(w, a), fmt_value(w, b)
     ua, ub = fa.rsplit(" ", 1)[1], fb.rsplit(" ", 1)[1]
     return f"{fa.rsplit(' ', 1)[0]}-{fb}" if ua == ub else f"{fa}-{fb}"
@@ -175,10 +210,22 @@ def runs_text(data):
 def target_cells(w, med):
     """'<= 0.3x go-1p: yes' for each of the workload's targets."""
     cells = []
-    for tw, peer, bound in TARGETS:
+    for tw, peer, *rule in TARGETS:
         if tw != w:
             continue
         f = med.get((w, "ferry"))
+        if len(rule) == 2:
+            kind, bound = rule
+            p = med.get((w, peer))
+            if f is None or not p:
+                met = "?"
+            elif kind == "rate":        # ns per op, so the rate ratio is p / f
+                met = "yes" if p / f >= bound else f"**no** ({fmt_ratio(p / f)})"
+            else:
+                met = "yes" if f / p <= bound else f"**no** ({fmt_ratio(f / p)})"
+            cells.append(f"{'>=' if kind == 'rate' else '<='} {bound:g}x {peer}: {met}")
+            continue
+        bound = rule[0]
         if peer is None:
             met = "?" if f is None else ("yes" if f <= bound else "**no**")
             cells.append(f"<= {bound:g} ns: {met}")
@@ -204,8 +251,10 @@ def table(runs, notes):
         rng = f" ({fmt_range(w, v[0], v[-1])})" if v[0] != v[-1] and s == "ferry" else ""
         return f"{fmt_value(w, m)}{rng}"
 
-    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}, ferry's with its fastest-slowest "
-           "run; a ratio is a median over the reference peer's median (below 1: faster).", ""]
+    out = [f"Medians of {nruns} run{'' if nruns == '1' else 's'}, ferry's with the range of its "
+           "runs; a ratio is a median time per operation (or latency) over the reference peer's "
+           "(below 1: faster; for tcp_echo and tcp_bulk the inverse of the throughputs' ratio); "
+           "a target's ratio is ferry's over the peer named.", ""]
     out.append("| workload | ferry | reference peer | ferry / ref | target | other peers (/ ref) |")
     out.append("| --- | ---: | --- | ---: | --- | --- |")
     for w in workloads:
@@ -221,7 +270,7 @@ def table(runs, notes):
                 continue
             x = f" ({fmt_ratio(med[(w, s)] / rmed)})" if rmed else ""
             others.append(f"{s} {fmt_value(w, med[(w, s)])}{x}")
-        label = w.replace("/bytes", " (bytes per task)")
+        label = w.replace("/bytes", " (bytes per task)").replace("/p99", " (p99 latency)")
         out.append(f"| {label} | {f} | {r} | {ratio} | {target_cells(w, med)} | "
                    f"{', '.join(others)} |")
     if notes:
@@ -282,7 +331,7 @@ def chart(runs, notes):
         ref = REFERENCE[w]
         rmed = med[(w, ref)]
         systems = order({s for ww, s in data if ww == w}, SYSTEM_ORDER)
-        title = (f"{w.replace('/bytes', '')}: {UNITS.get(w, 'ns per op')}, "
+        title = (f"{w.replace('/bytes', '').replace('/p99', '')}: {UNITS.get(w, 'ns per op')}, "
                  f"reference {ref} = {fmt_value(w, rmed)}")
         body.append(f'<text x="{x0 - 180}" y="{y + 14}" class="panel">{esc(title)}</text>')
         y += title_h
@@ -333,8 +382,8 @@ def chart(runs, notes):
 
     nruns = runs_text(data)
     head = [
-        f'<text x="10" y="24" class="h1">ferry and its peers: time per operation relative to '
-        f'each workload\'s reference peer</text>',
+        f'<text x="10" y="24" class="h1">ferry and its peers: time per operation (or latency) '
+        f'relative to each workload\'s reference peer</text>',
         f'<text x="10" y="44" class="h2">log scale; left of 1\u00d7 is faster than the reference, '
         f'right is slower; bar = median of {nruns} run{"" if nruns == "1" else "s"}, thin line = fastest to slowest run; '
         f'figures: median, ratio</text>',
@@ -368,13 +417,27 @@ def chart(runs, notes):
     return "\n".join(parts) + "\n"
 
 
+def block(text, name):
+    """(what precedes the table, the table, what follows it) in a markdown
+    file; the marker lines belong to the first and the last part."""
+    b = text.find(BEGIN + "\n")
+    e = text.find("\n" + END, b)
+    if b < 0 or e < 0:
+        raise SystemExit(f"chart.py: {name} has no lines {BEGIN} ... {END}")
+    b += len(BEGIN) + 1
+    return text[:b], text[b:e + 1], text[e + 1:]
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", help="files of BENCH lines (default: stdin)")
     ap.add_argument("--table", action="store_true", help="print the markdown table instead")
     ap.add_argument("-o", "--output", help="write to this file instead of stdout")
+    ap.add_argument("--into", metavar="FILE",
+                    help="with --table: write it into FILE, between the lines " + BEGIN + " and " + END)
     ap.add_argument("--check", metavar="FILE",
-                    help="exit 1 unless FILE holds exactly what would be written")
+                    help="exit 1 unless FILE holds exactly what would be written (with --table: "
+                         "between the markers, if FILE has them)")
     args = ap.parse_args(argv)
 
     runs, notes = defaultdict(list), []
@@ -388,14 +451,24 @@ def main(argv):
         raise SystemExit("chart.py: no BENCH lines")
     text = table(runs, notes) if args.table else chart(runs, notes)
 
+    if args.into and not args.table:
+        raise SystemExit("chart.py: --into goes with --table")
     if args.check:
         with open(args.check, encoding="utf-8") as f:
-            if f.read() != text:
+            have = f.read()
+        if args.table and BEGIN in have:
+            have = block(have, args.check)[1]
+        if have != text:
                 print(f"chart.py: {args.check} differs from what the input gives; "
                       "regenerate it", file=sys.stderr)
                 return 1
         return 0
-    if args.output:
+    if args.into:
+        with open(args.into, encoding="utf-8") as f:
+            head, _, tail = block(f.read(), args.into)
+        with open(args.into, "w", encoding="utf-8", newline="\n") as f:
+            f.write(head + text + tail)
+    elif args.output:
         with open(args.output, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
     else:

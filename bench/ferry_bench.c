@@ -1,6 +1,6 @@
 /* ferry_bench.c - ferry's side of the benchmark contract
- * (shared/anchors/README.md): one BENCH line per workload, with the same
- * semantics and the same n as the peer programs there.
+ * (bench/README.md): one BENCH line per workload, with the same semantics
+ * and the same n as the peer benchmark programs.
  *
  *   ferry-bench                  every default workload, each in a fresh
  *                                process (fork + exec of itself), so that
@@ -12,7 +12,7 @@
  *   ferry-bench --echo-server PORT
  *                                an echo server on 127.0.0.1:PORT for the
  *                                network workloads (tcp_echo, tcp_bulk) of
- *                                the shared client (anchors/echo-pair.sh):
+ *                                the peers' shared client (echo-pair.sh):
  *                                one task per connection, ferry_stream_read()
  *                                into a 64 KiB buffer of the task's and
  *                                ferry_stream_write() back, until SIGTERM or
@@ -566,7 +566,7 @@ static int w_stampede(void *arg)
     }
     if ((rc = ferry_event_wait(&st.all_done)))
         die("ferry_event_wait", rc);
-    /* Extras are numbers (the anchors' median.py reads them as such). */
+    /* Extras are numbers (the peers' median.py reads them as such). */
     snprintf(extra, sizeof extra, "fetches=%ld eager=%d", st.fetches, !st.lazy);
     rc = report("stampede", st.n, secs_since(t0), !st.bad && st.fetches == ST_KEYS, extra);
     ferry_flight_destroy(&st.flight);
@@ -721,7 +721,7 @@ static int echo_conn(void *arg)
  * waits on an event that the bufferevent's callbacks set; it reads by
  * copying out of the input evbuffer and writes by copying into the output
  * one, as a stream API on top of bufferevent would, and waits while more
- * than 1 MiB is queued for writing (the anchors' libevent server's
+ * than 1 MiB is queued for writing (the peers' libevent server's
  * watermarks). */
 struct bev_conn {
     struct bufferevent *bev;
