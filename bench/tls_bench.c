@@ -107,6 +107,31 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The process's CPU time when the timed part began and ended: both
+ * systems run in this one thread, so it is what a round trip or a byte
+ * cost, whatever share of the machine the process got. */
+static int64_t cpu0, cpu1;
+
+static int64_t cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t clock_start(void)
+{
+    cpu0 = cpu_ns();
+    return now_ns();
+}
+
+static int64_t clock_stop(void)
+{
+    cpu1 = cpu_ns();
+    return now_ns();
+}
+
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, "ferry-tls-bench: %s: %s\n", what, why);
@@ -211,7 +236,7 @@ static void f_arrive(int rc)
     if (rc)
         F.res->errors++;
     if (++F.arrived == (F.bulk ? 1 : conns)) {
-        F.t0 = now_ns();
+        F.t0 = clock_start();
         ferry_event_set(&F.start);
     } else if (rc == 0) {
         ferry_event_wait(&F.start);
@@ -312,7 +337,7 @@ static int f_echo_client(void *arg)
             F.res->bad++;
     }
     if (++F.finished == conns)
-        F.t1 = now_ns();
+        F.t1 = clock_stop();
     if (rc == 0)
         f_close(s, tls);
     else
@@ -341,7 +366,7 @@ static int f_bulk_reader(void *arg)
             F.res->done += (long)n;
         }
     }
-    F.t1 = now_ns();
+    F.t1 = clock_stop();
     if (rc == 0 && (rc = ferry_stream_read(tls, buf, CHUNK, &n)) == 0 && n != 0)
         rc = -EPROTO;    /* bytes beyond what was sent */
     if (rc)
@@ -565,7 +590,7 @@ static void l_bulk_fill(struct lconn *c)
 static void l_finish(struct lconn *c)
 {
     if (++L.finished == (L.bulk ? 1 : conns))
-        L.t1 = now_ns();
+        L.t1 = clock_stop();
     l_close(c->bev);
     c->bev = NULL;
 }
@@ -612,7 +637,7 @@ static void l_arrive(void)
 {
     if (++L.arrived != (L.bulk ? 1 : conns))
         return;
-    L.t0 = now_ns();
+    L.t0 = clock_start();
     for (int i = 0; i < (L.bulk ? 1 : conns); i++) {
         if (!L.c[i].up)
             continue;
@@ -636,7 +661,7 @@ static void l_cli_event(struct bufferevent *bev, short what, void *arg)
     if (!c->up)
         l_arrive();
     else if (++L.finished == (L.bulk ? 1 : conns))
-        L.t1 = now_ns();
+        L.t1 = clock_stop();
     bufferevent_free(bev);
     c->bev = NULL;
 }
@@ -701,7 +726,7 @@ static const char *const systems[] = { SYS_FERRY, SYS_LEV };
 
 /* One BENCH line's figures, kept for the medians. */
 struct figures {
-    double ops_per_s, p50, p99, mb_per_s, load;
+    double ops_per_s, p50, p99, mb_per_s, cpu_ns_per_op, load;
 };
 
 static struct figures fig[2][2][MAX_RUNS];    /* [workload][system][run] */
@@ -721,6 +746,7 @@ static bool run_one(int w, int sys, int run)
         die("malloc", "latencies");
     hs_cipher[0] = hs_version[0] = '\0';
     hs_mixed = false;
+    cpu0 = cpu1 = 0;
     alarm(300);    /* a hang ends the process rather than the machine's patience */
     if (sys == 0)
         run_ferry(bulk, &res);
@@ -730,6 +756,7 @@ static bool run_one(int w, int sys, int run)
     ok = res.done == n && res.bad == 0 && res.errors == 0 && !hs_mixed &&
          strcmp(hs_cipher, suite) == 0 && strcmp(hs_version, "TLSv1.3") == 0 && res.secs > 0;
     f->ops_per_s = res.secs > 0 ? (double)res.done / res.secs : 0;
+    f->cpu_ns_per_op = res.done ? (double)(cpu1 - cpu0) / (double)res.done : 0;
     if (bulk) {
         f->mb_per_s = f->ops_per_s * 1e-6;
         snprintf(extra, sizeof extra, "mb_per_s=%.1f", f->mb_per_s);
@@ -740,9 +767,9 @@ static bool run_one(int w, int sys, int run)
         snprintf(extra, sizeof extra, "conns=%d p50_us=%.1f p99_us=%.1f", conns, f->p50, f->p99);
     }
     printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ns_per_op=%.2f ops_per_s=%.0f "
-           "rss_kb=%ld check=%s %s tls=%s cipher=%s load1=%.2f run=%d\n",
+           "rss_kb=%ld check=%s %s cpu_ns_per_op=%.2f tls=%s cipher=%s load1=%.2f run=%d\n",
            workloads[w], systems[sys], n, res.secs, res.done ? res.secs * 1e9 / (double)res.done : 0,
-           f->ops_per_s, peak_rss_kb(), ok ? "ok" : "FAIL", extra,
+           f->ops_per_s, peak_rss_kb(), ok ? "ok" : "FAIL", extra, f->cpu_ns_per_op,
            hs_version[0] ? hs_version : "none", hs_cipher[0] ? hs_cipher : "none", f->load,
            run + 1);
     if (!ok)
@@ -785,29 +812,32 @@ static void print_medians(const bool *want, int runs)
     printf("\nMedians of %d run%s, load average (1 min) %.2f to %.2f:\n\n", runs,
            runs == 1 ? "" : "s", lo, hi);
     if (want[0]) {
-        double r[2], p50[2], p99[2];
+        double r[2], p50[2], p99[2], cpu[2];
 
-        printf("| tls_echo (%d connections, %d-byte ping-pong) | round trips/s | p50 us | p99 us |\n"
-               "|---|---|---|---|\n", conns, MSG);
+        printf("| tls_echo (%d connections, %d-byte ping-pong) | round trips/s | p50 us | p99 us "
+               "| CPU us per round trip |\n|---|---|---|---|---|\n", conns, MSG);
         for (int s = 0; s < 2; s++) {
             r[s] = median(0, s, runs, offsetof(struct figures, ops_per_s));
             p50[s] = median(0, s, runs, offsetof(struct figures, p50));
             p99[s] = median(0, s, runs, offsetof(struct figures, p99));
-            printf("| %s | %.0f | %.1f | %.1f |\n", systems[s], r[s], p50[s], p99[s]);
+            cpu[s] = median(0, s, runs, offsetof(struct figures, cpu_ns_per_op));
+            printf("| %s | %.0f | %.1f | %.1f | %.1f |\n", systems[s], r[s], p50[s], p99[s],
+                   cpu[s] * 1e-3);
         }
-        printf("| ferry / libevent-openssl | %.2fx | %.2fx | %.2fx |\n\n", r[0] / r[1],
-               p50[0] / p50[1], p99[0] / p99[1]);
+        printf("| ferry / libevent-openssl | %.2fx | %.2fx | %.2fx | %.2fx |\n\n", r[0] / r[1],
+               p50[0] / p50[1], p99[0] / p99[1], cpu[0] / cpu[1]);
     }
     if (want[1]) {
-        double m[2];
+        double m[2], cpu[2];
 
-        printf("| tls_bulk (one connection, %ld MiB each way) | MB/s |\n|---|---|\n",
-               bulk_bytes >> 20);
+        printf("| tls_bulk (one connection, %ld MiB each way) | MB/s | CPU ns per byte |\n"
+               "|---|---|---|\n", bulk_bytes >> 20);
         for (int s = 0; s < 2; s++) {
             m[s] = median(1, s, runs, offsetof(struct figures, mb_per_s));
-            printf("| %s | %.1f |\n", systems[s], m[s]);
+            cpu[s] = median(1, s, runs, offsetof(struct figures, cpu_ns_per_op));
+            printf("| %s | %.1f | %.2f |\n", systems[s], m[s], cpu[s]);
         }
-        printf("| ferry / libevent-openssl | %.2fx |\n", m[0] / m[1]);
+        printf("| ferry / libevent-openssl | %.2fx | %.2fx |\n", m[0] / m[1], cpu[0] / cpu[1]);
     }
 }
 
