@@ -2,10 +2,11 @@
  * (the choice docs/tls.md explains), in one process over loopback TCP.
  *
  *   ferry-tls-bench [-r RUNS] [-n ROUND_TRIPS] [-c CONNS] [-b BYTES]
- *                   [-C CIPHERSUITE] [WORKLOAD...]
+ *                   [-C CIPHERSUITE] [-s SYSTEM] [WORKLOAD...]
  *
  * Each run does every workload (default: tls_echo tls_bulk) with both
- * systems, one after the other, ferry first in odd runs and libevent first
+ * systems (-s ferry or -s libevent-openssl: only that one, for a profiler),
+ * one after the other, ferry first in odd runs and libevent first
  * in even ones, so that a drift of the machine's load spreads over both.
  * Each system's server and clients share one thread and one loop: system
  * ferry is a ferry loop with a task per connection on ferry_tls_server()
@@ -844,23 +845,29 @@ static void print_medians(const bool *want, int runs)
 static void usage(void)
 {
     fprintf(stderr, "usage: ferry-tls-bench [-r RUNS] [-n ROUND_TRIPS] [-c CONNS] [-b BYTES] "
-                    "[-C CIPHERSUITE] [tls_echo] [tls_bulk]\n");
+                    "[-C CIPHERSUITE] [-s ferry|libevent-openssl] [tls_echo] [tls_bulk]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     bool want[2] = { false, false }, all_ok = true;
+    int only = -1;    /* -s: the one system to run */
     int runs = 5, opt, rc;
     SSL_CTX *sc, *cc;
 
-    while ((opt = getopt(argc, argv, "r:n:c:b:C:h")) != -1) {
+    while ((opt = getopt(argc, argv, "r:n:c:b:C:s:h")) != -1) {
         switch (opt) {
         case 'r': runs = atoi(optarg); break;
         case 'n': round_trips = atol(optarg); break;
         case 'c': conns = atoi(optarg); break;
         case 'b': bulk_bytes = atol(optarg); break;
         case 'C': suite = optarg; break;
+        case 's':
+            only = strcmp(optarg, SYS_FERRY) == 0 ? 0 : strcmp(optarg, SYS_LEV) == 0 ? 1 : -2;
+            if (only < 0)
+                usage();
+            break;
         default: usage();
         }
     }
@@ -908,11 +915,14 @@ int main(int argc, char **argv)
             for (int k = 0; want[w] && k < 2; k++) {
                 int sys = run % 2 ? 1 - k : k;
 
+                if (only >= 0 && sys != only)
+                    continue;
                 fprintf(stderr, "ferry-tls-bench: run %d/%d %s %s (load %.2f)\n", run + 1, runs,
                         workloads[w], systems[sys], load1());
                 all_ok &= run_one(w, sys, run);
             }
-    print_medians(want, runs);
+    if (only < 0)
+        print_medians(want, runs);
     ferry_tls_ctx_free(F.srv);
     ferry_tls_ctx_free(F.cli);
     SSL_CTX_free(sc);
