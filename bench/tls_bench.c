@@ -795,7 +795,7 @@ static double median(int w, int sys, int runs, size_t off)
     double v[MAX_RUNS];
 
     for (int i = 0; i < runs; i++)
-        v[i] = *(const double *)((const char *)&fig[w][sys][i] + off);
+        memcpy(&v[i], (const char *)&fig[w][sys][i] + off, sizeof v[i]);
     qsort(v, (size_t)runs, sizeof *v, cmp_double);
     return runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
 }
