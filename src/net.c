@@ -2,7 +2,7 @@
  * Loop thread only.
  *
  * A listener is registered with the loop once, like a stream
- * (stream.c): readable edges wake the tasks waiting in accept, which take
+ * (ioreg.c): readable edges wake the tasks waiting in accept, which take
  * connections with accept4() until EAGAIN.  Several tasks may accept on one
  * listener; an edge wakes them all and the ones that find nothing wait
  * again.

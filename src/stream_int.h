@@ -30,7 +30,7 @@ struct ferry__ioobj {
 };
 
 /* A loop's streams and listeners, and (on Linux) the epoll set their
- * descriptors are registered in (stream.c): made at the first
+ * descriptors are registered in (ioreg.c): made at the first
  * registration, freed with the loop. */
 struct ferry__netloop {
     struct ferry__link  ioobjs;    /* open streams and listeners */
@@ -101,12 +101,12 @@ extern const struct ferry__stream_io ferry__pipe_io;
 /* ---- A descriptor's registration with the loop ---------------------------- */
 
 /*
- * One registration per descriptor for as long as it is open (stream.c has
+ * One registration per descriptor for as long as it is open (ioreg.c has
  * the reasons): readiness bits that the loop's event sets and system calls
  * clear, and two wait queues.  Waiters carry the readiness they wait for
  * in their `n` (FERRY_READ, FERRY_WRITE).
  */
-/* How a descriptor is registered (stream.c). */
+/* How a descriptor is registered (ioreg.c). */
 enum {
     FERRY__IO_EPOLL = 0,  /* in the loop's epoll set, edge-triggered, once */
     FERRY__IO_ET,         /* a libevent event, edge-triggered, once */
