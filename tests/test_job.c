@@ -26,16 +26,22 @@ struct seen {
     int        spin_us;       /* hammer: how long the job runs */
 };
 
+/* Some hook is running now (any job's). */
+static atomic_int hook_active;
+
 static void hook(void *arg)
 {
     struct seen *s = arg;
+    int64_t end = ferry_now() + FERRY_USEC(20);
 
+    atomic_fetch_add(&hook_active, 1);
     atomic_fetch_add(&s->in_hook, 1);
     /* Long enough for a job that ends meanwhile to find the hook running. */
-    for (volatile int i = 0; i < 2000; i++)
+    while (ferry_now() < end)
         ;
     atomic_fetch_add(&s->hook_calls, 1);
     atomic_fetch_sub(&s->in_hook, 1);
+    atomic_fetch_sub(&hook_active, 1);
 }
 
 /* Waits (at most 10 s) until told it is cancelled; returns -ECANCELED then,
@@ -51,6 +57,23 @@ static int wait_cancel_job(void *arg, void **result)
         usleep(100);
     atomic_store(&s->saw_cancel, ferry_job_cancelled());
     *result = s;
+    return ferry_job_cancelled() ? -ECANCELED : 1;
+}
+
+/* As wait_cancel_job, but waits for the hook itself: a job that only
+ * polls ferry_job_cancelled() may see its deadline pass and return before
+ * the loop's timer fires, and then no hook is due. */
+static int wait_hook_job(void *arg, void **result)
+{
+    struct seen *s = arg;
+    int64_t end = ferry_now() + FERRY_SEC(10);
+
+    (void)result;
+    s->deadline = ferry_job_deadline();
+    atomic_store(&s->entered, 1);
+    while (!atomic_load(&s->hook_calls) && ferry_now() < end)
+        usleep(100);
+    atomic_store(&s->saw_cancel, ferry_job_cancelled());
     return ferry_job_cancelled() ? -ECANCELED : 1;
 }
 
@@ -118,7 +141,7 @@ Test(job, deadline_while_running_calls_the_hook_and_is_read_back,
     struct call c = {0};
 
     cr_assert_eq(ferry_pool_new(&c.p, &(ferry_pool_opts){ .threads = 1 }), 0);
-    c.job = (ferry_job){ .fn = wait_cancel_job, .arg = &c.s, .interrupt = hook };
+    c.job = (ferry_job){ .fn = wait_hook_job, .arg = &c.s, .interrupt = hook };
     c.scope_deadline = ferry_now() + tu_ms(50);
     cr_assert_eq(tu_run(call_task, &c), 0);
     ferry_pool_free(c.p);
@@ -199,11 +222,25 @@ static int spin_job(void *arg, void **result)
     return 7;
 }
 
+/* Queued behind a job whose hook may come: its pool thread must not
+ * start it while that hook runs (the hook would reach the wrong job, as
+ * sqlite3_interrupt() on a connection the thread keeps would). */
+static atomic_int probe_saw_hook, probes;
+
+static int probe_job(void *arg)
+{
+    (void)arg;
+    if (atomic_load(&hook_active))
+        atomic_fetch_add(&probe_saw_hook, 1);
+    atomic_fetch_add(&probes, 1);
+    return 0;
+}
+
 struct hammer {
     ferry_pool *p;
     int iters;
     int bad_calls, bad_in_hook, bad_seen_no_hook, bad_rc, bad_late;
-    int hooked, not_hooked, never_ran;
+    int hooked, not_hooked, never_ran, probes;
 };
 
 static int hammer_main(void *arg)
@@ -225,6 +262,9 @@ static int hammer_main(void *arg)
         ferry_task_spawn(&t, NULL, call_task, c, NULL);
         while (!atomic_load(&c->s.entered) && rand_r(&seed) % 4)
             ferry_sleep(FERRY_USEC(rand_r(&seed) % 30));
+        if (atomic_load(&c->s.entered) &&
+            ferry_pool_submit(h->p, probe_job, NULL, NULL, NULL, NULL) == 0)
+            h->probes++;
         ferry_task_cancel(t);
         ferry_task_join(t, NULL);
         if (c->hook_calls_at_return > 1)
@@ -265,9 +305,12 @@ Test(job, hook_runs_at_most_once_never_after_the_job_ended,
 
     if (scale && atof(scale) > 0 && atof(scale) < 1)
         h.iters = (int)(h.iters * atof(scale)) + 100;
-    cr_assert_eq(ferry_pool_new(&h.p, &(ferry_pool_opts){ .threads = 2 }), 0);
+    cr_assert_eq(ferry_pool_new(&h.p, &(ferry_pool_opts){ .threads = 1 }), 0);
     cr_assert_eq(tu_run(hammer_main, &h), 0);
-    ferry_pool_free(h.p);
+    ferry_pool_free(h.p);    /* waits for the probes */
+    cr_assert_eq(atomic_load(&probes), h.probes);
+    cr_assert_eq(atomic_load(&probe_saw_hook), 0, "a job started while the previous "
+                 "job's hook ran: %d times", atomic_load(&probe_saw_hook));
     cr_assert_eq(h.bad_calls, 0, "hook ran twice: %d", h.bad_calls);
     cr_assert_eq(h.bad_in_hook, 0, "call returned while the hook ran: %d", h.bad_in_hook);
     cr_assert_eq(h.bad_seen_no_hook, 0, "cancelled without the hook: %d", h.bad_seen_no_hook);
@@ -381,8 +424,12 @@ static int ended_first_main(void *arg)
     ferry_task *t;
 
     ferry_task_spawn(&t, NULL, call_task, c, NULL);
-    tu_task_wait_flag(&c->s.job_ended);
-    usleep(2000);      /* the pool thread books the end before the cancel */
+    ferry_sleep(FERRY_MSEC(1));   /* t offloads; the turn's flush hands the job over */
+    /* Block the loop thread from here on, so that the job's completion
+     * stays in the inbox: the cancellation then interrupts a task whose
+     * job has ended but whose end it has not been told. */
+    tu_spin_until(&c->s.job_ended);
+    usleep(2000);
     ferry_task_cancel(t);
     ferry_task_join(t, NULL);
     return 0;
