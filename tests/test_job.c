@@ -32,7 +32,7 @@ static atomic_int hook_active;
 static void hook(void *arg)
 {
     struct seen *s = arg;
-    int64_t end = ferry_now() + FERRY_USEC(20);
+    int64_t end = ferry_now() + FERRY_USEC(200);
 
     atomic_fetch_add(&hook_active, 1);
     atomic_fetch_add(&s->in_hook, 1);
@@ -85,6 +85,7 @@ struct call {
     void *result;
     int64_t scope_deadline;   /* 0: no scope */
     int hook_calls_at_return, in_hook_at_return;
+    int probe_rc;             /* a job queued behind this one */
 };
 
 static int call_task(void *arg)
@@ -104,6 +105,20 @@ static int call_task(void *arg)
     return 0;
 }
 
+/* Queued behind a job whose hook may come: its pool thread must not
+ * start it while that hook runs (the hook would reach the wrong job, as
+ * sqlite3_interrupt() on a connection the thread keeps would). */
+static atomic_int probe_saw_hook, probes;
+
+static int probe_job(void *arg)
+{
+    (void)arg;
+    if (atomic_load(&hook_active))
+        atomic_fetch_add(&probe_saw_hook, 1);
+    atomic_fetch_add(&probes, 1);
+    return 0;
+}
+
 static int cancel_running_main(void *arg)
 {
     struct call *c = arg;
@@ -111,6 +126,7 @@ static int cancel_running_main(void *arg)
 
     ferry_task_spawn(&t, NULL, call_task, c, NULL);
     tu_task_wait_flag(&c->s.entered);
+    c->probe_rc = ferry_pool_submit(c->p, probe_job, NULL, NULL, NULL, NULL);
     ferry_task_cancel(t);
     ferry_task_join(t, NULL);
     return 0;
@@ -125,7 +141,11 @@ Test(job, cancel_while_running_calls_the_hook_once_and_the_job_sees_it,
     c.job = (ferry_job){ .fn = wait_cancel_job, .arg = &c.s, .interrupt = hook };
     c.status = 12345;
     cr_assert_eq(tu_run(cancel_running_main, &c), 0);
-    ferry_pool_free(c.p);
+    ferry_pool_free(c.p);     /* waits for the probe */
+    cr_assert_eq(c.probe_rc, 0);
+    cr_assert_eq(atomic_load(&probes), 1);
+    cr_assert_eq(atomic_load(&probe_saw_hook), 0,
+                 "the pool thread started the next job while the hook ran");
     cr_assert_eq(c.rc, 0, "the job ran: ferry's status is 0, got %d", c.rc);
     cr_assert_eq(c.status, -ECANCELED, "the job's own status comes back: %d", c.status);
     cr_assert_eq(c.result, &c.s, "the job's result comes back");
@@ -222,20 +242,6 @@ static int spin_job(void *arg, void **result)
     return 7;
 }
 
-/* Queued behind a job whose hook may come: its pool thread must not
- * start it while that hook runs (the hook would reach the wrong job, as
- * sqlite3_interrupt() on a connection the thread keeps would). */
-static atomic_int probe_saw_hook, probes;
-
-static int probe_job(void *arg)
-{
-    (void)arg;
-    if (atomic_load(&hook_active))
-        atomic_fetch_add(&probe_saw_hook, 1);
-    atomic_fetch_add(&probes, 1);
-    return 0;
-}
-
 struct hammer {
     ferry_pool *p;
     int iters;
@@ -316,7 +322,7 @@ Test(job, hook_runs_at_most_once_never_after_the_job_ended,
     cr_assert_eq(h.bad_seen_no_hook, 0, "cancelled without the hook: %d", h.bad_seen_no_hook);
     cr_assert_eq(h.bad_rc, 0);
     cr_assert_eq(h.bad_late, 0, "hook ran after the call returned: %d", h.bad_late);
-    cr_log_info("hooked %d, ended first %d, never ran %d", h.hooked, h.not_hooked, h.never_ran);
+    cr_log_info("hooked %d, ended first %d, never ran %d, probes %d", h.hooked, h.not_hooked, h.never_ran, h.probes);
 }
 
 /* ---- queued, ended first, statuses ---------------------------------------- */
@@ -411,10 +417,16 @@ Test(job, job_returning_ecanceled_is_not_a_cancellation_and_the_wide_result_come
 }
 
 /* The job ends first; the task is cancelled afterwards: no hook. */
+static atomic_int qgate;
+
 static int quick_job(void *arg, void **result)
 {
+    struct seen *s = arg;
+
     (void)result;
-    atomic_store(&((struct seen *)arg)->job_ended, 1);
+    atomic_store(&s->entered, 1);
+    tu_spin_until(&qgate);
+    atomic_store(&s->job_ended, 1);
     return 5;
 }
 
@@ -424,10 +436,11 @@ static int ended_first_main(void *arg)
     ferry_task *t;
 
     ferry_task_spawn(&t, NULL, call_task, c, NULL);
-    ferry_sleep(FERRY_MSEC(1));   /* t offloads; the turn's flush hands the job over */
+    tu_task_wait_flag(&c->s.entered);
     /* Block the loop thread from here on, so that the job's completion
      * stays in the inbox: the cancellation then interrupts a task whose
      * job has ended but whose end it has not been told. */
+    atomic_store(&qgate, 1);
     tu_spin_until(&c->s.job_ended);
     usleep(2000);
     ferry_task_cancel(t);
