@@ -119,6 +119,19 @@ static int probe_job(void *arg)
     return 0;
 }
 
+static int noop(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+/* One thread, FIFO: once a job queued now has run, so has every job
+ * queued before it (ferry_pool_free() would drop them). */
+static int drain(ferry_pool *p)
+{
+    return ferry_to_thread(p, noop, NULL);
+}
+
 static int cancel_running_main(void *arg)
 {
     struct call *c = arg;
@@ -129,7 +142,7 @@ static int cancel_running_main(void *arg)
     c->probe_rc = ferry_pool_submit(c->p, probe_job, NULL, NULL, NULL, NULL);
     ferry_task_cancel(t);
     ferry_task_join(t, NULL);
-    return 0;
+    return drain(c->p);
 }
 
 Test(job, cancel_while_running_calls_the_hook_once_and_the_job_sees_it,
@@ -300,7 +313,7 @@ static int hammer_main(void *arg)
         h->bad_late += late;
         free(c);
     }
-    return 0;
+    return drain(h->p);
 }
 
 Test(job, hook_runs_at_most_once_never_after_the_job_ended,
