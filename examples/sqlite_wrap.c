@@ -299,7 +299,7 @@ int ex_sqlite_wrap(void)
     ferry_pool_free(pool);          /* the threads exit: their connections close */
     pthread_key_delete(conn_key);
     unlink(db_path);
-    printf("statements left unfinalized: %d; connections opened %d, closed %d\n",
+    printf("statements left unfinalized: %d, connections opened %d, closed %d\n",
            atomic_load(&stmts_leaked), atomic_load(&conns_open), atomic_load(&conns_closed));
     if (atomic_load(&stmts_leaked) || atomic_load(&conns_open) != atomic_load(&conns_closed))
         return 1;
