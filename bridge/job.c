@@ -26,12 +26,15 @@
  * the job's end: once the task learns that the job ended, the hook has
  * returned, so nothing it uses (a connection, the job's arg) is touched
  * after the call returns.  Only the pool thread waits, never the loop.
+ * The same handshake covers ferry_job_cancel_fd(): the loop writes it
+ * only while INTERRUPTING, so the pool thread may close it after.
  */
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
 
 #include "pool_int.h"
+#include "wakefd.h"
 
 enum { X_QUEUED, X_RUNNING, X_INTERRUPTING, X_INTERRUPTED, X_DONE };
 
@@ -48,6 +51,10 @@ struct xjob {
                                        * after the completion */
     bool                   ran;       /* pool thread: fn ran to its end */
     void                  *result;    /* pool thread: what fn stored */
+    struct ferry__wakefd   wake;      /* pool thread: ferry_job_cancel_fd()'s pair, made
+                                       * on demand, closed when fn returned */
+    atomic_int             wake_wfd;  /* wake.wfd once made, else -1; read by the loop
+                                       * while INTERRUPTING */
 };
 
 /* The job the calling pool thread runs now, or NULL. */
@@ -75,6 +82,9 @@ int ferry__job_trampoline(void *arg)
         while (atomic_load(&x->state) != X_INTERRUPTED)
             sched_yield();
     }
+    /* The loop writes the wake descriptor only while INTERRUPTING. */
+    if (x->wake.rfd >= 0)
+        ferry__wakefd_close(&x->wake);
     return 0;
 }
 
@@ -93,6 +103,27 @@ bool ferry_job_cancelled(void)
     return x->deadline != FERRY_NEVER && ferry_now() >= x->deadline;
 }
 
+int ferry_job_cancel_fd(void)
+{
+    struct xjob *x = cur_job;
+    int rc, s;
+
+    if (!x)
+        return -EPERM;
+    if (x->wake.rfd >= 0)
+        return x->wake.rfd;
+    rc = ferry__wakefd_open(&x->wake);
+    if (rc)
+        return rc;
+    /* Publish, then look: the loop marks the job, then looks for the
+     * descriptor, so at least one of the two sees the other and writes. */
+    atomic_store(&x->wake_wfd, x->wake.wfd);
+    s = atomic_load(&x->state);
+    if (s == X_INTERRUPTING || s == X_INTERRUPTED)
+        ferry__wakefd_write(x->wake.wfd);
+    return x->wake.rfd;
+}
+
 int64_t ferry_job_deadline(void)
 {
     struct xjob *x = cur_job;
@@ -105,7 +136,7 @@ int64_t ferry_job_deadline(void)
 void ferry__job_interrupt(void *arg, int why)
 {
     struct xjob *x = arg;
-    int s = X_QUEUED;
+    int s = X_QUEUED, wfd;
 
     x->why = why;
     if (atomic_compare_exchange_strong(&x->state, &s, X_INTERRUPTED))
@@ -114,6 +145,9 @@ void ferry__job_interrupt(void *arg, int why)
         return;                       /* fn returned already: no hook after the end */
     if (x->interrupt)
         x->interrupt(x->arg);
+    wfd = atomic_load(&x->wake_wfd);
+    if (wfd >= 0)
+        ferry__wakefd_write(wfd);
     atomic_store_explicit(&x->state, X_INTERRUPTED, memory_order_release);
 }
 
@@ -136,6 +170,8 @@ int ferry_to_thread_ex(ferry_pool *p, const ferry_job *job, int *job_status, voi
     x.status = 0;
     x.ran = false;
     x.result = NULL;
+    x.wake.rfd = x.wake.wfd = -1;
+    atomic_init(&x.wake_wfd, -1);
     rc = ferry_to_thread(p, ferry__job_trampoline, &x);
     if (!x.ran)
         return rc ? rc : -ECANCELED;

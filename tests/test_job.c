@@ -6,7 +6,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <criterion/criterion.h>
@@ -240,6 +242,90 @@ Test(job, cancelled_is_true_once_the_deadline_passed,
     cr_assert_eq(tu_run(past_deadline_main, &p), 0);
     cr_assert_eq(p.rc, 0, "rc %d", p.rc);
     cr_assert_eq(p.saw, 1, "ferry_job_cancelled() after the deadline: %d", p.saw);
+}
+
+/* ---- the job's wake descriptor ------------------------------------------ */
+
+struct fdjob {
+    atomic_int entered;
+    int        late;          /* ask for the descriptor only once cancelled */
+    int        fd, polled, revents_before;
+};
+
+/* Waits in poll() on the wake descriptor alone, for at most 10 s. */
+static int fd_job(void *arg, void **result)
+{
+    struct fdjob *f = arg;
+    struct pollfd p = { .events = POLLIN };
+    int64_t end = ferry_now() + FERRY_SEC(10);
+
+    (void)result;
+    if (!f->late) {
+        f->fd = ferry_job_cancel_fd();
+        atomic_store(&f->entered, 1);
+    } else {
+        atomic_store(&f->entered, 1);
+        while (!ferry_job_cancelled() && ferry_now() < end)
+            usleep(100);
+        f->fd = ferry_job_cancel_fd();
+    }
+    if (f->fd < 0)
+        return f->fd;
+    if (ferry_job_cancel_fd() != f->fd)
+        return -EEXIST;
+    p.fd = f->fd;
+    f->polled = poll(&p, 1, f->late ? 0 : 10000);
+    return p.revents & POLLIN ? -ECANCELED : 1;
+}
+
+struct fdcall {
+    struct fdjob f;
+    int rc, status;
+};
+
+static int fd_task(void *arg)
+{
+    struct fdcall *c = arg;
+    ferry_job job = { .fn = fd_job, .arg = &c->f };
+
+    c->rc = ferry_to_thread_ex(NULL, &job, &c->status, NULL);
+    return 0;
+}
+
+static int fd_main(void *arg)
+{
+    struct fdcall *c = arg;
+    ferry_task *t;
+
+    ferry_task_spawn(&t, NULL, fd_task, c, NULL);
+    tu_task_wait_flag(&c->f.entered);
+    ferry_task_cancel(t);
+    ferry_task_join(t, NULL);
+    return 0;
+}
+
+static void fd_case(int late)
+{
+    struct fdcall c = { .f = { .late = late, .fd = -1 } };
+
+    cr_assert_eq(tu_run(fd_main, &c), 0);
+    cr_assert_eq(c.rc, 0, "rc %d", c.rc);
+    cr_assert_geq(c.f.fd, 0, "ferry_job_cancel_fd() %d", c.f.fd);
+    cr_assert_eq(c.f.polled, 1, "poll() returned %d", c.f.polled);
+    cr_assert_eq(c.status, -ECANCELED, "the descriptor was readable: %d", c.status);
+    cr_assert_eq(fcntl(c.f.fd, F_GETFD), -1, "closed after the job");
+}
+
+Test(job, cancel_fd_becomes_readable_on_cancel,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    fd_case(0);
+}
+
+Test(job, cancel_fd_asked_for_after_the_cancel_is_readable_at_once,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    fd_case(1);
 }
 
 /* ---- the race between the hook and the job's end ------------------------ */
@@ -522,6 +608,7 @@ Test(job, bad_input_and_outside_a_job,
     cr_assert_eq(ferry_to_thread_ex(NULL, &ok, &st, NULL), -EPERM);
     cr_assert(!ferry_job_cancelled());
     cr_assert_eq(ferry_job_deadline(), FERRY_NEVER);
+    cr_assert_eq(ferry_job_cancel_fd(), -EPERM);
     /* A plain ferry_to_thread job is no ex job. */
     cr_assert_eq(ferry_pool_submit(NULL, plain_job, seen, NULL, NULL, NULL), 0);
     for (int i = 0; i < 5000 && seen[1] == -1; i++)

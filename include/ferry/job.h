@@ -14,8 +14,9 @@
  *     (to pass to the blocking API's own timeout);
  *   - the job's interrupt hook is called once when the waiting task is
  *     cancelled or its deadline passes while the job runs, to make the
- *     blocking call return early (sqlite3_interrupt(), a write to an
- *     eventfd the job polls, pthread_kill() of the job's thread);
+ *     blocking call return early (sqlite3_interrupt(), pthread_kill() of
+ *     the job's thread), and ferry_job_cancel_fd() becomes readable then,
+ *     for a job that waits in poll();
  *   - a job submitted from a plain thread with a ticket can be withdrawn
  *     while it is still queued.
  *
@@ -110,6 +111,22 @@ int ferry_to_thread_ex(ferry_pool *pool, const ferry_job *job,
  * Returns: true if the job should stop; false otherwise.
  */
 bool ferry_job_cancelled(void);
+
+/*
+ * Inside a job run by ferry_to_thread_ex(): a descriptor that becomes
+ * readable when the waiting task is cancelled or its deadline passes
+ * while the job runs (when the interrupt hook is called; no hook is
+ * needed), for a job that waits in poll() on its own descriptor and this
+ * one.  Made on the first call (later calls return the same one; it is
+ * already readable if the interruption came first) and closed by ferry
+ * when fn returns: do not read, write or close it.  A deadline that passes
+ * while the loop is busy makes it readable only once the loop notices;
+ * give poll() the deadline as its timeout as well.
+ * Thread: a pool thread running such a job.  Suspends: no.
+ * Returns: the descriptor; -EMFILE, -ENFILE, -ENOMEM (none could be
+ * made); -EPERM (outside such a job).
+ */
+int ferry_job_cancel_fd(void);
 
 /*
  * Inside a job run by ferry_to_thread_ex(): the earliest deadline of the
