@@ -174,12 +174,23 @@ Test(job, deadline_while_running_calls_the_hook_and_is_read_back,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
     struct call c = {0};
+    ferry_pool *p;
 
-    cr_assert_eq(ferry_pool_new(&c.p, &(ferry_pool_opts){ .threads = 1 }), 0);
-    c.job = (ferry_job){ .fn = wait_hook_job, .arg = &c.s, .interrupt = hook };
-    c.scope_deadline = ferry_now() + tu_ms(50);
-    cr_assert_eq(tu_run(call_task, &c), 0);
-    ferry_pool_free(c.p);
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1 }), 0);
+    /* A machine too busy to start the job before its deadline removes it
+     * from the queue instead (-ETIMEDOUT, never ran): try again with a
+     * longer one. */
+    for (int64_t ms = 50; ms <= 6400; ms *= 2) {
+        c = (struct call){ .p = p };
+        c.job = (ferry_job){ .fn = wait_hook_job, .arg = &c.s, .interrupt = hook };
+        c.scope_deadline = ferry_now() + tu_ms(ms);
+        cr_assert_eq(tu_run(call_task, &c), 0);
+        if (atomic_load(&c.s.entered))
+            break;
+        cr_assert_eq(c.rc, -ETIMEDOUT, "never ran: rc %d", c.rc);
+    }
+    ferry_pool_free(p);
+    cr_assert_eq(atomic_load(&c.s.entered), 1, "the job never started in time");
     cr_assert_eq(c.rc, 0, "rc %d", c.rc);
     cr_assert_eq(c.status, -ECANCELED);
     cr_assert_eq(c.s.deadline, c.scope_deadline, "the job reads the caller's deadline");
@@ -191,9 +202,10 @@ Test(job, deadline_while_running_calls_the_hook_and_is_read_back,
  * the loop has noticed it: here the loop thread is kept busy from before
  * the deadline until the job has looked. */
 struct past {
-    atomic_int entered, looked;
+    atomic_int entered, looked, returned;
     int        saw;          /* ferry_job_cancelled() just past the deadline */
     int        rc, status;
+    int64_t    ms;           /* the deadline, from the call */
 };
 
 static int past_deadline_job(void *arg, void **result)
@@ -216,9 +228,10 @@ static int past_deadline_task(void *arg)
     ferry_scope sc;
     ferry_job job = { .fn = past_deadline_job, .arg = p };
 
-    ferry_scope_enter(&sc, ferry_now() + tu_ms(50), 0);
+    ferry_scope_enter(&sc, ferry_now() + p->ms, 0);
     p->rc = ferry_to_thread_ex(NULL, &job, &p->status, NULL);
     ferry_scope_exit(&sc);
+    atomic_store(&p->returned, 1);
     return 0;
 }
 
@@ -228,8 +241,10 @@ static int past_deadline_main(void *arg)
     ferry_task *t;
 
     ferry_task_spawn(&t, NULL, past_deadline_task, p, NULL);
-    tu_task_wait_flag(&p->entered);
-    tu_spin_until(&p->looked);     /* the loop thread blocked: no timer fires */
+    while (!atomic_load(&p->entered) && !atomic_load(&p->returned))
+        ferry_sleep(FERRY_USEC(200));
+    if (atomic_load(&p->entered))
+        tu_spin_until(&p->looked); /* the loop thread blocked: no timer fires */
     ferry_task_join(t, NULL);
     return 0;
 }
@@ -237,9 +252,18 @@ static int past_deadline_main(void *arg)
 Test(job, cancelled_is_true_once_the_deadline_passed,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
 {
-    struct past p = { .saw = -1 };
+    struct past p;
 
-    cr_assert_eq(tu_run(past_deadline_main, &p), 0);
+    /* As above: a job that could not start before its deadline never
+     * runs; try again with a longer one. */
+    for (int64_t ms = 50; ms <= 6400; ms *= 2) {
+        p = (struct past){ .saw = -1, .ms = tu_ms(ms) };
+        cr_assert_eq(tu_run(past_deadline_main, &p), 0);
+        if (atomic_load(&p.entered))
+            break;
+        cr_assert_eq(p.rc, -ETIMEDOUT, "never ran: rc %d", p.rc);
+    }
+    cr_assert_eq(atomic_load(&p.entered), 1, "the job never started in time");
     cr_assert_eq(p.rc, 0, "rc %d", p.rc);
     cr_assert_eq(p.saw, 1, "ferry_job_cancelled() after the deadline: %d", p.saw);
 }
