@@ -215,9 +215,9 @@ static int past_deadline_job(void *arg, void **result)
 
     (void)result;
     atomic_store(&p->entered, 1);
-    while (ferry_now() <= d + FERRY_MSEC(1))
+    while (d != FERRY_NEVER && ferry_now() <= d + FERRY_MSEC(1))
         usleep(100);
-    p->saw = ferry_job_cancelled();
+    p->saw = d == FERRY_NEVER ? -2 : ferry_job_cancelled();   /* -2: no deadline read */
     atomic_store(&p->looked, 1);
     return 0;
 }
