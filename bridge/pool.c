@@ -267,8 +267,12 @@ int ferry_pool_stats_get(ferry_pool *p, ferry_pool_stats *out)
     return 0;
 }
 
-int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
-                      ferry_loop *loop, ferry_job_done done, void *done_arg)
+/* Queue a heap job for a plain thread (ferry_pool_submit and its ticket
+ * variant).  With `ticket`, the job starts with a second reference, the
+ * ticket's, and the ticket holds a reference on the pool.  Returns 0 and
+ * the job in *out, or an error with nothing queued. */
+static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
+                  ferry_job_done done, void *done_arg, bool ticket, struct job **out)
 {
     struct ferry_inbox *ib = NULL;
     struct job *j;
@@ -290,12 +294,16 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
     j->ib = ib;
     j->sub.done = done;
     j->sub.done_arg = done_arg;
+    j->sub.ticket = ticket;
+    atomic_init(&j->sub.refs, ticket ? 2 : 1);
     j->pool = p;
     if (ib && (rc = ferry__inbox_reserve(ib)) != 0) {
         ferry__free(j);
         return rc;
     }
     ferry__pool_ref(p);
+    if (ticket)
+        ferry__pool_ref(p);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         rc = ferry__pool_refuse_locked(p);
@@ -319,6 +327,89 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
             ferry__inbox_unreserve(ib);
         ferry__free(j);
         ferry__pool_unref(p);
+        if (ticket)
+            ferry__pool_unref(p);
+        return rc;
     }
+    *out = j;
+    return 0;
+}
+
+int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
+                      ferry_loop *loop, ferry_job_done done, void *done_arg)
+{
+    struct job *j;
+
+    return submit(p, fn, arg, loop, done, done_arg, false, &j);
+}
+
+/* ---- tickets ------------------------------------------------------------ */
+
+/* A ticket is the submitted job itself: the job's memory stays until both
+ * the ticket and the completion have let go of it (sub.refs), and the
+ * ticket's reference on the pool keeps the mutex that guards the job's
+ * state. */
+int ferry_pool_submit_ticket(ferry_pool *p, ferry_job_fn fn, void *arg,
+                             ferry_loop *loop, ferry_job_done done, void *done_arg,
+                             ferry_ticket **out)
+{
+    struct job *j;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    rc = submit(p, fn, arg, loop, done, done_arg, true, &j);
+    if (!rc)
+        *out = (ferry_ticket *)j;
     return rc;
+}
+
+int ferry_ticket_withdraw(ferry_ticket *t)
+{
+    struct job *j = (struct job *)t;
+    struct ferry_pool *p;
+    int rc;
+
+    if (!j)
+        return -EINVAL;
+    p = j->pool;
+    pthread_mutex_lock(&p->mu);
+    if (j->state == JOB_QUEUED) {
+        /* Submitted jobs never wait in overq: their threads wait for room. */
+        ferry__list_remove(&j->link);
+        p->nqueued--;
+        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+        p->cancelled++;
+        j->state = JOB_FINISHED;
+        j->dropped = true;
+        ferry__pool_room_kick_locked(p);
+        rc = 0;
+    } else {
+        rc = j->state == JOB_RUNNING ? -EBUSY : -EALREADY;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (rc)
+        return rc;
+    /* What the completion would have let go of: the loop's reservation,
+     * the job's reference on the pool, its own reference on the job (the
+     * ticket's keeps it). */
+    if (j->ib)
+        ferry__inbox_unreserve(j->ib);
+    atomic_fetch_sub_explicit(&j->sub.refs, 1, memory_order_acq_rel);
+    ferry__pool_unref(p);
+    return 0;
+}
+
+void ferry_ticket_free(ferry_ticket *t)
+{
+    struct job *j = (struct job *)t;
+    struct ferry_pool *p;
+
+    if (!j)
+        return;
+    p = j->pool;
+    if (atomic_fetch_sub_explicit(&j->sub.refs, 1, memory_order_acq_rel) == 1)
+        ferry__free(j);
+    ferry__pool_unref(p);
 }

@@ -78,6 +78,7 @@
 #endif
 
 #include "bridge_int.h"
+#include "ferry/job.h"
 
 enum { JOB_QUEUED = 1, JOB_RUNNING, JOB_FINISHED };
 enum { KIND_TASK = 1, KIND_SUBMIT };
@@ -116,6 +117,9 @@ struct job {
             struct ferry__cnode cn;    /* with a loop: runs `done` there */
             ferry_job_done      done;  /* completion callback, or NULL */
             void               *done_arg; /* its argument */
+            atomic_uint         refs;  /* with a ticket: the ticket and the completion
+                                        * each hold one; the last frees the job */
+            bool                ticket; /* a ferry_ticket refers to the job */
         } sub;                     /* KIND_SUBMIT */
     };
     ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
@@ -328,5 +332,17 @@ int  ferry__pool_book_locked(struct ferry_pool *p, struct job *j, int status,
 /* Carry out what ferry__pool_book_locked() asked for.  No lock held. */
 void ferry__pool_after_book(struct ferry_pool *p, struct job *j, int status, int what,
                             struct ferry_inbox *ib);
+
+/* ---- jobs that cancellation reaches (job.c) ----------------------------- */
+
+/* The pool-side body of a ferry_to_thread_ex() job; `arg` is its state.
+ * to_thread.c recognises such a job by this fn. */
+int ferry__job_trampoline(void *arg);
+
+/* The task waiting for the job `arg` (a ferry__job_trampoline job) was
+ * interrupted with `why` (-ECANCELED or -ETIMEDOUT) after the job left
+ * the queue: mark it cancelled and run its hook if it is running.  Loop
+ * thread; never waits for the job. */
+void ferry__job_interrupt(void *arg, int why);
 
 #endif /* FERRY_POOL_INT_H */

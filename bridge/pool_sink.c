@@ -24,7 +24,8 @@ static void submit_done(struct job *j)
         ferry__log(FERRY_LOG_WARN, "pool: a job's completion callback failed (%d); "
                    "later jobs are not affected", rc);
     }
-    ferry__free(j);
+    if (!j->sub.ticket || atomic_fetch_sub_explicit(&j->sub.refs, 1, memory_order_acq_rel) == 1)
+        ferry__free(j);
     ferry__pool_unref(p);
 }
 

@@ -307,6 +307,8 @@ static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, s
         return rc;                    /* the worker cleans up and frees j */
     }
     pthread_mutex_unlock(&p->mu);
+    if (j->fn == ferry__job_trampoline)
+        ferry__job_interrupt(j->arg, rc);  /* reaches the job if it runs */
     ferry__task_wake_settle(&j->tw);      /* running (waited for) or finished */
     return j->tw.result;
 }

@@ -27,6 +27,7 @@ int ex_cancel(void);
 int ex_blocking_call(void);
 int ex_from_thread(void);
 int ex_mixed_channel(void);
+int ex_sqlite_wrap(void);
 
 /* Milliseconds elapsed since `t0` (a ferry_now() value). */
 static inline double ms_since(int64_t t0)

@@ -25,6 +25,7 @@
 #include "ferry/queue.h"
 #include "ferry/flight.h"
 #include "ferry/bridge.h"
+#include "ferry/job.h"
 #include "ferry/signal.h"
 #include "ferry/stream.h"
 #include "ferry/net.h"

@@ -100,6 +100,10 @@ bool ferry__grant(struct ferry__waiter *w, int result);
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
 
+/* The earliest deadline of the scopes reaching the task's current point
+ * (up to the first shield), FERRY_NEVER if none. */
+int64_t ferry__task_deadline(const struct ferry_task *t);
+
 /* ---- The loop ------------------------------------------------------------- */
 
 /*
