@@ -72,6 +72,7 @@
 
 #include "loop_int.h"
 #include "stream_int.h"
+#include "select_int.h"
 
 /* ---- the loop's streams and listeners ------------------------------------ */
 
@@ -109,15 +110,23 @@ void ferry__stream_loop_free(ferry_loop *loop)
 
 /* ---- registration --------------------------------------------------------- */
 
-/* Grant the waiters of `q` that wait for one of `bits`. */
+/* Grant the waiters of `q` that wait for one of `bits`.  Granting a case
+ * of a select unlinks its siblings, which may include the saved next
+ * node: the walk then starts again from the head. */
 static void wake(struct ferry__waitq *q, uint8_t bits)
 {
     struct ferry__link *l, *tmp;
 
+again:
     ferry__list_foreach_safe(l, tmp, &q->head) {
         struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
-        if (w->n & bits)
+        if (w->n & bits) {
+            bool sel = w->sel != NULL;
+
             ferry__grant(w, 0);
+            if (sel)
+                goto again;
+        }
     }
 }
 
@@ -1067,4 +1076,73 @@ int ferry_stream_writev(ferry_stream *s, const struct iovec *iov, int iovcnt, si
         *written = done;
     stream_leave(s, &s->writing);
     return rc;
+}
+
+/* ---- for select (select_int.h) ------------------------------------------- */
+
+int ferry__stream_sel_poll(ferry_stream *s, ferry_task *self, int want)
+{
+    int got = want;
+    ssize_t k;
+    int rc;
+
+    if (s->reg.loop != self->loop)
+        return -EPERM;
+    if (s->reg.closed)
+        return -EBADF;
+    if (want == FERRY_WRITE)
+        return s->reg.ready & FERRY_WRITE ? FERRY_WRITE : 0;
+    if (s->w > s->r || s->eof || s->rerr)
+        return FERRY_READ;
+    /* A reader inside a call may be waiting to fill the buffer's free
+     * space: filling it here would be overwritten.  Its readiness wakes
+     * the select as well. */
+    if (!(s->reg.ready & FERRY_READ) || s->reading)
+        return 0;
+    rc = make_room(s, 1, s->bufsize);
+    if (rc)
+        return rc;
+    k = s->io->recv(s, s->buf + s->w, s->cap - s->w, &got);
+    if (k > 0) {
+        s->w += (size_t)k;
+        return FERRY_READ;
+    }
+    if (k == 0) {
+        s->eof = true;
+        return FERRY_READ;
+    }
+    if (k != -EAGAIN) {
+        s->rerr = (int)k;
+        return FERRY_READ;
+    }
+    s->reg.ready &= (uint8_t)~got;
+    return 0;
+}
+
+int ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want)
+{
+    struct ferry__waitq *q = want == FERRY_READ ? &s->reg.rq : &s->reg.wq;
+    int rc;
+
+    if (s->reg.mode == FERRY__IO_LT) {
+        rc = lt_update(&s->reg, (short)(want == FERRY_READ ? EV_READ : EV_WRITE));
+        if (rc)
+            return rc;
+    }
+    w->n = (uint64_t)want;
+    w->data = s;
+    /* Counted as inside a call, so a close during the wait leaves the
+     * stream for ferry__stream_sel_disarm() to free. */
+    s->inside++;
+    ferry__list_push_back(&q->head, &w->link);
+    return 0;
+}
+
+void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w)
+{
+    w->data = NULL;
+    if (s->reg.mode == FERRY__IO_LT && !s->reg.closed)
+        lt_update(&s->reg, 0);
+    if (--s->inside == 0 && s->reg.closed)
+        stream_free(s);
 }

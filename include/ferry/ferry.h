@@ -13,6 +13,8 @@
  *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
  *                   sockets: listen, accept, connect
  *   ferry/net.h     name resolution for tasks (getaddrinfo)
+ *   ferry/select.h  wait on several cases (fd, stream, event, queue, task
+ *                   end, signal, time) and perform exactly one
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H
@@ -26,5 +28,6 @@
 #include "ferry/signal.h"
 #include "ferry/stream.h"
 #include "ferry/net.h"
+#include "ferry/select.h"
 
 #endif /* FERRY_FERRY_H */

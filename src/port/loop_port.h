@@ -25,6 +25,8 @@
 
 /* ---- Waiting ------------------------------------------------------------ */
 
+struct ferry__sel;
+
 /* States of a waiter: the explicit state that closes the "granted but not
  * yet run" window of every primitive. */
 enum ferry__wstate {
@@ -42,6 +44,8 @@ enum ferry__wstate {
 struct ferry__waiter {
     struct ferry__link  link;   /* in a waitq while WAITING */
     struct ferry_task  *task;   /* the waiting task */
+    struct ferry__sel  *sel;    /* one case of a select (src/select.c), or
+                                 * NULL: a grant then unlinks its siblings */
     int                 state;  /* enum ferry__wstate */
     int                 result; /* set by the granter */
     uint64_t            n;      /* primitive's own: weight, count */
@@ -94,6 +98,8 @@ int ferry__check(struct ferry_task *self);
 int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
 
 /* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
+ * A case of a select decides the select: its siblings are unlinked before
+ * this returns, so every waiter still linked in a queue can be granted.
  * Returns false (and does nothing) if it is not WAITING. */
 bool ferry__grant(struct ferry__waiter *w, int result);
 
