@@ -657,3 +657,38 @@ T(bad_input)
     cr_assert_eq(g_rc[6], -EINVAL);
     queues_destroy();
 }
+
+/* Two cases waiting on one stream: the readiness wake grants the first,
+ * whose grant unlinks the second from the same wait queue. */
+static int same_stream_main(void *arg)
+{
+    ferry_case c[3] = { FERRY_CASE_STREAM_INIT(NULL, FERRY_READ), FERRY_CASE_EVENT_INIT(&g_ev),
+                        FERRY_CASE_STREAM_INIT(NULL, FERRY_READ) };
+    ferry_task *t;
+    char buf[8];
+    size_t n = 0;
+
+    (void)arg;
+    if (ferry_stream_open(&g_stream, tu_loop, sock_fds[0], NULL) != 0)
+        return -1;
+    c[0].obj = c[2].obj = g_stream;
+    t = spawn(sock_write_later, NULL);
+    g_rc[0] = ferry_select(c, 3, 0);
+    g_rc[1] = join(t);
+    g_rc[2] = ferry_stream_read(g_stream, buf, sizeof buf, &n);
+    g_rc[3] = (int)n;
+    return ferry_stream_close(g_stream);
+}
+
+T(two_cases_on_one_stream)
+{
+    queues_init(0);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sock_fds), 0);
+    cr_assert_eq(tu_run(same_stream_main, NULL), 0);
+    cr_assert(g_rc[0] == 0 || g_rc[0] == 2, "select returned %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_rc[2], 0);
+    cr_assert_eq(g_rc[3], 5);
+    close(sock_fds[1]);
+    queues_destroy();
+}
