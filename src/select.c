@@ -35,12 +35,16 @@ bool ferry__sel_grant(struct ferry__waiter *w, int result)
         ferry__list_remove(&w->link);
     w->state = FERRY__W_GRANTED;
     w->result = result;
-    sel->winner = (int)(w - sel->w);
     for (i = 0; i < sel->n; i++) {
-        struct ferry__waiter *o = &sel->w[i];
+        struct ferry__waiter *o = sel->w[i];
 
+        if (o == w)
+            sel->winner = (int)i;
         if (o == w || o->state != FERRY__W_WAITING)
             continue;
+        /* A channel's node is in its channel's list, under its mutex:
+         * only the waiter's state changes here, and the channel's wake
+         * then finds it not WAITING (the disarm passes that wake on). */
         if (ferry__link_linked(&o->link))
             ferry__list_remove(&o->link);
         o->state = FERRY__W_IDLE;
@@ -75,7 +79,7 @@ static int case_check(const ferry_case *c, ferry_task *self)
 {
     ferry_task *t;
 
-    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_DEADLINE ||
+    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_CHAN_SEND ||
         (c->flags & ~FERRY_CASE_OFF))
         return -EINVAL;
     if (!case_enabled(c))
@@ -91,7 +95,10 @@ static int case_check(const ferry_case *c, ferry_task *self)
         return 0;
     case FERRY_CASE_QUEUE_GET:
     case FERRY_CASE_QUEUE_PUT:
+    case FERRY_CASE_CHAN_RECV:
         return c->buf ? 0 : -EINVAL;
+    case FERRY_CASE_CHAN_SEND:
+        return self->loop->hooks.chan ? 0 : -EPERM;
     case FERRY_CASE_JOIN:
         t = c->obj;
         if (t->loop != self->loop)
@@ -205,6 +212,16 @@ static int case_try(ferry_case *c, ferry_task *self)
         c->result = 0;
         c->value = 0;
         return 1;
+    case FERRY_CASE_CHAN_RECV:
+    case FERRY_CASE_CHAN_SEND:
+        if (!self->loop->hooks.chan)
+            return -EPERM;
+        rc = self->loop->hooks.chan->try_op(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf, &res);
+        if (rc != 1)
+            return rc;
+        c->result = res;
+        c->value = 0;
+        return 1;
     default:
         return 0;
     }
@@ -227,6 +244,10 @@ static void sel_io_cb(evutil_socket_t fd, short what, void *arg)
 static const char *case_what(int kind)
 {
     switch (kind) {
+    case FERRY_CASE_CHAN_RECV:
+        return "select chan recv";
+    case FERRY_CASE_CHAN_SEND:
+        return "select chan send";
     case FERRY_CASE_FD:
         return "select fd";
     case FERRY_CASE_STREAM:
@@ -246,16 +267,29 @@ static const char *case_what(int kind)
     }
 }
 
-/* Pass 2 for one enabled case (not a deadline): link its waiter `w`.
- * Returns 0, or -ENOMEM with nothing linked. */
-static int case_arm(ferry_case *c, struct ferry__waiter *w, ferry_task *self)
+/* Pass 2 for one enabled case (not a deadline): link its waiter *wp (a
+ * channel's node replaces it with its own, and keeps the node in *node).
+ * Returns 0; 1 a channel case became ready (nothing linked: try again);
+ * -ENOMEM with nothing linked. */
+static int case_arm(ferry_case *c, struct ferry__waiter **wp, void **node, ferry_task *self,
+                    struct ferry__sel *sel)
 {
+    struct ferry__waiter *w = *wp;
     struct ferry__waitq *q = NULL;
     struct event *ev;
     short what = 0;
     int rc;
 
     switch (c->kind) {
+    case FERRY_CASE_CHAN_RECV:
+    case FERRY_CASE_CHAN_SEND:
+        rc = self->loop->hooks.chan->arm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, self, sel,
+                                         node, wp);
+        if (rc)
+            return rc;
+        (*wp)->what = case_what(c->kind);
+        (*wp)->state = FERRY__W_WAITING;
+        return 0;
     case FERRY_CASE_FD:
         if (c->events & FERRY_READ)
             what |= EV_READ;
@@ -299,8 +333,13 @@ static int case_arm(ferry_case *c, struct ferry__waiter *w, ferry_task *self)
 
 /* Undo pass 2 for one case: unlink its waiter and drop what it registered.
  * A granted waiter keeps its state for case_done(). */
-static void case_disarm(ferry_case *c, struct ferry__waiter *w)
+static void case_disarm(ferry_case *c, struct ferry__waiter *w, void *node, ferry_task *self)
 {
+    if (node) {
+        /* The channel frees the node, and its waiter with it. */
+        self->loop->hooks.chan->disarm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, node);
+        return;
+    }
     if (ferry__link_linked(&w->link))
         ferry__list_remove(&w->link);
     if (c->kind == FERRY_CASE_FD && w->data) {
@@ -318,12 +357,20 @@ static void case_disarm(ferry_case *c, struct ferry__waiter *w)
  * Returns 1 performed (c->result, c->value written), 0 nothing to perform
  * after all (try again).
  */
-static int case_done(ferry_case *c, struct ferry__waiter *w, bool perform)
+static int case_done(ferry_case *c, struct ferry__waiter *w, bool perform, ferry_task *self)
 {
-    int sig = 0, res;
+    int sig = 0, res = 0;
     ferry_task *t;
 
     switch (c->kind) {
+    case FERRY_CASE_CHAN_RECV:
+    case FERRY_CASE_CHAN_SEND:
+        if (!self->loop->hooks.chan->done(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf,
+                                          perform, &res))
+            return 0;
+        c->result = res;
+        c->value = 0;
+        return 1;
     case FERRY_CASE_QUEUE_GET:
     case FERRY_CASE_QUEUE_PUT:
         res = ferry__queue_sel_done(c->obj, w, c->buf, c->kind == FERRY_CASE_QUEUE_PUT,
@@ -387,7 +434,9 @@ static void pick_order(ferry_loop *loop, uint8_t *ord, size_t n, bool listed)
 
 int ferry_select(ferry_case *cases, size_t n, unsigned flags)
 {
-    struct ferry__waiter w[FERRY_SELECT_MAX];
+    struct ferry__waiter ws[FERRY_SELECT_MAX];
+    struct ferry__waiter *w[FERRY_SELECT_MAX];
+    void *node[FERRY_SELECT_MAX];
     uint8_t ord[FERRY_SELECT_MAX];
     struct ferry__sel sel;
     ferry_task *self;
@@ -431,11 +480,14 @@ int ferry_select(ferry_case *cases, size_t n, unsigned flags)
         sel.winner = -1;
         until = FERRY_NEVER;
         dl = -1;
+        rc = 0;
         for (armed = 0; armed < n; armed++) {
             ferry_case *c = &cases[armed];
 
-            ferry__waiter_init(&w[armed], self, case_what(c->kind), c->obj);
-            w[armed].sel = &sel;
+            w[armed] = &ws[armed];
+            node[armed] = NULL;
+            ferry__waiter_init(w[armed], self, case_what(c->kind), c->obj);
+            w[armed]->sel = &sel;
             if (!case_enabled(c))
                 continue;
             if (c->kind == FERRY_CASE_DEADLINE) {
@@ -445,28 +497,30 @@ int ferry_select(ferry_case *cases, size_t n, unsigned flags)
                 }
                 continue;
             }
-            rc = case_arm(c, &w[armed], self);
+            rc = case_arm(c, &w[armed], &node[armed], self, &sel);
             if (rc)
                 break;
         }
         if (rc) {
             for (i = 0; i < armed; i++)
-                case_disarm(&cases[i], &w[i]);
+                case_disarm(&cases[i], w[i], node[i], self);
+            if (rc == 1)
+                continue;       /* a channel became ready meanwhile */
             return rc;
         }
         rc = ferry__wait(NULL, &sel.master, until);
-        for (i = 0; i < n; i++)
-            case_disarm(&cases[i], &w[i]);
         win = sel.winner;
+        for (i = 0; i < n; i++)
+            case_disarm(&cases[i], w[i], node[i], self);
         if (rc < 0) {
             /* Cancelled or a scope's deadline: a grant that came anyway
              * goes back, so nothing was performed. */
             if (win >= 0)
-                case_done(&cases[win], &w[win], false);
+                case_done(&cases[win], w[win], false, self);
             return rc;
         }
         if (win >= 0) {
-            if (case_done(&cases[win], &w[win], true))
+            if (case_done(&cases[win], w[win], true, self))
                 return win;
             continue;
         }

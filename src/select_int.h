@@ -18,7 +18,8 @@
  */
 struct ferry__sel {
     struct ferry__waiter  master;  /* the task's waiter for the whole select */
-    struct ferry__waiter *w;       /* the cases' waiters, one per case */
+    struct ferry__waiter **w;      /* the cases' waiters, one per case (on
+                                    * this stack, or in a channel's node) */
     size_t                n;       /* cases */
     int                   winner;  /* index of the granted case, or -1 */
 };

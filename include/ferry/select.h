@@ -1,8 +1,9 @@
 /* ferry/select.h - wait on several things at once and do exactly one.
  *
  * ferry_select() takes an array of cases (an fd or a stream readable or
- * writable, an event set, a queue get or put, a task's end, a signal
- * subscription, a time) and performs exactly one of them: the one that
+ * writable, an event set, a queue get or put, a channel receive or send,
+ * a task's end, a signal subscription, a time) and performs exactly one of
+ * them: the one that
  * became possible first, or, when several are possible at once, one drawn
  * at random from the loop's generator (FERRY_SELECT_PRIORITY: the first
  * listed).  The cases that were not performed had no effect: no element
@@ -12,7 +13,9 @@
  *
  * Performing a case means what the matching call would do: a queue get
  * copies an element into `buf` (ferry_queue_get()), a put copies one from
- * `buf`, a join ends the task's handle and reports its status
+ * `buf`, a channel receive stores the item in *(void **)buf and a send
+ * passes the item `buf` (ferry_chan_recv(), ferry_chan_send()), a join
+ * ends the task's handle and reports its status
  * (ferry_task_join()), a signal case receives one delivery
  * (ferry_sigsub_recv()).  An fd, stream or event case only reports: the
  * descriptor is readable, the event is set; nothing is consumed.
@@ -28,6 +31,10 @@
  * `result`, as the matching call would return it, so the loop learns of it
  * and can disable the case.
  *
+ * A channel's wake is a hint (ferry/bridge.h): a channel case that won but
+ * finds nothing to take (another receiver, a thread, was quicker) does not
+ * end the select, which tries every case again and goes on waiting.
+ *
  * Everything here runs on the loop's thread, in a task.
  */
 #ifndef FERRY_SELECT_H
@@ -36,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ferry/bridge.h"
 #include "ferry/queue.h"
 #include "ferry/signal.h"
 #include "ferry/stream.h"
@@ -55,6 +63,8 @@ enum ferry_case_kind {
     FERRY_CASE_JOIN,       /* `obj` (ferry_task) ended; joined */
     FERRY_CASE_SIGNAL,     /* a delivery of `obj` (ferry_sigsub) received */
     FERRY_CASE_DEADLINE,   /* `at` (ferry_now() clock) has come */
+    FERRY_CASE_CHAN_RECV,  /* an item of `obj` (ferry_chan) into *(void **)buf */
+    FERRY_CASE_CHAN_SEND,  /* the item `buf` into `obj` (ferry_chan) */
 };
 
 /* Case flag: skip this case. */
@@ -102,6 +112,10 @@ typedef struct ferry_case {
     ((ferry_case){ .kind = FERRY_CASE_SIGNAL, .obj = (sub) })
 #define FERRY_CASE_DEADLINE_INIT(at_) \
     ((ferry_case){ .kind = FERRY_CASE_DEADLINE, .at = (at_) })
+#define FERRY_CASE_RECV_INIT(ch, out) \
+    ((ferry_case){ .kind = FERRY_CASE_CHAN_RECV, .obj = (ch), .buf = (out) })
+#define FERRY_CASE_SEND_INIT(ch, item) \
+    ((ferry_case){ .kind = FERRY_CASE_CHAN_SEND, .obj = (ch), .buf = (item) })
 
 /*
  * Wait until one of the `n` cases can be performed, perform it, and return
@@ -115,7 +129,8 @@ typedef struct ferry_case {
  *          -ECANCELED, -ETIMEDOUT (a scope's deadline)   no case performed;
  *          -EAGAIN     FERRY_SELECT_TRY and no case ready;
  *          -EINVAL     cases NULL with n > 0, n > FERRY_SELECT_MAX, an
- *                      unknown kind or flag, a queue case without `buf`,
+ *                      unknown kind or flag, a queue case or a channel
+ *                      receive without `buf`,
  *                      an fd or stream case without events, a join of a
  *                      task that has no handle; no case performed;
  *          -EDEADLK    a join of the calling task;
