@@ -6,6 +6,8 @@
  * No cr_assert inside task bodies (see testutil.h).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -690,5 +692,139 @@ T(two_cases_on_one_stream)
     cr_assert_eq(g_rc[2], 0);
     cr_assert_eq(g_rc[3], 5);
     close(sock_fds[1]);
+    queues_destroy();
+}
+
+/* ---- channel cases ---------------------------------------------------------- */
+
+static ferry_chan *g_ch;
+static atomic_int g_go;
+
+static void *thread_send(void *arg)
+{
+    tu_spin_until(&g_go);
+    ferry_chan_send_blocking(g_ch, arg, -1);
+    return NULL;
+}
+
+static int chan_recv_main(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_EVENT_INIT(&g_ev), FERRY_CASE_RECV_INIT(g_ch, &got) };
+    pthread_t th = tu_start_thread(thread_send, (void *)(intptr_t)0x55);
+
+    (void)arg;
+    atomic_store(&g_go, 1);
+    g_rc[0] = ferry_select(c, 2, 0);      /* woken from the thread */
+    g_rc[1] = c[1].result;
+    g_rc[2] = (int)(intptr_t)got;
+    pthread_join(th, NULL);
+    /* A send case: room, so performed at once. */
+    c[1] = FERRY_CASE_SEND_INIT(g_ch, (void *)(intptr_t)0x66);
+    g_rc[3] = ferry_select(c, 2, 0);
+    g_rc[4] = ferry_chan_try_recv(g_ch, &got);
+    g_rc[5] = (int)(intptr_t)got;
+    return 0;
+}
+
+T(chan_recv_case_is_woken_by_a_thread_and_send_case_sends)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(chan_recv_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 1);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_rc[2], 0x55);
+    cr_assert_eq(g_rc[3], 1);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_rc[5], 0x66);
+    ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+static int chan_lose_main(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_GET_INIT(&g_q[0], &g_item), FERRY_CASE_RECV_INIT(g_ch, &got) };
+    ferry_task *t = spawn(put_later, (void *)(intptr_t)3);
+
+    (void)arg;
+    /* The queue wins; the channel case took nothing, and a send from a
+     * thread afterwards stays in the channel. */
+    g_rc[0] = ferry_select(c, 2, 0);
+    g_rc[1] = join(t);
+    if (ferry_chan_send_blocking(g_ch, (void *)(intptr_t)0x77, 0) != 0)
+        return -1;
+    g_rc[2] = (int)ferry_chan_len(g_ch);
+    g_rc[3] = got == NULL;
+    /* Now the channel case wins at once; the empty queue is untouched. */
+    g_rc[4] = ferry_select(c, 2, 0);
+    g_rc[5] = (int)(intptr_t)got;
+    return 0;
+}
+
+T(chan_case_that_lost_takes_nothing)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(chan_lose_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_item, 3);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_rc[2], 1);
+    cr_assert_eq(g_rc[3], 1);
+    cr_assert_eq(g_rc[4], 1);
+    cr_assert_eq(g_rc[5], 0x77);
+    ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+/* A wake that reaches a select whose other case wins in the same turn is
+ * passed on: a plain receiver waiting behind it gets the item. */
+static int chan_selector(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_EVENT_INIT(&g_ev) };
+
+    (void)arg;
+    return ferry_select(c, 2, 0);
+}
+
+static int chan_receiver(void *arg)
+{
+    void *got = NULL;
+    int rc;
+
+    (void)arg;
+    rc = ferry_chan_recv(g_ch, &got);
+    return rc ? rc : (int)(intptr_t)got;
+}
+
+static int chan_pass_main(void *arg)
+{
+    ferry_task *s, *r;
+
+    (void)arg;
+    s = spawn(chan_selector, NULL);
+    settle();                     /* the selector parks first */
+    r = spawn(chan_receiver, NULL);
+    settle();
+    /* Same thread, same turn: the send wakes the selector's node, then
+     * the event wins before the selector runs. */
+    ferry_event_set(&g_ev);
+    ferry_chan_try_send(g_ch, (void *)(intptr_t)0x99);
+    g_rc[0] = join(s);
+    g_rc[1] = join(r);
+    return 0;
+}
+
+T(chan_wake_reaching_a_select_that_took_another_case_is_passed_on)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(chan_pass_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 1);
+    cr_assert_eq(g_rc[1], 0x99);
+    ferry_chan_free(g_ch);
     queues_destroy();
 }
