@@ -134,7 +134,8 @@ typedef struct ferry_case {
  *                      an fd or stream case without events, a join of a
  *                      task that has no handle; no case performed;
  *          -EDEADLK    a join of the calling task;
- *          -ENOMEM     an fd case could not be registered; nothing performed;
+ *          -ENOMEM     a case could not be registered (an fd's event, a
+ *                      channel's node, a stream's buffer); nothing performed;
  *          -EPERM      not in a task of the loop, or an object of another loop.
  */
 int ferry_select(ferry_case *cases, size_t n, unsigned flags);
