@@ -17,6 +17,7 @@
 
 #include <criterion/criterion.h>
 
+#include "fault.h"
 #include "testutil.h"
 
 #define T(name) \
@@ -826,5 +827,66 @@ T(chan_wake_reaching_a_select_that_took_another_case_is_passed_on)
     cr_assert_eq(g_rc[0], 1);
     cr_assert_eq(g_rc[1], 0x99);
     ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+/* ---- allocation failures ---------------------------------------------------- */
+
+__attribute__((constructor)) static void route_libevent(void)
+{
+    tu_libevent_fault_hook();
+}
+
+static int g_bad, g_fhits[2], g_runs[2];
+
+/* Arm the cases that allocate (a channel's node, an fd's event), fail the
+ * nth allocation point: -ENOMEM with nothing left registered, or the
+ * deadline case. */
+static int fault_main(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[3] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_FD_INIT(pipe_fds[0], FERRY_READ),
+                        FERRY_CASE_DEADLINE_INIT(0) };
+
+    (void)arg;
+    for (int persist = 0; persist < 2; persist++) {
+        for (unsigned long nth = 1; nth < 12; nth++) {
+            long live = ferry__alloc_live();
+            int rc;
+            unsigned long hits;
+
+            c[2].at = ferry_now() + tu_ms(1);
+            ferry__fault_arm(nth, persist);
+            rc = ferry_select(c, 3, 0);
+            hits = ferry__fault_hits();
+            ferry__fault_reset();
+            g_runs[persist]++;
+            if (hits) {
+                g_fhits[persist]++;
+                if (rc != -ENOMEM && rc != 2)
+                    g_bad++;
+            } else if (rc != 2) {
+                g_bad++;
+            }
+            if (ferry__alloc_live() != live || got != NULL)
+                g_bad++;
+        }
+    }
+    return 0;
+}
+
+T(allocation_failures_leave_nothing_registered)
+{
+    queues_init(0);
+    cr_assert_eq(pipe(pipe_fds), 0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(fault_main, NULL), 0);
+    cr_assert_eq(g_bad, 0);
+    cr_assert_gt(g_fhits[0], 0);
+    cr_assert_gt(g_fhits[1], 0);
+    cr_assert_eq(ferry_chan_len(g_ch), 0);
+    ferry_chan_free(g_ch);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
     queues_destroy();
 }
