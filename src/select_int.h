@@ -26,8 +26,10 @@ struct ferry__sel {
 
 /* ferry__grant() of a case's waiter `w` (WAITING): grant it, unlink every
  * sibling, and wake the task unless cancellation or a deadline woke it
- * already (the select then hands the grant back).  Returns true. */
-bool ferry__sel_grant(struct ferry__waiter *w, int result);
+ * already (the select then hands the grant back).  Returns true.  Cold
+ * and out of line, so that ferry__grant() stays small enough to be
+ * inlined into the primitives' release paths. */
+__attribute__((cold, noinline)) bool ferry__sel_grant(struct ferry__waiter *w, int result);
 
 /*
  * Queue cases (queue.c).  `put` picks the side.
