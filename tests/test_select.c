@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,6 +20,15 @@
 
 #include "fault.h"
 #include "testutil.h"
+#include "stream_int.h"
+
+/* FERRY_TEST_IO_LIBEVENT=1 (a second ctest run): streams registered
+ * through libevent instead of the loop's epoll set. */
+__attribute__((constructor)) static void io_path(void)
+{
+    if (getenv("FERRY_TEST_IO_LIBEVENT"))
+        ferry__io_use_libevent = true;
+}
 
 #define T(name) \
     Test(select, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 20.)
