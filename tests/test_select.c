@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -896,6 +897,45 @@ T(allocation_failures_leave_nothing_registered)
     cr_assert_gt(g_fhits[1], 0);
     cr_assert_eq(ferry_chan_len(g_ch), 0);
     ferry_chan_free(g_ch);
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    queues_destroy();
+}
+
+/* Writable: a fresh socket has room, so both the fd and the stream case
+ * are ready at once and report FERRY_WRITE; a full pipe is not writable. */
+static int writable_main(void *arg)
+{
+    ferry_case c[2] = { FERRY_CASE_EVENT_INIT(&g_ev), FERRY_CASE_STREAM_INIT(NULL, FERRY_WRITE) };
+    ferry_case f[2] = { FERRY_CASE_EVENT_INIT(&g_ev), FERRY_CASE_FD_INIT(pipe_fds[1], FERRY_WRITE) };
+    char junk[4096] = { 0 };
+
+    (void)arg;
+    if (ferry_stream_open(&g_stream, tu_loop, sock_fds[0], NULL) != 0)
+        return -1;
+    c[1].obj = g_stream;
+    g_rc[0] = ferry_select(c, 2, FERRY_SELECT_TRY);
+    g_rc[1] = c[1].value;
+    g_rc[2] = ferry_select(f, 2, FERRY_SELECT_TRY);
+    g_rc[3] = f[1].value;
+    while (write(pipe_fds[1], junk, sizeof junk) > 0)
+        ;
+    g_rc[4] = ferry_select(f, 2, FERRY_SELECT_TRY);
+    return ferry_stream_close(g_stream);
+}
+
+T(writable_cases)
+{
+    queues_init(0);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sock_fds), 0);
+    cr_assert_eq(pipe2(pipe_fds, O_NONBLOCK), 0);
+    cr_assert_eq(tu_run(writable_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 1);
+    cr_assert_eq(g_rc[1], FERRY_WRITE);
+    cr_assert_eq(g_rc[2], 1);
+    cr_assert_eq(g_rc[3], FERRY_WRITE);
+    cr_assert_eq(g_rc[4], -EAGAIN);
+    close(sock_fds[1]);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
     queues_destroy();
