@@ -206,6 +206,9 @@ void ferry__pool_block_exit(void);
 
 /* ---- getaddrinfo(3) on a pool (bridge/getaddrinfo.c) ------------------------ */
 
+/* The channel's cases of ferry_select() (chan.c), for the loop's hooks. */
+extern const struct ferry__sel_ext ferry__chan_sel_ext;
+
 /* The loop's getaddrinfo hook (loop_port.h): loop thread, in a task.  The
  * strings and hints are copied; an abandoned job's late answer is freed on
  * the pool thread. */

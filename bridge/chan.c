@@ -362,3 +362,124 @@ int ferry_chan_recv(ferry_chan *ch, void **item)
     pthread_mutex_unlock(&ch->mu);
     return rc;
 }
+
+/* ==== select's cases (loop thread; port/loop_port.h) ==================== */
+
+/*
+ * A select's channel case parks a node like park_locked() does, but on the
+ * heap: the select's frame holds one waiter per case, and only the channel
+ * knows its node.  The rule of the wake stays: it is a hint.  A case that
+ * won retries under the mutex and may find nothing (the select then tries
+ * every case again); a wake that reached a case that lost, or that is
+ * still on its way through the inbox, is passed on to the next waiter of
+ * that side, as a cancelled park_locked() does.
+ */
+
+static int sel_try(void *obj, bool send, void *buf, int *result)
+{
+    struct ferry_chan *ch = obj;
+    int rc = send ? ferry_chan_try_send(ch, buf) : ferry_chan_try_recv(ch, buf);
+
+    if (rc == -EAGAIN)
+        return 0;
+    if (rc != 0 && rc != -ESHUTDOWN)
+        return rc;
+    *result = rc;
+    return 1;
+}
+
+/* True if a waiter of the side `send` could proceed now.  Requires mu. */
+static bool side_ready_locked(const struct ferry_chan *ch, bool send)
+{
+    return ch->closed || (send ? ch->count < ch->cap : ch->count > 0);
+}
+
+static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel,
+                   void **node, struct ferry__waiter **w)
+{
+    struct ferry_chan *ch = obj;
+    struct cwait *cw = ferry__malloc(sizeof *cw);
+    int rc;
+
+    if (!cw)
+        return -ENOMEM;
+    rc = ferry__task_wake_init_self(&cw->tw, self, send ? "chan send" : "chan recv", ch);
+    if (rc) {
+        ferry__free(cw);
+        return rc;
+    }
+    cw->tw.w.sel = sel;
+    ferry__link_init(&cw->link);
+    pthread_mutex_lock(&ch->mu);
+    if (side_ready_locked(ch, send)) {
+        pthread_mutex_unlock(&ch->mu);
+        ferry__free(cw);
+        return 1;
+    }
+    ferry__list_push_back(send ? &ch->sendq : &ch->recvq, &cw->link);
+    pthread_mutex_unlock(&ch->mu);
+    *node = cw;
+    *w = &cw->tw.w;
+    return 0;
+}
+
+static void sel_disarm(void *obj, bool send, void *node)
+{
+    struct ferry_chan *ch = obj;
+    struct cwait *cw = node;
+    bool won = cw->tw.w.state == FERRY__W_GRANTED, fired;
+
+    pthread_mutex_lock(&ch->mu);
+    fired = !ferry__link_linked(&cw->link);
+    if (!fired) {
+        ferry__list_remove(&cw->link);
+    } else if (!cw->tw.delivered) {
+        /* The inbox still holds the node: wait until it is delivered. */
+        pthread_mutex_unlock(&ch->mu);
+        ferry__task_wake_settle(&cw->tw);
+        pthread_mutex_lock(&ch->mu);
+    }
+    if (fired && !won && side_ready_locked(ch, send) && !ch->closed)
+        wake_one_locked(ch, !send);
+    pthread_mutex_unlock(&ch->mu);
+    ferry__free(cw);
+}
+
+static int sel_done(void *obj, bool send, void *buf, bool perform, int *result)
+{
+    struct ferry_chan *ch = obj;
+    int rc = 0;
+
+    pthread_mutex_lock(&ch->mu);
+    if (!perform) {
+        if (side_ready_locked(ch, send) && !ch->closed)
+            wake_one_locked(ch, !send);
+    } else if (send) {
+        if (ch->closed) {
+            *result = -ESHUTDOWN;
+            rc = 1;
+        } else if (ch->count < ch->cap) {
+            put_locked(ch, buf);
+            *result = 0;
+            rc = 1;
+        }
+    } else {
+        if (ch->count) {
+            *(void **)buf = take_locked(ch);
+            *result = 0;
+            rc = 1;
+        } else if (ch->closed) {
+            *result = -ESHUTDOWN;
+            rc = 1;
+        }
+    }
+    pthread_mutex_unlock(&ch->mu);
+    return rc;
+}
+
+const struct ferry__sel_ext ferry__chan_sel_ext = {
+    .try_op = sel_try,
+    .arm = sel_arm,
+    .disarm = sel_disarm,
+    .done = sel_done,
+};

@@ -93,19 +93,25 @@ void ferry__stream_loop_free(ferry_loop *loop)
 
 /* ---- registration --------------------------------------------------------- */
 
-/* Grant the waiters of `q` that wait for one of `bits`. */
+/* Grant the waiters of `q` that wait for one of `bits`.  Granting a case
+ * of a select unlinks its siblings, which may include the saved next
+ * node: the walk then starts again from the head. */
 static void wake(struct ferry__waitq *q, uint8_t bits)
 {
     struct ferry__link *l, *tmp;
 
+again:
     ferry__list_foreach_safe(l, tmp, &q->head) {
         struct ferry__waiter *w = ferry__container_of(l, struct ferry__waiter, link);
-        if (w->n & bits)
+        if (w->n & bits) {
+            bool sel = w->sel != NULL;
+
             ferry__grant(w, 0);
+            if (sel)
+                goto again;
+        }
     }
 }
-
-static int lt_update(struct ferry__ioreg *g, short extra);
 
 /* The loop reported `bits` (FERRY_READ|FERRY_WRITE) for the descriptor. */
 static void ioreg_ready(struct ferry__ioreg *g, uint8_t bits)
@@ -114,7 +120,7 @@ static void ioreg_ready(struct ferry__ioreg *g, uint8_t bits)
     wake(&g->rq, bits);
     wake(&g->wq, bits);
     if (g->mode == FERRY__IO_LT)
-        lt_update(g, 0);
+        ferry__ioreg_lt_update(g, 0);
 }
 
 #ifdef __linux__
@@ -200,9 +206,7 @@ static short waited(const struct ferry__waitq *q)
     return ev;
 }
 
-/* Level-triggered mode: register what the waiters wait for, plus `extra`
- * (EV_READ|EV_WRITE) for a task about to wait. */
-static int lt_update(struct ferry__ioreg *g, short extra)
+int ferry__ioreg_lt_update(struct ferry__ioreg *g, short extra)
 {
     short want = (short)(waited(&g->rq) | waited(&g->wq) | extra);
 
@@ -273,7 +277,7 @@ int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__wa
     int rc;
 
     if (g->mode == FERRY__IO_LT) {
-        rc = lt_update(g, (short)(want & FERRY_READ ? EV_READ : EV_WRITE));
+        rc = ferry__ioreg_lt_update(g, (short)(want & FERRY_READ ? EV_READ : EV_WRITE));
         if (rc)
             return rc;
     }
@@ -283,7 +287,7 @@ int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__wa
     if (g->closed)
         return -EBADF;
     if (g->mode == FERRY__IO_LT)
-        lt_update(g, 0);
+        ferry__ioreg_lt_update(g, 0);
     return rc;
 }
 

@@ -322,6 +322,10 @@ struct ferry_loop {
 
     /* ---- name resolution (dns.c) ---- */
     struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
+
+    /* ---- the loop's random choices (select.c) ---- */
+    uint64_t                rng;         /* state of base/rand.h's generator,
+                                          * seeded when the loop is made */
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */

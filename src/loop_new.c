@@ -42,6 +42,9 @@ static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
     loop->slow_ns = FERRY_MSEC(100);
 #endif
     ferry__loop_hand_update(loop);
+    /* Different loops, and runs, draw different choices; nothing depends
+     * on the seed being secret. */
+    loop->rng = (uint64_t)ferry_now() ^ (uint64_t)(uintptr_t)loop;
 }
 
 /* The loop's events on its base: kick_ev, which runs turns inside someone

@@ -24,6 +24,7 @@
 #include "loop_int.h"   /* the inline entry checks */
 #include "sync_int.h"
 #include "wait_int.h"
+#include "select_int.h"
 
 /* Storage of an emptied queue above this many slots is given back. */
 #define QUEUE_KEEP_SLOTS 1024
@@ -614,4 +615,80 @@ bool ferry_queue_empty(const ferry_queue *q)
 bool ferry_queue_full(const ferry_queue *q)
 {
     return q != NULL && q_free(q) == 0;
+}
+
+/* ---- for select (select_int.h) ------------------------------------------ */
+
+int ferry__queue_sel_try(ferry_queue *q, struct ferry_task *self, void *buf, bool put,
+                         int *result)
+{
+    int rc;
+
+    rc = q_valid(q);
+    if (rc)
+        return rc;
+    rc = ferry__bind_task(&q->loop, self);
+    if (rc)
+        return rc;
+    if (put) {
+        if (q->shutdown) {
+            *result = -ESHUTDOWN;
+            return 1;
+        }
+        if (q_free(q) == 0)
+            return 0;
+        rc = q_room(q);
+        if (rc)
+            return rc;
+        q_push(q, buf);
+        q_added(q);
+        *result = 0;
+        return 1;
+    }
+    if (q_avail(q) == 0) {
+        if (!q->shutdown)
+            return 0;
+        *result = -ESHUTDOWN;
+        return 1;
+    }
+    q_pop(q, buf);
+    q_removed(q);
+    *result = 0;
+    return 1;
+}
+
+struct ferry__waitq *ferry__queue_sel_waitq(ferry_queue *q, bool put)
+{
+    return put ? &q->putters : &q->getters;
+}
+
+/* The same steps as q_get_wait() and q_put_wait() after their wait, with
+ * "cancelled after the promise" replaced by !perform. */
+int ferry__queue_sel_done(ferry_queue *q, struct ferry__waiter *w, void *buf, bool put,
+                          bool perform)
+{
+    q->pending--;
+    if (w->result != 0)
+        return w->result;   /* woken by shutdown: nothing was promised */
+    if (put) {
+        q->res_put--;
+        if (!perform || q->shutdown) {
+            serve_putters(q);
+            return perform ? -ESHUTDOWN : 0;
+        }
+        (void)q_room(q);    /* never allocates: the slot exists */
+        q_push(q, buf);
+        q_added(q);
+        return 0;
+    }
+    if (q->shutdown == 2)
+        return perform ? -ESHUTDOWN : 0;   /* the element was dropped */
+    q->res_get--;
+    if (!perform) {
+        serve_getters(q);
+        return 0;
+    }
+    q_pop(q, buf);
+    q_removed(q);
+    return 0;
 }

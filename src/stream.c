@@ -37,6 +37,7 @@
 
 #include "loop_int.h"
 #include "stream_int.h"
+#include "select_int.h"
 
 /* ---- the kernel's transports -------------------------------------------- */
 
@@ -783,4 +784,73 @@ int ferry_stream_writev(ferry_stream *s, const struct iovec *iov, int iovcnt, si
         *written = done;
     stream_leave(s, &s->writing);
     return rc;
+}
+
+/* ---- for select (select_int.h) ------------------------------------------- */
+
+int ferry__stream_sel_poll(ferry_stream *s, ferry_task *self, int want)
+{
+    int got = want;
+    ssize_t k;
+    int rc;
+
+    if (s->reg.loop != self->loop)
+        return -EPERM;
+    if (s->reg.closed)
+        return -EBADF;
+    if (want == FERRY_WRITE)
+        return s->reg.ready & FERRY_WRITE ? FERRY_WRITE : 0;
+    if (s->w > s->r || s->eof || s->rerr)
+        return FERRY_READ;
+    /* A reader inside a call may be waiting to fill the buffer's free
+     * space: filling it here would be overwritten.  Its readiness wakes
+     * the select as well. */
+    if (!(s->reg.ready & FERRY_READ) || s->reading)
+        return 0;
+    rc = make_room(s, 1, s->bufsize);
+    if (rc)
+        return rc;
+    k = s->io->recv(s, s->buf + s->w, s->cap - s->w, &got);
+    if (k > 0) {
+        s->w += (size_t)k;
+        return FERRY_READ;
+    }
+    if (k == 0) {
+        s->eof = true;
+        return FERRY_READ;
+    }
+    if (k != -EAGAIN) {
+        s->rerr = (int)k;
+        return FERRY_READ;
+    }
+    s->reg.ready &= (uint8_t)~got;
+    return 0;
+}
+
+int ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want)
+{
+    struct ferry__waitq *q = want == FERRY_READ ? &s->reg.rq : &s->reg.wq;
+    int rc;
+
+    if (s->reg.mode == FERRY__IO_LT) {
+        rc = ferry__ioreg_lt_update(&s->reg, (short)(want == FERRY_READ ? EV_READ : EV_WRITE));
+        if (rc)
+            return rc;
+    }
+    w->n = (uint64_t)want;
+    w->data = s;
+    /* Counted as inside a call, so a close during the wait leaves the
+     * stream for ferry__stream_sel_disarm() to free. */
+    s->inside++;
+    ferry__list_push_back(&q->head, &w->link);
+    return 0;
+}
+
+void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w)
+{
+    w->data = NULL;
+    if (s->reg.mode == FERRY__IO_LT && !s->reg.closed)
+        ferry__ioreg_lt_update(&s->reg, 0);
+    if (--s->inside == 0 && s->reg.closed)
+        stream_free(s);
 }

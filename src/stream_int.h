@@ -160,6 +160,11 @@ int  ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__w
  * then closes the descriptor. */
 void ferry__ioreg_close(struct ferry__ioreg *g);
 
+/* Level-triggered mode (a base without edge-triggered events): register
+ * what the waiters wait for, plus `extra` (EV_READ|EV_WRITE) for a task
+ * about to wait, e.g. a select's case.  Returns: 0; -ENOMEM. */
+int ferry__ioreg_lt_update(struct ferry__ioreg *g, short extra);
+
 /* ---- The stream ------------------------------------------------------------ */
 
 struct ferry_stream {

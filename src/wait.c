@@ -10,6 +10,7 @@
 #include "loop_only.h"
 
 #include "wait_int.h"
+#include "select_int.h"
 
 /* The out-of-line entry checks, for bridge/; src/ uses the inline forms
  * in loop_int.h. */
@@ -98,6 +99,8 @@ bool ferry__grant(struct ferry__waiter *w, int result)
 {
     if (w->state != FERRY__W_WAITING)
         return false;
+    if (__builtin_expect(w->sel != NULL, 0))
+        return ferry__sel_grant(w, result);
     if (ferry__link_linked(&w->link))
         ferry__list_remove(&w->link);
     w->state = FERRY__W_GRANTED;

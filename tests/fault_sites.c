@@ -1076,6 +1076,52 @@ static int raiser_task(void *arg)
     return 0;
 }
 
+/* ferry_select() arming a channel case (its node) and an fd case (its
+ * event) and then ending on its deadline case: -ENOMEM or the deadline,
+ * and then nothing is left in the channel's queue. */
+static ferry_chan *g_sel_ch;
+static int g_sel_fds[2] = { -1, -1 };
+
+static void setup_select(void)
+{
+    if (ferry_chan_new(&g_sel_ch, 1) != 0 || pipe(g_sel_fds) != 0)
+        FAILF("select: setup");
+}
+
+static int select_task(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[3] = { FERRY_CASE_RECV_INIT(g_sel_ch, &got),
+                        FERRY_CASE_FD_INIT(g_sel_fds[0], FERRY_READ),
+                        FERRY_CASE_DEADLINE_INIT(ferry_now() + FERRY_MSEC(1)) };
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_select(c, 3, 0);
+    sweep_disarm();
+    return rc == 2 ? 0 : rc;
+}
+
+static int op_select(void)
+{
+    return in_task(tu_loop, select_task, NULL);
+}
+
+static void undo_select(int rc)
+{
+    void *item = NULL;
+
+    (void)rc;
+    if (ferry_chan_try_send(g_sel_ch, &g_sel_ch) != 0 ||
+        ferry_chan_try_recv(g_sel_ch, &item) != 0 || item != &g_sel_ch)
+        FAILF("select: the channel does not work after it");
+    ferry_chan_free(g_sel_ch);
+    g_sel_ch = NULL;
+    close(g_sel_fds[0]);
+    close(g_sel_fds[1]);
+}
+
 /* ferry_wait_signal() armed around the call only; the raiser runs once it
  * waits (or after it failed: the signal is ignored then). */
 static int wait_signal_task(void *arg)
@@ -1867,6 +1913,7 @@ static const struct sweep sweeps[] = {
     { "call_soon_threadsafe",setup_fresh_loop, op_post,           undo_post,        NULL },
     { "post from a thread",  setup_fresh_loop, op_post_thread,    undo_post_thread, "eventfd write" },
     { "chan_new",            NULL,             op_chan_new,       undo_chan,        NULL },
+    { "select",              setup_select,     op_select,         undo_select,      NULL, true },
     /* A failed munmap is kept and retried: absorbed by design. */
     { "stack unmap",         setup_fresh_loop, op_stack_unmap,    undo_stack_unmap, "munmap" },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write" },

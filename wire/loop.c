@@ -64,6 +64,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     hooks.flush = ferry__pool_handover;
     hooks.close = ferry__inbox_close;
     hooks.getaddrinfo = ferry__gai_on_pool;
+    hooks.chan = &ferry__chan_sel_ext;
     ferry__loop_start(loop, &hooks);
     *out = loop;
     return 0;

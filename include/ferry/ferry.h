@@ -13,6 +13,8 @@
  *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
  *                   sockets: listen, accept, connect
  *   ferry/net.h     name resolution for tasks (getaddrinfo)
+ *   ferry/select.h  wait on several cases (fd, stream, event, queue, task
+ *                   end, signal, time) and perform exactly one
  *   ferry/tls.h     TLS over a stream (OpenSSL), when FERRY_HAVE_TLS
  *                   (ferry/features.h) says this build has it
  */
@@ -29,6 +31,7 @@
 #include "ferry/signal.h"
 #include "ferry/stream.h"
 #include "ferry/net.h"
+#include "ferry/select.h"
 #include "ferry/features.h"
 #if FERRY_HAVE_TLS
 #include "ferry/tls.h"

@@ -25,6 +25,8 @@
 
 /* ---- Waiting ------------------------------------------------------------ */
 
+struct ferry__sel;
+
 /* States of a waiter: the explicit state that closes the "granted but not
  * yet run" window of every primitive. */
 enum ferry__wstate {
@@ -42,6 +44,8 @@ enum ferry__wstate {
 struct ferry__waiter {
     struct ferry__link  link;   /* in a waitq while WAITING */
     struct ferry_task  *task;   /* the waiting task */
+    struct ferry__sel  *sel;    /* one case of a select (src/select.c), or
+                                 * NULL: a grant then unlinks its siblings */
     int                 state;  /* enum ferry__wstate */
     int                 result; /* set by the granter */
     uint64_t            n;      /* primitive's own: weight, count */
@@ -94,6 +98,8 @@ int ferry__check(struct ferry_task *self);
 int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
 
 /* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
+ * A case of a select decides the select: its siblings are unlinked before
+ * this returns, so every waiter still linked in a queue can be granted.
  * Returns false (and does nothing) if it is not WAITING. */
 bool ferry__grant(struct ferry__waiter *w, int result);
 
@@ -105,6 +111,31 @@ ferry_loop *ferry__task_loop(const struct ferry_task *task);
 int64_t ferry__task_deadline(const struct ferry_task *t);
 
 /* ---- The loop ------------------------------------------------------------- */
+
+/*
+ * A select's case on an object of a layer above (the mixed channel of
+ * bridge/), whose waiters are not in a wait queue of the loop.  `send`
+ * picks the side; `buf` is the item to send, or where a received one goes.
+ *   try:    1 performed (*result: 0, or the object's error such as
+ *           -ESHUTDOWN), 0 not possible now;
+ *   arm:    link a node for the task `self` whose waiter (*w, with its
+ *           `sel` set to `sel`) the object's wake will grant on the loop's
+ *           thread; *node is the node.  Returns 0; 1 ready meanwhile
+ *           (nothing linked: try again); -ENOMEM, -EPERM (nothing linked);
+ *   disarm: after the wait, once per armed node: take it out (a wake it
+ *           received, or that is still on its way, and that did not win
+ *           is passed on to the next waiter) and free it;
+ *   done:   the case won (its wake is a hint): perform it (`perform`;
+ *           returns 1 and *result, or 0 if there was nothing to do after
+ *           all: try again), or pass the wake on (returns 0).
+ */
+struct ferry__sel_ext {
+    int  (*try_op)(void *obj, bool send, void *buf, int *result);
+    int  (*arm)(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel,
+                void **node, struct ferry__waiter **w);
+    void (*disarm)(void *obj, bool send, void *node);
+    int  (*done)(void *obj, bool send, void *buf, bool perform, int *result);
+};
 
 /*
  * What the loop needs from the layers above, filled in by wire/ when it
@@ -122,6 +153,7 @@ int64_t ferry__task_deadline(const struct ferry_task *t);
  *                  default pool) for the calling task, abandoned if the
  *                  task is interrupted: the resolver's fallback where evdns
  *                  cannot answer (dns.c).  Returns as ferry_getaddrinfo().
+ *   chan           the channel's cases of ferry_select();
  * The loop clears the three functions that take `ctx` once it has called
  * close(); `ctx` stays, so that a thread that still reaches the loop finds
  * the closed inbox.
@@ -133,6 +165,7 @@ struct ferry__loop_hooks {
     void (*close)(void *ctx);
     int (*getaddrinfo)(ferry_pool *pool, const char *host, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res);
+    const struct ferry__sel_ext *chan;   /* select's channel cases */
 };
 
 /* The bridge's per-loop state (hooks.ctx), NULL if the loop has none.

@@ -27,6 +27,7 @@
 
 #include "loop_int.h"
 #include "ferry/ferry.h"
+#include "ferry/select.h"
 #include "model.h"
 
 /* ---- 1. operations ---------------------------------------------------- */
@@ -48,6 +49,7 @@ enum cop {
     C_CLEANUP,   /* teardown only: release everything held, then end */
     C_SLEEP, C_G_SPAWN, C_G_WAIT, C_G_CANCEL,
     C_FAIL,      /* end with a status that is not 0 */
+    C_SELECT,    /* ferry_select() over two of queue get, queue put, event */
     C_NCOP
 };
 
@@ -62,7 +64,7 @@ static const char *const cop_names[] = {
     "keylock_acquire", "keylock_release", "keylock_try",
     "exit", "cleanup",
     "sleep", "group_spawn", "group_wait", "group_cancel",
-    "fail",
+    "fail", "select",
 };
 
 /* Command weights of format 1: index by byte % length.  Never change it:
@@ -93,6 +95,27 @@ static const uint8_t cmd_table_v2[] = {
     C_SLEEP, C_SLEEP, C_SLEEP,
     C_G_SPAWN, C_G_SPAWN, C_G_SPAWN, C_G_WAIT, C_G_WAIT, C_G_CANCEL, C_FAIL, C_FAIL,
 };
+
+/* Command weights of format 3: format 2's, plus selects. */
+static const uint8_t cmd_table_v3[] = {
+    C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
+    C_SEM_ACQ, C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
+    C_EV_WAIT, C_EV_WAIT, C_EV_SET, C_EV_CLEAR,
+    C_COND_WAIT, C_COND_WAIT, C_COND_NOTIFY, C_COND_NOTIFY_ALL,
+    C_Q_PUT, C_Q_PUT, C_Q_GET, C_Q_GET, C_Q_TRYPUT, C_Q_TRYGET, C_Q_DONE, C_Q_JOIN,
+    C_Q_SHUT,
+    C_FL_DO, C_FL_DO,
+    C_KL_ACQ, C_KL_ACQ, C_KL_REL, C_KL_REL, C_KL_TRY,
+    C_EXIT,
+    C_SLEEP, C_SLEEP, C_SLEEP,
+    C_G_SPAWN, C_G_SPAWN, C_G_SPAWN, C_G_WAIT, C_G_WAIT, C_G_CANCEL, C_FAIL, C_FAIL,
+    C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT,
+};
+
+/* The two cases of a select command (its arg % 3), listed in this order:
+ * get and event, put and event, get and put. */
+enum { SK_GET, SK_PUT, SK_EV };
+static const int sel_kinds[3][2] = { { SK_GET, SK_EV }, { SK_PUT, SK_EV }, { SK_GET, SK_PUT } };
 
 enum { DL_NONE = 0, DL_FAR = 1, DL_PAST = 2 };
 
@@ -161,7 +184,8 @@ static void decode_op(int fmt, const uint8_t *b, struct op *o)
         while (k >= mix[i].below)
             i++;
         o->kind = mix[i].kind;
-        o->c.op = cmd_table_v2[b[2] % sizeof cmd_table_v2];
+        o->c.op = fmt == MODEL_FMT_V3 ? cmd_table_v3[b[2] % sizeof cmd_table_v3]
+                                      : cmd_table_v2[b[2] % sizeof cmd_table_v2];
         o->act = b[4] % NACT;
         o->sel = b[5];
     }
@@ -230,6 +254,11 @@ struct mact {
     int      done_n, last_rc, last_val;
     bool     slept;       /* sleep: its deadline passed (not its command's) */
     int      gi;          /* the actor whose group it is a child of, or -1 */
+    /* select: its cases' waiters are linked (in their queues until the
+     * actor runs again, also after a cancel); the queue whose grant won
+     * (WQ_QGET, WQ_QPUT, WQ_EV, or WQ_NONE) and that grant's result. */
+    bool     sel_on;
+    int      sel_won, sel_wres;
     /* The group this actor owns (ferry_group_init on its first spawn). */
     bool     g_init, g_failing, g_closed;
     int      g_live, g_status;
@@ -344,6 +373,42 @@ static bool m_grant(struct model *m, int id, int res)
     a->wstate = WS_GRANTED;
     a->wres = res;
     m_ready(m, id);
+    return true;
+}
+
+/* The wait queue of a select case. */
+static int sel_wq(int kind)
+{
+    return kind == SK_GET ? WQ_QGET : kind == SK_PUT ? WQ_QPUT : WQ_EV;
+}
+
+/* Take a select's case waiters out of their queues. */
+static void m_sel_unlink(struct model *m, int id)
+{
+    const int *k = sel_kinds[m->a[id].cmd.arg % 3];
+
+    wq_del(m, sel_wq(k[0]), id);
+    wq_del(m, sel_wq(k[1]), id);
+    m->a[id].sel_on = false;
+}
+
+/* ferry__grant() of the first waiter of queue `q`: a select's case wins
+ * its select (ferry__sel_grant()): its siblings leave their queues, and
+ * the task is made ready unless a cancel or deadline did that already. */
+static bool m_grant_q(struct model *m, int q, int id, int res)
+{
+    struct mact *a = &m->a[id];
+
+    if (!a->sel_on)
+        return m_grant(m, id, res);
+    m_sel_unlink(m, id);
+    a->sel_won = q;
+    a->sel_wres = res;
+    if (a->st == M_WAIT && a->wstate == WS_WAITING) {
+        a->wstate = WS_GRANTED;
+        a->wres = 0;
+        m_ready(m, id);
+    }
     return true;
 }
 
@@ -548,7 +613,7 @@ static void m_q_serve_getters(struct model *m)
     while (m_q_avail(m) > 0 && (w = wq_first(m, WQ_QGET)) >= 0) {
         m->q_res_get++;
         m->q_pending++;
-        m_grant(m, w, 0);
+        m_grant_q(m, WQ_QGET, w, 0);
     }
 }
 
@@ -559,7 +624,7 @@ static void m_q_serve_putters(struct model *m)
     while (m_q_free(m) > 0 && (w = wq_first(m, WQ_QPUT)) >= 0) {
         m->q_res_put++;
         m->q_pending++;
-        m_grant(m, w, 0);
+        m_grant_q(m, WQ_QPUT, w, 0);
     }
 }
 
@@ -568,7 +633,7 @@ static void m_q_wake_all(struct model *m, int q, int res)
     int w;
 
     while ((w = wq_first(m, q)) >= 0) {
-        m_grant(m, w, res);
+        m_grant_q(m, q, w, res);
         m->q_pending++;
     }
 }
@@ -738,7 +803,7 @@ static void m_ev_set(struct model *m)
 
     m->ev_set = true;
     while ((k = wq_first(m, WQ_EV)) >= 0)
-        m_grant(m, k, 0);
+        m_grant_q(m, WQ_EV, k, 0);
 }
 
 static int m_q_tryput(struct model *m, int v)
@@ -893,6 +958,79 @@ static bool r_sleep_waited(int id);
 
 /* Start or continue the actor's command.  Returns through m_done() or by
  * suspending (st M_WAIT). */
+/* Pass 1 of a select command, in listed order: true if a case was
+ * performed (*rc its index, *val the item got or the case's error). */
+static bool m_sel_try(struct model *m, int id, int *rc, int *val)
+{
+    const struct cmd *c = &m->a[id].cmd;
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        *rc = i;
+        *val = 0;
+        switch (sel_kinds[c->arg % 3][i]) {
+        case SK_GET:
+            if (m_q_avail(m) > 0) {
+                *val = m_q_pop(m);
+                return true;
+            }
+            if (m->q_shutdown) {
+                *val = -ESHUTDOWN;
+                return true;
+            }
+            break;
+        case SK_PUT:
+            if (m->q_shutdown) {
+                *val = -ESHUTDOWN;
+                return true;
+            }
+            if (m_q_free(m) > 0) {
+                m_q_push(m, c->val);
+                return true;
+            }
+            break;
+        default:
+            if (m->ev_set)
+                return true;
+            break;
+        }
+    }
+    *rc = 0;
+    *val = 0;
+    return false;
+}
+
+/* The select's winning grant (queue a->sel_won): perform the case, or
+ * hand the grant back (ferry__queue_sel_done()).  Returns the value the
+ * command reports when performed. */
+static int m_sel_done(struct model *m, int id, bool perform)
+{
+    struct mact *a = &m->a[id];
+
+    if (a->sel_won == WQ_EV)
+        return a->sel_wres;
+    m->q_pending--;
+    if (a->sel_wres != 0)
+        return a->sel_wres;
+    if (a->sel_won == WQ_QPUT) {
+        m->q_res_put--;
+        if (!perform || m->q_shutdown) {
+            m_q_serve_putters(m);
+            return -ESHUTDOWN;
+        }
+        m_q_push(m, a->cmd.val);
+        return 0;
+    }
+    if (m->q_shutdown == 2)
+        return -ESHUTDOWN;
+    m->q_res_get--;
+    if (!perform) {
+        m_q_serve_getters(m);
+        return 0;
+    }
+    return m_q_pop(m);
+}
+
 static void m_exec(struct model *m, int id, bool resumed)
 {
     struct mact *a = &m->a[id];
@@ -1361,6 +1499,36 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_group_cancel(m, val);
         break;
     }
+    case C_SELECT:
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+            if (m_sel_try(m, id, &rc, &val))
+                break;
+            rc = m_wait_begin(m, id, WQ_NONE);
+            if (rc)
+                break;
+            /* The cases' waiters, in listed order, each at the back of
+             * its queue. */
+            wq_push(m, sel_wq(sel_kinds[c->arg % 3][0]), id);
+            wq_push(m, sel_wq(sel_kinds[c->arg % 3][1]), id);
+            a->sel_on = true;
+            a->sel_won = WQ_NONE;
+            a->phase = PH_WAIT1;
+            return;
+        }
+        if (a->sel_on)
+            m_sel_unlink(m, id);
+        rc = m_wait_result(m, id);
+        if (a->sel_won == WQ_NONE)
+            break;
+        val = m_sel_done(m, id, rc == 0);
+        if (rc == 0)
+            rc = sel_wq(sel_kinds[c->arg % 3][0]) == a->sel_won ? 0 : 1;
+        else
+            val = 0;
+        break;
     default:
         break;
     }
@@ -1553,7 +1721,7 @@ struct seq {
     model_report  *rep;
     int            opi;
     bool           failed;
-    int            fmt;              /* MODEL_FMT_V1 or MODEL_FMT_V2 */
+    int            fmt;              /* MODEL_FMT_V1, _V2 or _V3 */
 };
 
 static struct seq *cur;   /* the sequence the actors belong to */
@@ -1764,6 +1932,23 @@ static int fl_fn(void *arg, void *out, size_t size)
 }
 
 /* Run the actor's command on the real primitives. */
+/* An item a get returned: exactly once, and one that was put. */
+static void r_got(struct seq *s, int item)
+{
+    int i;
+
+    for (i = 0; i < s->ngot; i++)
+        if (s->got[i] == item)
+            failf(s, "queue: item %d got twice", item);
+    for (i = 0; i < s->ninserted; i++)
+        if (s->inserted[i] == item)
+            break;
+    if (i == s->ninserted)
+        failf(s, "queue: got item %d that was never inserted", item);
+    if (s->ngot < MAXITEMS)
+        s->got[s->ngot++] = item;
+}
+
 static int r_exec(struct seq *s, struct ract *a, int *val)
 {
     struct cmd *c = &a->cmd;
@@ -1839,20 +2024,53 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         item = -1;
         rc = c->op == C_Q_GET ? ferry_queue_get(&s->q, &item) : ferry_queue_try_get(&s->q, &item);
         *val = item;
-        if (rc == 0) {
-            int i;
-            for (i = 0; i < s->ngot; i++)
-                if (s->got[i] == item)
-                    failf(s, "queue: item %d got twice", item);
-            for (i = 0; i < s->ninserted; i++)
-                if (s->inserted[i] == item)
-                    break;
-            if (i == s->ninserted)
-                failf(s, "queue: got item %d that was never inserted", item);
-            if (s->ngot < MAXITEMS)
-                s->got[s->ngot++] = item;
+        if (rc == 0)
+            r_got(s, item);
+        return rc;
+    case C_SELECT: {
+        /* Listed order (FERRY_SELECT_PRIORITY), so the model knows which
+         * ready case is performed. */
+        ferry_case cs[2];
+        int put_item = c->val;
+
+        item = -1;
+        for (k = 0; k < 2; k++)
+            switch (sel_kinds[c->arg % 3][k]) {
+            case SK_GET:
+                cs[k] = FERRY_CASE_GET_INIT(&s->q, &item);
+                break;
+            case SK_PUT:
+                cs[k] = FERRY_CASE_PUT_INIT(&s->q, &put_item);
+                break;
+            default:
+                cs[k] = FERRY_CASE_EVENT_INIT(&s->ev);
+                break;
+            }
+        rc = ferry_select(cs, 2, FERRY_SELECT_PRIORITY);
+        if (rc < 0)
+            return rc;
+        if (rc > 1) {
+            failf(s, "select returned %d for two cases", rc);
+            return rc;
+        }
+        if (cs[rc].result) {
+            *val = cs[rc].result;
+            return rc;
+        }
+        switch (sel_kinds[c->arg % 3][rc]) {
+        case SK_GET:
+            *val = item;
+            r_got(s, item);
+            break;
+        case SK_PUT:
+            if (s->ninserted < MAXITEMS)
+                s->inserted[s->ninserted++] = put_item;
+            break;
+        default:
+            break;
         }
         return rc;
+    }
     case C_Q_DONE:
         return ferry_queue_task_done(&s->q);
     case C_Q_JOIN:
@@ -2899,7 +3117,7 @@ static void run_op(struct seq *s, const struct op *o)
             break;
         }
         guide(s, id, &c);
-        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT)
+        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT || c.op == C_SELECT)
             c.val = ++s->put_counter;
         trace_op(s, o, id);
         give(s, id, &c);
@@ -3090,7 +3308,8 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
     s.trace = trace;
     s.rep = rep;
     s.opi = -1;
-    s.fmt = len && bytes[0] == MODEL_FMT_V1 ? MODEL_FMT_V1 : MODEL_FMT_V2;
+    s.fmt = len && bytes[0] == MODEL_FMT_V1 ? MODEL_FMT_V1 :
+            len && bytes[0] == MODEL_FMT_V3 ? MODEL_FMT_V3 : MODEL_FMT_V2;
     if (len >= MODEL_HDR_BYTES) {
         s.cfg.sem_bounded = (bytes[1] >> 2) & 1;
         s.cfg.sem_v0 = s.cfg.sem_bounded ? 1 + bytes[1] % 3 : bytes[1] % 4;
@@ -3157,7 +3376,8 @@ size_t model_seed_bytes(uint64_t seed, uint8_t *buf, size_t cap)
         n = cap;
     if (n == 0)
         return 0;
-    buf[0] = MODEL_FMT_V2;
+    /* Half the seeds give format 3 (with selects). */
+    buf[0] = (nops & 1) ? MODEL_FMT_V3 : MODEL_FMT_V2;
     for (i = 1; i < n; i += 8) {
         uint64_t r = splitmix(&x);
         size_t j;

@@ -37,7 +37,9 @@
  * Byte format.  Byte 0 is the format: MODEL_FMT_V1 (1) is the original
  * operation mix, kept so that stored sequences keep their meaning; any
  * other value is format 2, which adds timers, posts, waits, sleeps and
- * groups.  Bytes 1 and 2 configure the semaphore and the queue.  Then
+ * groups; MODEL_FMT_V3 (3) is format 2 plus ferry_select() over the
+ * queue's get and put and the event (in listed order, so that the model
+ * can tell which case is performed).  Bytes 1 and 2 configure the semaphore and the queue.  Then
  * MODEL_OP_BYTES per operation.  A new operation mix is a new format.
  */
 #ifndef FERRY_MODEL_H
@@ -61,6 +63,7 @@
 /* Formats (byte 0). */
 #define MODEL_FMT_V1 1
 #define MODEL_FMT_V2 2
+#define MODEL_FMT_V3 3
 
 typedef struct model_report {
     int    failed;        /* 0: every check passed */
