@@ -370,6 +370,52 @@ T(deadline_case_fires_and_a_scope_deadline_ends_the_select)
     queues_destroy();
 }
 
+/* Cases already possible when the select is called are performed without
+ * waiting: a task that has ended, a delivery counted before, a time that
+ * has passed.  Each select lists the ready case after an empty queue. */
+static int seven(void *arg)
+{
+    (void)arg;
+    return 7;
+}
+
+static int ready_main(void *arg)
+{
+    int sig = SIGUSR1;
+    ferry_case c[2] = { FERRY_CASE_GET_INIT(&g_q[0], &g_item), { .kind = FERRY_CASE_NONE } };
+    ferry_task *t = spawn(seven, NULL);
+
+    (void)arg;
+    settle();                                        /* t has ended */
+    c[1] = FERRY_CASE_JOIN_INIT(t);
+    g_rc[0] = ferry_select(c, 2, FERRY_SELECT_TRY);
+    g_val[0] = c[1].value;
+    if (ferry_sigsub_new(&g_sub, tu_loop, &sig, 1) != 0)
+        return -1;
+    raise(SIGUSR1);                                  /* counted, no task waits */
+    settle();
+    c[1] = FERRY_CASE_SIGNAL_INIT(g_sub);
+    g_rc[1] = ferry_select(c, 2, FERRY_SELECT_TRY);
+    g_val[1] = c[1].value;
+    g_rc[2] = ferry_sigsub_try_recv(g_sub, &sig);    /* taken once */
+    c[1] = FERRY_CASE_DEADLINE_INIT(ferry_now() - 1);
+    g_rc[3] = ferry_select(c, 2, FERRY_SELECT_TRY);
+    return ferry_sigsub_free(g_sub);
+}
+
+T(cases_ready_at_the_call_are_performed_without_waiting)
+{
+    queues_init(0);
+    cr_assert_eq(tu_run(ready_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 1, "join of an ended task: %d", g_rc[0]);
+    cr_assert_eq(g_val[0], 7);
+    cr_assert_eq(g_rc[1], 1, "a counted signal: %d", g_rc[1]);
+    cr_assert_eq(g_val[1], SIGUSR1);
+    cr_assert_eq(g_rc[2], -EAGAIN);
+    cr_assert_eq(g_rc[3], 1, "a deadline in the past: %d", g_rc[3]);
+    queues_destroy();
+}
+
 /* ---- the choice ----------------------------------------------------------- */
 
 static int g_hits[4];
