@@ -788,7 +788,13 @@ T(listen_errors)
                  -EINVAL);
     cr_assert_eq(ferry_tcp_listen(&l, tu_loop, "127.0.0.1", 0, &(ferry_listen_opts){ .backlog = -1 }),
                  -EINVAL);
+    cr_assert_eq(ferry_unix_listen(NULL, tu_loop, "@x", NULL), -EINVAL);
     cr_assert_eq(ferry_unix_listen(&l, tu_loop, NULL, NULL), -EINVAL);
+    cr_assert_eq(ferry_unix_connect(NULL, "@x", NULL), -EINVAL);
+    cr_assert_eq(ferry_unix_connect(&(ferry_stream *){ NULL }, "@x",
+                                    &(ferry_stream_opts){ .flags = 0x40 }), -EINVAL);
+    cr_assert_eq(ferry_unix_connect(&(ferry_stream *){ NULL }, "@x", NULL), -EPERM,
+                 "unix connect outside a task");
     cr_assert_eq(ferry_unix_listen(&l, tu_loop, "", NULL), -EINVAL);
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = 0;
