@@ -39,6 +39,13 @@ static int contexts(void)
     return rc ? -1 : 0;
 }
 
+/* One direction of the relay. */
+struct leg {
+    struct run   *r;
+    ferry_stream *from, *to;
+    size_t        at;
+};
+
 struct run {
     const uint8_t *data;
     size_t         size;
@@ -51,6 +58,9 @@ struct run {
     int            crc, src, end;
     char          *why;
     size_t         why_len;
+    /* In the run, not on main_task's stack: relays that a deadline left
+     * running are ended by ferry_loop_free(), after main_task. */
+    struct leg     up, down;
 };
 
 /* A size in 1..max drawn from the input's bytes, in turn. */
@@ -65,11 +75,6 @@ static size_t draw(const struct run *r, size_t *at, size_t max)
     return 1 + v % max;
 }
 
-struct leg {
-    struct run   *r;
-    ferry_stream *from, *to;
-    size_t        at;
-};
 
 /* Copy one direction in fragments, yielding after each so that the TLS
  * reader on the other side sees partial records. */
@@ -129,20 +134,25 @@ static int client(void *arg)
     }
     if (!r->crc)
         r->crc = ferry_stream_shutdown(r->cli);    /* close_notify */
+    /* The socket could not take the alert at once (the relay has not read
+     * yet): a write of 0 bytes waits until it is out (ferry/tls.h). */
+    if (r->crc == -EAGAIN)
+        r->crc = ferry_stream_write(r->cli, "", 0, NULL);
     return 0;
 }
 
 static int main_task(void *arg)
 {
     struct run *r = arg;
-    struct leg up = { r, r->rc_, r->rs, 3 }, down = { r, r->rs, r->rc_, 5 };
     ferry_task *t[4];
     ferry_scope sc;
 
     /* A stuck exchange fails the input instead of hanging the fuzzer. */
     ferry_scope_enter(&sc, ferry_now() + (int64_t)20 * 1000000000, 0);
-    ferry_task_spawn(&t[0], NULL, relay, &up, NULL);
-    ferry_task_spawn(&t[1], NULL, relay, &down, NULL);
+    r->up = (struct leg){ r, r->rc_, r->rs, 3 };
+    r->down = (struct leg){ r, r->rs, r->rc_, 5 };
+    ferry_task_spawn(&t[0], NULL, relay, &r->up, NULL);
+    ferry_task_spawn(&t[1], NULL, relay, &r->down, NULL);
     ferry_task_spawn(&t[2], NULL, server, r, NULL);
     ferry_task_spawn(&t[3], NULL, client, r, NULL);
     ferry_task_join(t[3], NULL);
