@@ -213,7 +213,12 @@ int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
             put_locked(ch, item);
             break;
         }
-        if (expired || timeout == 0) {
+        if (timeout == 0) {
+            /* Zero means "do not wait": the try-call's answer. */
+            rc = -EAGAIN;
+            break;
+        }
+        if (expired) {
             rc = -ETIMEDOUT;
             break;
         }
@@ -247,7 +252,12 @@ int ferry_chan_recv_blocking(ferry_chan *ch, void **item, int64_t timeout)
             rc = -ESHUTDOWN;
             break;
         }
-        if (expired || timeout == 0) {
+        if (timeout == 0) {
+            /* Zero means "do not wait": the try-call's answer. */
+            rc = -EAGAIN;
+            break;
+        }
+        if (expired) {
             rc = -ETIMEDOUT;
             break;
         }

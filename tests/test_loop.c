@@ -64,6 +64,24 @@ static int sleep_long(void *arg)
 
 /* ---- arguments ------------------------------------------------------------ */
 
+/* The headers' version macros agree with each other and with the library
+ * the test runs with (the same build, so the same version). */
+Test(loop, version_macros_and_ferry_version_agree)
+{
+    char buf[64];
+
+    snprintf(buf, sizeof buf, "%d.%d.%d", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR,
+             FERRY_VERSION_PATCH);
+    cr_assert_str_eq(buf, FERRY_VERSION);
+    cr_assert_str_eq(ferry_version(), FERRY_VERSION);
+    cr_assert_eq(ferry_version_number(), FERRY_VERSION_NUMBER);
+    cr_assert_eq(FERRY_VERSION_NUMBER,
+                 FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 + FERRY_VERSION_PATCH);
+#if FERRY_VERSION_NUMBER < 100 || !defined(FERRY_VERSION_MAJOR)
+    cr_assert_fail("FERRY_VERSION_NUMBER is not usable in #if");
+#endif
+}
+
 T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
 {
     ferry_loop_stats st;

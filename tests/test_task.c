@@ -142,6 +142,52 @@ T(task, spawn_from_a_callback)
     cr_assert_eq(st, 0);
 }
 
+/* A program spawns its first tasks on the loop's thread before the loop
+ * runs: they wait for the run and then start in spawn order, with `loop`
+ * given or NULL (the thread's loop); another thread is refused. */
+static int early_order[4];
+static int early_n;
+
+static int early_task(void *arg)
+{
+    early_order[early_n++] = (int)(intptr_t)arg;
+    return (int)(intptr_t)arg;
+}
+
+static void *spawn_from_other_thread(void *arg)
+{
+    ferry_task *t = NULL;
+
+    return (void *)(intptr_t)ferry_task_spawn(&t, arg, early_task, (void *)9, NULL);
+}
+
+T(task, spawn_before_the_loop_runs_starts_with_the_run)
+{
+    ferry_task *a, *b;
+    ferry_task_opts eager = { .flags = FERRY_SPAWN_EAGER };
+    int st = 0;
+    void *res;
+    pthread_t th;
+
+    cr_assert_eq(ferry_task_spawn(&a, tu_loop, early_task, (void *)1, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&b, NULL, early_task, (void *)2, &eager), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, NULL, early_task, (void *)3, NULL), 0);
+    cr_assert_eq(early_n, 0, "a task ran before the loop did");
+    cr_assert_eq(pthread_create(&th, NULL, spawn_from_other_thread, tu_loop), 0);
+    pthread_join(th, &res);
+    cr_assert_eq((intptr_t)res, -EPERM);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(early_n, 3);
+    cr_assert_eq(early_order[0], 1);
+    cr_assert_eq(early_order[1], 2);
+    cr_assert_eq(early_order[2], 3);
+    cr_assert_eq(ferry_task_join(a, &st), -EPERM);   /* not in a task */
+    cr_assert_eq(ferry_task_try_join(a, &st), 0);
+    cr_assert_eq(st, 1);
+    cr_assert_eq(ferry_task_try_join(b, &st), 0);
+    cr_assert_eq(st, 2);
+}
+
 static int spawn_chain(void *arg)
 {
     int depth = (int)(intptr_t)arg, st = 0;

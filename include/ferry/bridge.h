@@ -376,8 +376,9 @@ int ferry_chan_recv(ferry_chan *ch, void **item /* OUT */);
  * Thread: any thread that does not run a loop (on a loop's thread a wait
  * would block the tasks that could end it: -EDEADLK unless timeout is 0).
  * Suspends: no (blocks the thread).
- * Returns: 0; -ETIMEDOUT (nothing sent / taken); -ESHUTDOWN; -EDEADLK;
- * -EINVAL.
+ * Returns: 0; -EAGAIN (timeout 0 and full / empty: the try-call's answer,
+ * nothing sent / taken); -ETIMEDOUT (a positive timeout passed, nothing
+ * sent / taken); -ESHUTDOWN; -EDEADLK; -EINVAL.
  */
 int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout);
 int ferry_chan_recv_blocking(ferry_chan *ch, void **item /* OUT */, int64_t timeout);

@@ -93,8 +93,14 @@ typedef struct ferry_task_opts {
  * caller owns and must give back with ferry_task_join() or
  * ferry_task_detach(); the task's stack is kept until both the task has
  * ended and the handle is given back.  With `out` NULL the task is detached.
- * Thread: loop (in a task or a callback).  Suspends: no (with
- * FERRY_SPAWN_EAGER from a task: yes, until a later turn).
+ * The loop need not be running: on its thread, before ferry_loop_run() (or
+ * between two runs), a program spawns its first tasks, which start when the
+ * loop runs; `loop` NULL then means ferry_loop_current() (the first loop
+ * made on this thread and not yet freed).  FERRY_SPAWN_EAGER is ignored
+ * there.
+ * Thread: loop (in a task, a callback, or outside the loop's run).
+ * Suspends: no (with FERRY_SPAWN_EAGER from a task: yes, until a later
+ * turn).
  * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL
  * (also for an unknown flag).
  */
