@@ -199,12 +199,12 @@ size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *
     return n;
 }
 
-void ferry_pool_free(ferry_pool *p)
+/* ferry_pool_free() of a pool the caller may free (not the default pool
+ * while it is the default, not from one of its threads). */
+static void pool_free(struct ferry_pool *p)
 {
     struct ferry__link dropped = {0}, *l;
 
-    if (!p || p == atomic_load(&default_pool) || p == ferry__pool_tls)
-        return;
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
     /* Queued jobs never run: each is completed with -ECANCELED. */
@@ -229,6 +229,38 @@ void ferry_pool_free(ferry_pool *p)
     ferry__pool_unref(p);
 }
 
+void ferry_pool_free(ferry_pool *p)
+{
+    if (!p || p == atomic_load(&default_pool) || p == ferry__pool_tls)
+        return;
+    pool_free(p);
+}
+
+/*
+ * The default pool stops being the default under default_mu, so a caller
+ * of ferry_pool_default() from now on starts a new one; then it is freed
+ * as any pool is.  Callers must not hold its pointer across this call
+ * (ferry/bridge.h says so).
+ */
+int ferry_pool_default_shutdown(void)
+{
+    struct ferry_pool *p;
+
+    pthread_mutex_lock(&default_mu);
+    p = atomic_load_explicit(&default_pool, memory_order_relaxed);
+    if (p && p == ferry__pool_tls) {
+        pthread_mutex_unlock(&default_mu);
+        return -EDEADLK;
+    }
+    atomic_store_explicit(&default_pool, NULL, memory_order_release);
+    pthread_mutex_unlock(&default_mu);
+    if (!p)
+        return 0;
+    ferry__alloc_resident(-2);
+    pool_free(p);
+    return 0;
+}
+
 ferry_pool *ferry_pool_default(void)
 {
     struct ferry_pool *p = atomic_load_explicit(&default_pool, memory_order_acquire);
@@ -238,8 +270,10 @@ ferry_pool *ferry_pool_default(void)
     pthread_mutex_lock(&default_mu);
     p = atomic_load_explicit(&default_pool, memory_order_relaxed);
     if (!p && ferry_pool_new(&p, NULL) == 0) {
-        /* Never freed: its two allocations (the pool and its thread array,
-         * which ferry__pool_unref() would free) belong to the process. */
+        /* Kept until ferry_pool_default_shutdown() (ferry_run() calls it),
+         * or for the life of the process: its two allocations (the pool and
+         * its thread array, which ferry__pool_unref() frees) are not a leak
+         * of the loop that started it. */
         ferry__alloc_resident(2);
         atomic_store_explicit(&default_pool, p, memory_order_release);
     }

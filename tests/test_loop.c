@@ -820,6 +820,102 @@ TL(ferry_run_returns_main_status)
     cr_assert_eq(tu_leaks(), 0);
 }
 
+/* Tasks alive when main returns are named in the log, cancelled and
+ * waited for, as asyncio.run() does: a forgotten sleeper and a task that
+ * only yields do not hold the exit. */
+static int left_rc[2];
+
+static int forgotten_sleeper(void *arg)
+{
+    left_rc[0] = ferry_sleep(FERRY_NEVER);
+    return 0;
+}
+
+static int forgotten_yielder(void *arg)
+{
+    int rc;
+
+    while ((rc = ferry_yield()) == 0)
+        ;
+    left_rc[1] = rc;
+    return 0;
+}
+
+static int main_forgets_two(void *arg)
+{
+    ferry_task_spawn(NULL, NULL, forgotten_sleeper, NULL, &(ferry_task_opts){ .name = "sleeper" });
+    ferry_task_spawn(NULL, NULL, forgotten_yielder, NULL, &(ferry_task_opts){ .name = "yielder" });
+    ferry_yield();
+    return 5;
+}
+
+TL(ferry_run_cancels_waits_for_and_names_tasks_left_when_main_returns)
+{
+    int rc;
+
+    tu_log_capture_start();
+    rc = ferry_run(main_forgets_two, NULL);
+    tu_log_capture_stop();
+    cr_assert_eq(rc, 5);
+    cr_assert_eq(left_rc[0], -ECANCELED);
+    cr_assert_eq(left_rc[1], -ECANCELED);
+    cr_assert_eq(tu_log_lines(), 2, "log: %s", tu_log_text());
+    cr_assert_not_null(strstr(tu_log_text(), "'sleeper'"), "log: %s", tu_log_text());
+    cr_assert_not_null(strstr(tu_log_text(), "'yielder'"), "log: %s", tu_log_text());
+    cr_assert_eq(tu_log_level(0), FERRY_LOG_WARN);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* The default pool is shut down at the end of ferry_run(): its threads
+ * are gone and its memory is given back; the next use starts a new one. */
+static int threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+static int offload_job(void *arg)
+{
+    return 31;
+}
+
+static int main_offloads(void *arg)
+{
+    return ferry_to_thread(NULL, offload_job, NULL);
+}
+
+TL(ferry_run_shuts_the_default_pool_down_and_a_later_use_starts_a_new_one)
+{
+    int before = threads_now();
+    ferry_pool_stats st;
+    long live;
+
+    cr_assert_gt(before, 0);
+    live = ferry__alloc_live();
+    cr_assert_eq(ferry_run(main_offloads, NULL), 31);
+    cr_assert_eq(threads_now(), before, "the default pool's threads outlived ferry_run");
+    cr_assert_eq(ferry__alloc_live(), live);
+    /* A later use starts a new default pool, which the call shuts down. */
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
+    cr_assert_gt(threads_now(), before);
+    cr_assert_eq(ferry_run(main_offloads, NULL), 31);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_not_null(ferry_pool_default());
+    cr_assert_eq(ferry_pool_default_shutdown(), 0);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(ferry_pool_default_shutdown(), 0);    /* none: nothing to do */
+    cr_assert_eq(tu_leaks(), 0);
+}
+
 TL(ferry_run_returns_enomem_when_the_loop_or_the_task_cannot_be_made)
 {
     unsigned long n, hits;

@@ -154,10 +154,30 @@ void ferry_pool_free(ferry_pool *pool);
 
 /*
  * The process-wide default pool, started on first use with the default
- * options (see ferry_pool_opts).  Never freed.
+ * options (see ferry_pool_opts).  It lives until
+ * ferry_pool_default_shutdown() (which ferry_run() calls as it ends); the
+ * next use after that starts a new default pool.
  * Thread: any.  Returns: the pool, or NULL if it could not be started.
  */
 ferry_pool *ferry_pool_default(void);
+
+/*
+ * Shut the default pool down (asyncio's loop.shutdown_default_executor()):
+ * it stops being the default at once, then is freed as ferry_pool_free()
+ * frees a pool: queued jobs complete with -ECANCELED, running ones are
+ * waited for, the threads are joined and its memory is given back.  A
+ * later use of the default pool (NULL pool argument, ferry_pool_default())
+ * starts a new one.  No other thread may be using the old one, or hold
+ * the pointer ferry_pool_default() returned, during or after the call: a
+ * program calls this when its threads are done with the default pool
+ * (ferry_run() calls it after its loop is freed, when no other loop of the
+ * process is alive).
+ * Thread: any but the default pool's own threads.  Suspends: no (blocks
+ * while jobs run).
+ * Returns: 0 (shut down, or there was none); -EDEADLK (called from a
+ * thread of the default pool: nothing done).
+ */
+int ferry_pool_default_shutdown(void);
 
 /*
  * Run fn(arg) on a thread of `pool` (NULL: the default pool) and suspend

@@ -295,8 +295,14 @@ int ferry_group_cancel(ferry_group *group);
 /* ---- Run and dump ---------------------------------------------------- */
 
 /*
- * asyncio.run(): make a loop, run fn(arg) as its main task until it ends
- * and nothing else is left, free the loop.
+ * asyncio.run(): make a loop, run fn(arg) as its main task (named "main")
+ * until it ends, then end the rest as asyncio.run() does: every task still
+ * alive is named in the log (one FERRY_LOG_WARN line each), cancelled and
+ * waited for (callbacks and timers left are dropped as ferry_loop_free()
+ * drops them), the loop is freed, and, when no other loop is alive in the
+ * process, the default pool is shut down (ferry_pool_default_shutdown():
+ * a later use starts a new one).  A task that ignores its cancellation
+ * (a shield without end) holds the exit.
  * Thread: any, not in a task.
  * Returns: the main task's status; -ENOMEM if the loop or the task could
  * not be made.
