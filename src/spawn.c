@@ -25,7 +25,7 @@ _Static_assert(sizeof(ferry_task) ==
                sizeof(struct ferry__stack) + sizeof(struct ferry__runnable) +
                sizeof(ferry__ctx) + 3 * sizeof(void *) /* loop fn arg */ +
                2 * sizeof(int) + 4 /* locks status state started cancelled handle */ +
-               4 /* the padding after status */ +
+               1 /* gflags */ + 3 /* the padding after it */ +
                2 * sizeof(void *) /* waiter scope */ + sizeof(struct ferry__hnode) +
                sizeof(struct ferry__waitq) + sizeof(struct ferry__link) /* all */ +
                sizeof(void *) /* group */ + sizeof(struct ferry__link) +
@@ -118,6 +118,7 @@ static inline ferry_task *task_init(struct ferry__stack *s, ferry_loop *loop, fe
     ferry__link_init(&t->all);
     t->locks = 0;
     t->group = NULL;
+    t->gflags = 0;
     ferry__link_init(&t->group_link);
     t->asan_fake = NULL;
     t->tsan_fiber = NULL;
@@ -139,7 +140,7 @@ static inline ferry_task *task_init(struct ferry__stack *s, ferry_loop *loop, fe
 }
 
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts, ferry_group *group)
+                      const ferry_task_opts *opts, ferry_group *group, unsigned gflags)
 {
     struct ferry__stack *s;
     ferry_task *t;
@@ -161,6 +162,7 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     if (group) {
         /* Before it can run: an eager task may end right away. */
         t->group = group;
+        t->gflags = (uint8_t)gflags;
         ferry__list_push_back(&group->children, &t->group_link);
         group->live++;
     }
@@ -181,5 +183,5 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
 int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
                      const ferry_task_opts *opts)
 {
-    return ferry__task_spawn(out, loop, fn, arg, opts, NULL);
+    return ferry__task_spawn(out, loop, fn, arg, opts, NULL, 0);
 }

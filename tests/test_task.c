@@ -997,6 +997,154 @@ T(group, keeps_its_first_failure_and_refuses_spawns_while_failing)
 
 /* ---- wrong thread --------------------------------------------------- */
 
+/* ---- Groups that fit servers ----------------------------------------- */
+
+/* A server's connections: children spawned with FERRY_GROUP_ISOLATE fail
+ * on their own; the failure is counted with the first status, no sibling
+ * is cancelled and the group's status stays 0. */
+static int iso_rc[8];
+static int conn_done, conn_cancelled;
+
+static int conn_fails(void *arg)
+{
+    ferry_sleep(tu_ms(1));
+    return (int)(intptr_t)arg;
+}
+
+static int conn_serves(void *arg)
+{
+    int rc = ferry_sleep(tu_ms(20));
+
+    (void)arg;
+    if (rc == -ECANCELED)
+        conn_cancelled++;
+    else
+        conn_done++;
+    return rc;
+}
+
+static int iso_main(void *arg)
+{
+    ferry_group g;
+    int first = 1;
+
+    (void)arg;
+    ferry_group_init(&g);
+    iso_rc[0] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[1] = ferry_group_spawn_ex(&g, NULL, conn_fails, (void *)-5, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[2] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, 0);
+    iso_rc[3] = ferry_group_spawn_ex(&g, NULL, conn_fails, (void *)-6, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[4] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, 0x80);  /* unknown flag */
+    iso_rc[5] = ferry_group_wait(&g);
+    iso_rc[6] = (int)ferry_group_failures(&g, &first);
+    iso_rc[7] = first;
+    return 0;
+}
+
+T(group, isolated_failures_are_counted_and_cancel_no_sibling)
+{
+    cr_assert_eq(tu_run(iso_main, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(iso_rc[i], 0, "spawn %d: %d", i, iso_rc[i]);
+    cr_assert_eq(iso_rc[4], -EINVAL);
+    cr_assert_eq(iso_rc[5], 0, "the group's status: %d", iso_rc[5]);
+    cr_assert_eq(conn_cancelled, 0);
+    cr_assert_eq(conn_done, 2);
+    cr_assert_eq(iso_rc[6], 2);
+    cr_assert_eq(iso_rc[7], -5);
+    cr_assert_eq(ferry_group_failures(NULL, NULL), 0);
+}
+
+/* ferry_group_spawn_ex() with `out`: a handle joinable before the child
+ * ends, one detached while it runs, and one of an eager child that ended
+ * at once, joined after the group's wait.  The teardown finds no stack
+ * left. */
+static int gh_rc[10];
+
+static int yield_then(void *arg)
+{
+    ferry_yield();
+    return (int)(intptr_t)arg;
+}
+
+static int gh_main(void *arg)
+{
+    ferry_task_opts eager = { .flags = FERRY_SPAWN_EAGER };
+    ferry_task *a, *b, *c;
+    ferry_group g;
+    int st = 0;
+
+    (void)arg;
+    ferry_group_init(&g);
+    /* Isolated: their statuses (not 0) must not cancel each other. */
+    gh_rc[0] = ferry_group_spawn_ex(&g, &a, yield_then, (void *)42, NULL, FERRY_GROUP_ISOLATE);
+    gh_rc[1] = ferry_group_spawn_ex(&g, &b, yield_then, (void *)7, NULL, FERRY_GROUP_ISOLATE);
+    gh_rc[2] = ferry_group_spawn_ex(&g, &c, tu_ret42, NULL, &eager, FERRY_GROUP_ISOLATE);
+    gh_rc[3] = ferry_task_detach(b);
+    gh_rc[4] = ferry_task_join(a, &st);
+    gh_rc[5] = st;
+    gh_rc[6] = ferry_group_wait(&g);
+    gh_rc[7] = ferry_task_try_join(c, &st);
+    gh_rc[8] = st;
+    gh_rc[9] = ferry_task_detach(b);     /* given back already */
+    return 0;
+}
+
+T(group, spawn_ex_gives_a_handle_to_join_or_detach)
+{
+    cr_assert_eq(tu_run(gh_main, NULL), 0);
+    cr_assert_eq(gh_rc[0], 0);
+    cr_assert_eq(gh_rc[1], 0);
+    cr_assert_eq(gh_rc[2], 0);
+    cr_assert_eq(gh_rc[3], 0);
+    cr_assert_eq(gh_rc[4], 0);
+    cr_assert_eq(gh_rc[5], 42);
+    cr_assert_eq(gh_rc[6], 0);
+    cr_assert_eq(gh_rc[7], 0);
+    cr_assert_eq(gh_rc[8], 42);
+    cr_assert_eq(gh_rc[9], -EINVAL);
+}
+
+/* Trio's nursery.start_soon() from a child: an acceptor task (not the
+ * owner) spawns connections into the open group while the owner waits;
+ * the wait covers them. */
+static ferry_group acc_group;
+static int acc_spawned, acc_served;
+
+static int acc_conn(void *arg)
+{
+    (void)arg;
+    ferry_sleep(tu_ms(2));
+    acc_served++;
+    return 0;
+}
+
+static int acceptor(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        ferry_yield();
+        if (ferry_group_spawn_ex(&acc_group, NULL, acc_conn, NULL, NULL, FERRY_GROUP_ISOLATE) == 0)
+            acc_spawned++;
+    }
+    return 0;
+}
+
+static int acc_main(void *arg)
+{
+    (void)arg;
+    ferry_group_init(&acc_group);
+    ferry_group_spawn(&acc_group, acceptor, NULL, NULL);
+    return ferry_group_wait(&acc_group);
+}
+
+T(group, a_child_spawns_into_the_open_group_and_the_wait_covers_it)
+{
+    cr_assert_eq(tu_run(acc_main, NULL), 0);
+    cr_assert_eq(acc_spawned, 3);
+    cr_assert_eq(acc_served, 3, "the wait returned before the connections ended");
+}
+
 static void *foreign_thread(void *arg)
 {
     int *rcs = arg;

@@ -253,8 +253,26 @@ bool ferry_scope_fired(const ferry_scope *scope);
 /* ---- Task groups ------------------------------------------------------ */
 
 /* Structured concurrency (Trio's nursery, asyncio.TaskGroup).  A group lives
- * in its owner task (usually on its stack); the owner spawns children into
- * it and must call ferry_group_wait() before the group goes out of scope. */
+ * in its owner task (usually on its stack); the owner must call
+ * ferry_group_wait() before the group goes out of scope, and no child
+ * outlives that call.
+ *
+ * The rules:
+ *   - Any task of the owner's loop may spawn into the group while it is
+ *     open: not yet waited for and not failing (Trio's
+ *     nursery.start_soon() from a child; a server's accept task spawning
+ *     its connections).  Children spawned while the owner waits are waited
+ *     for too.
+ *   - A child's failure (a status other than 0, not counting the
+ *     -ECANCELED of a child that was cancelled) cancels every sibling and
+ *     becomes the group's status, unless the child was spawned with
+ *     FERRY_GROUP_ISOLATE: then it is counted and the first such status is
+ *     kept (ferry_group_failures()), and the siblings go on (a server's
+ *     connections).
+ *   - The group holds each child's handle.  ferry_group_spawn_ex() with
+ *     `out` gives the caller a handle as well, to join or detach as one
+ *     from ferry_task_spawn(); the group still waits for the child.
+ */
 typedef struct ferry_group {
     /* private: use the functions below */
     struct ferry_task *owner;     /* the task that initialised the group */
@@ -264,20 +282,48 @@ typedef struct ferry_group {
     bool    failing;              /* a child failed: the rest are cancelled */
     bool    closed;               /* ferry_group_wait() has returned */
     struct ferry__link children;  /* live children, by their group link */
+    size_t  isolated_failures;    /* FERRY_GROUP_ISOLATE children that failed */
+    int     isolated_status;      /* the first of their statuses */
 } ferry_group;
+
+/* ferry_group_spawn_ex() flags. */
+#define FERRY_GROUP_ISOLATE 0x1u  /* a failure is counted, it cancels no sibling */
 
 /* Thread: loop, in a task.  Returns: 0; -EPERM; -EINVAL. */
 int ferry_group_init(ferry_group *group);
 
 /*
- * Spawn a child into the group.  A child whose status is not 0 is a
- * failure: the first one cancels every sibling and becomes the group's
- * status.  Children cancelled because of it do not count as failures.
- * Thread: loop, in the owner task.  Returns: as ferry_task_spawn(), plus
- * -ESHUTDOWN if the group is failing or already waited for.
+ * Spawn a child into the group: ferry_group_spawn_ex(group, NULL, fn, arg,
+ * opts, 0).  Thread: loop, in any task of the owner's loop.
+ * Returns: as ferry_task_spawn(), plus -ESHUTDOWN if the group is failing
+ * or already waited for; -EPERM from a task of another loop.
  */
 int ferry_group_spawn(ferry_group *group, ferry_task_fn fn, void *arg,
                       const ferry_task_opts *opts);
+
+/*
+ * Spawn a child into the group.  With `out` not NULL, *out receives a
+ * handle the caller owns as well, to give back with ferry_task_join() (or
+ * try_join) or ferry_task_detach(); it may be given back before or after
+ * the child ends and before or after ferry_group_wait().  `flags`:
+ * FERRY_GROUP_ISOLATE or 0.
+ * Thread: loop, in any task of the owner's loop.  Suspends: as
+ * ferry_task_spawn() (only with FERRY_SPAWN_EAGER).
+ * Returns: 0; as ferry_task_spawn(); -ESHUTDOWN (failing or already waited
+ * for: nothing spawned, *out NULL); -EPERM (a task of another loop, or not
+ * in a task); -EINVAL (an unknown flag, an uninitialised group).
+ */
+int ferry_group_spawn_ex(ferry_group *group, ferry_task **out /* OUT, optional */,
+                         ferry_task_fn fn, void *arg, const ferry_task_opts *opts,
+                         unsigned flags);
+
+/*
+ * The failures of FERRY_GROUP_ISOLATE children so far: how many, and in
+ * *first (if not NULL) the status of the first one (0 if none).
+ * Thread: loop.  Suspends: no.
+ * Returns: the count; 0 for NULL.
+ */
+size_t ferry_group_failures(const ferry_group *group, int *first /* OUT, optional */);
 
 /*
  * Wait for every child.  If the owner is cancelled or times out while
