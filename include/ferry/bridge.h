@@ -152,6 +152,25 @@ int ferry_pool_new(ferry_pool **out /* OUT */, const ferry_pool_opts *opts);
  */
 void ferry_pool_free(ferry_pool *pool);
 
+/* ferry_pool_free_ex() flags. */
+#define FERRY_POOL_FREE_LEAVE_ABANDONED 0x1u
+
+/*
+ * ferry_pool_free(), and with FERRY_POOL_FREE_LEAVE_ABANDONED it does not
+ * wait for abandoned jobs (ferry_to_thread_abandon() whose task left, a
+ * stuck lookup): their threads are left to finish them on their own, run
+ * each cleanup there exactly once and exit (detached).  Everything else is
+ * as ferry_pool_free(): queued jobs complete with -ECANCELED, running jobs
+ * that someone waits for are waited for, the other threads exit before the
+ * call returns.  The pool's memory goes with the last of its threads;
+ * `pool` must not be used once the call began.
+ * Thread: any but the pool's own threads.  Suspends: no (blocks while jobs
+ * that are not abandoned run).
+ * Returns: 0 (also for NULL and the default pool, which are ignored);
+ * -EINVAL (an unknown flag: nothing done).
+ */
+int ferry_pool_free_ex(ferry_pool *pool, unsigned flags);
+
 /*
  * The process-wide default pool, started on first use with the default
  * options (see ferry_pool_opts).  It lives until
