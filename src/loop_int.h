@@ -134,6 +134,7 @@ struct ferry_task {
     void                  *tsan_fiber;/* TSan fiber */
     uint64_t               id;        /* spawn number, for the dump */
     char                   name[32];  /* for diagnostics */
+    struct ferry__local   *locals;    /* task-local values (local.c), or NULL */
 };
 
 /* ferry_task.gflags. */
@@ -369,6 +370,14 @@ void ferry__task_entry(void *arg);
  * task joins the group before it can run. */
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
                       const ferry_task_opts *opts, ferry_group *group, unsigned gflags);
+/* Task-local values (local.c).  The copies a child inherits from `parent`
+ * (keys with an inherit function), in *out: 0; -ENOMEM (nothing made). */
+struct ferry__local;
+int  ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out /* OUT */);
+/* Destroy a list ferry__locals_inherit() made (a spawn that failed). */
+void ferry__locals_free(struct ferry__local *list);
+/* A task ended: run the destructors of its values and free them. */
+void ferry__locals_end(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */
 void ferry__task_resume(ferry_task *t);
 /* True if cancellation of the task is blocked by a shield. */

@@ -30,7 +30,7 @@ _Static_assert(sizeof(ferry_task) ==
                sizeof(struct ferry__waitq) + sizeof(struct ferry__link) /* all */ +
                sizeof(void *) /* group */ + sizeof(struct ferry__link) +
                4 * sizeof(void *) /* lo hi asan_fake tsan_fiber */ +
-               sizeof(uint64_t) + 32 /* id name */,
+               sizeof(uint64_t) + 32 /* id name */ + sizeof(void *) /* locals */,
                "a field was added to struct ferry_task: initialise it in ferry_task_spawn()");
 #endif
 
@@ -146,15 +146,28 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     ferry_task *t;
     int rc;
 
+    struct ferry__local *locals = NULL;
+    ferry_task *self;
+
     if (out)
         *out = NULL;
     rc = spawn_check(&loop, fn, opts);
     if (rc)
         return rc;
+    /* A task of the same loop hands its inherited values down. */
+    self = ferry__self();
+    if (__builtin_expect(self && self->locals && self->loop == loop, 0)) {
+        rc = ferry__locals_inherit(self, &locals);
+        if (rc)
+            return rc;
+    }
     rc = ferry__stack_get(loop, opts && opts->stack_size ? opts->stack_size : 0, &s);
-    if (rc)
+    if (rc) {
+        ferry__locals_free(locals);
         return rc;
+    }
     t = task_init(s, loop, fn, arg, opts, out != NULL);
+    t->locals = locals;
     ferry__list_push_back(&loop->tasks, &t->all);
     loop->live++;
     if (out)
@@ -169,8 +182,6 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     if (opts && (opts->flags & FERRY_SPAWN_EAGER)) {
         /* Only a task of this loop, running now, can step aside (not a
          * callback, even one of another loop that a task runs nested). */
-        ferry_task *self = ferry__self();
-
         if (self && self->loop == loop && loop->current == self && loop->turn) {
             spawn_eager(loop, t, self);
             return 0;

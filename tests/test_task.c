@@ -1228,3 +1228,112 @@ T(task, bad_input_is_einval)
     cr_assert_null(l);
 }
 
+
+/* ---- Task-local values ---------------------------------------------------- */
+
+struct tl_val {
+    int id;        /* which value */
+    int refs;      /* held by tasks */
+};
+
+static int tl_destroyed[8];
+static int tl_ndestroyed;
+
+static void tl_destroy(void *v)
+{
+    struct tl_val *val = v;
+
+    if (--val->refs == 0 && tl_ndestroyed < 8)
+        tl_destroyed[tl_ndestroyed++] = val->id;
+}
+
+static void *tl_ref(void *v)
+{
+    ((struct tl_val *)v)->refs++;
+    return v;
+}
+
+static const ferry_task_key tl_own = { .destructor = tl_destroy };
+static const ferry_task_key tl_inh = { .destructor = tl_destroy, .inherit = tl_ref };
+static const ferry_task_key tl_plain;     /* all-zero: no destructor, not inherited */
+
+static struct tl_val tl_vals[4];
+static void *tl_seen[8];
+static int tl_rc[8];
+
+static int tl_child(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    tl_seen[2 * i] = ferry_task_local_get(&tl_own);
+    tl_seen[2 * i + 1] = ferry_task_local_get(&tl_inh);
+    ferry_yield();
+    return 0;
+}
+
+static int tl_setter(void *arg)
+{
+    struct tl_val *v = arg;
+
+    v->refs = 1;
+    if (ferry_task_local_set(&tl_own, v) != 0)
+        return -1;
+    ferry_yield();                  /* the other setter runs here */
+    return ferry_task_local_get(&tl_own) == v ? 0 : -2;
+}
+
+static int tl_main(void *arg)
+{
+    ferry_task *a, *b, *c;
+    int st1 = -1, st2 = -1, n = 0;
+
+    (void)arg;
+    /* Two tasks, two values: each sees its own; each is destroyed when its
+     * task ends, before the join returns. */
+    ferry_task_spawn(&a, NULL, tl_setter, &tl_vals[0], NULL);
+    ferry_task_spawn(&b, NULL, tl_setter, &tl_vals[1], NULL);
+    ferry_task_join(a, &st1);
+    ferry_task_join(b, &st2);
+    tl_rc[n++] = st1;
+    tl_rc[n++] = st2;
+    tl_rc[n++] = tl_ndestroyed;                 /* 2 */
+    /* The main task's values: one inherited, one not, one plain. */
+    tl_vals[2].refs = 1;
+    tl_vals[3].refs = 1;
+    tl_rc[n++] = ferry_task_local_set(&tl_own, &tl_vals[2]);
+    tl_rc[n++] = ferry_task_local_set(&tl_inh, &tl_vals[3]);
+    tl_rc[n++] = ferry_task_local_set(&tl_plain, &tl_vals[0]);
+    ferry_task_spawn(&c, NULL, tl_child, (void *)0, NULL);
+    ferry_task_join(c, NULL);
+    tl_rc[n++] = tl_vals[3].refs;               /* 1: the child's copy is gone */
+    tl_rc[n++] = ferry_task_local_get(&tl_plain) == &tl_vals[0] ? 0 : -1;
+    return n;
+}
+
+Test(task_local, values_are_per_task_inherited_by_key_and_destroyed_at_the_end,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    for (int i = 0; i < 4; i++)
+        tl_vals[i].id = i;
+    cr_assert_eq(tu_run(tl_main, NULL), 8);
+    cr_assert_eq(tl_rc[0], 0, "a setter saw another task's value: %d", tl_rc[0]);
+    cr_assert_eq(tl_rc[1], 0, "a setter saw another task's value: %d", tl_rc[1]);
+    cr_assert_eq(tl_rc[2], 2, "destroyed by the joins: %d", tl_rc[2]);
+    cr_assert_eq(tl_rc[3], 0);
+    cr_assert_eq(tl_rc[4], 0);
+    cr_assert_eq(tl_rc[5], 0);
+    cr_assert_null(tl_seen[0], "a key without inherit was inherited");
+    cr_assert_eq(tl_seen[1], &tl_vals[3]);
+    cr_assert_eq(tl_rc[6], 1, "the child's inherited reference: %d", tl_rc[6]);
+    cr_assert_eq(tl_rc[7], 0);
+    /* The main task's own values went with it. */
+    cr_assert_eq(tl_ndestroyed, 4);
+    cr_assert_eq(tl_destroyed[0], 0);
+    cr_assert_eq(tl_destroyed[1], 1);
+    cr_assert_eq(tl_vals[2].refs, 0);
+    cr_assert_eq(tl_vals[3].refs, 0);
+    /* Outside a task. */
+    cr_assert_null(ferry_task_local_get(&tl_own));
+    cr_assert_eq(ferry_task_local_set(&tl_own, &tl_vals[0]), -EPERM);
+    cr_assert_eq(ferry_task_local_set(NULL, &tl_vals[0]), -EINVAL);
+}

@@ -101,7 +101,8 @@ typedef struct ferry_task_opts {
  * Thread: loop (in a task, a callback, or outside the loop's run).
  * Suspends: no (with FERRY_SPAWN_EAGER from a task: yes, until a later
  * turn).
- * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL
+ * Returns: 0; -ENOMEM (no task made, nothing leaked; also when the values
+ * the child inherits (ferry_task_key) could not be stored); -EPERM; -EINVAL
  * (also for an unknown flag).
  */
 int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
@@ -249,6 +250,48 @@ int ferry_scope_exit(ferry_scope *scope);
  * Returns: true if this scope's deadline made a suspension point return
  * -ETIMEDOUT. */
 bool ferry_scope_fired(const ferry_scope *scope);
+
+/* ---- Task-local values ------------------------------------------------ */
+
+/*
+ * A key for a pointer per task (Python's contextvars, pthread keys): the
+ * caller's struct, usually static; its address names it, so keys need no
+ * creation and no registry, and all-zero is a key without destructor that
+ * children do not inherit.  The struct must outlive every task that holds
+ * a value for it.
+ *
+ *   destructor  run with the task's value (if not NULL) when the task ends,
+ *               on the loop's thread, before the task counts as done
+ *               (joiners see it done after it).  It must not suspend.
+ *               NULL: none.
+ *   inherit     NULL: children start without a value.  Otherwise a child
+ *               spawned by a task of the same loop starts with
+ *               inherit(parent's value), a value of its own (the destructor
+ *               runs for it too): return a new reference or a copy.  To
+ *               share one pointer without ownership, use a key without
+ *               destructor and an inherit function that returns its
+ *               argument.  Inheritance is chosen per key, at spawn time,
+ *               from the parent's values then.
+ */
+typedef struct ferry_task_key {
+    void  (*destructor)(void *value);
+    void *(*inherit)(void *value);
+} ferry_task_key;
+
+/*
+ * Set the calling task's value for `key` (NULL: no value).  A value
+ * replaced or cleared this way is the caller's again: its destructor is
+ * not called (as pthread_setspecific()).
+ * Thread: loop, in a task.  Suspends: no.
+ * Returns: 0; -ENOMEM (the first value for this key could not be stored:
+ * nothing changed); -EPERM (not in a task); -EINVAL (key NULL).
+ */
+int ferry_task_local_set(const ferry_task_key *key, void *value);
+
+/* Thread: loop, in a task.  Suspends: no.
+ * Returns: the calling task's value for `key`; NULL if it has none, or
+ * outside a task. */
+void *ferry_task_local_get(const ferry_task_key *key);
 
 /* ---- Task groups ------------------------------------------------------ */
 
