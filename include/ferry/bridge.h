@@ -368,7 +368,13 @@ int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /* ---- Mixed channel: threads and tasks --------------------------------- */
 
 /*
- * A bounded FIFO of pointers shared by threads and tasks (Python's janus):
+ * A bounded FIFO shared by threads and tasks (Python's janus), of pointers
+ * (ferry_chan_new(): the calls below that take a `void *` item) or of
+ * elements of any size copied in and out, as ferry_queue does
+ * (ferry_chan_new_elem() and the *_elem calls, which take a pointer to the
+ * element).  The pointer calls are the element calls for elements that
+ * are a `void *`: they work on any channel whose elements have that size,
+ * and refuse others with -EINVAL.  Every rule below holds for both:
  * tasks send and receive suspending, threads blocking with a timeout; both
  * sides feel the bound.  Tasks of several loops may use one channel.
  * ferry_chan_close() wakes everyone: sends then fail with -ESHUTDOWN,
@@ -383,6 +389,29 @@ typedef struct ferry_chan ferry_chan;
  * Returns: 0; -ENOMEM; -EINVAL (capacity 0).
  */
 int ferry_chan_new(ferry_chan **out /* OUT */, size_t capacity);
+
+/*
+ * A channel of `capacity` elements of `elem_size` bytes each.  In
+ * ferry_select(), its send case copies the element `buf` points to and its
+ * receive case copies into `buf`.
+ * Thread: any.  Owns: the caller; free with ferry_chan_free().
+ * Returns: 0; -ENOMEM; -EINVAL (capacity or elem_size 0, or too large).
+ */
+int ferry_chan_new_elem(ferry_chan **out /* OUT */, size_t capacity, size_t elem_size);
+
+/*
+ * The element calls: as ferry_chan_send(), ferry_chan_recv(), the
+ * blocking and the try calls below, with the element copied from `item`
+ * (send) or into `out` (receive; untouched unless 0 is returned).
+ * Thread: as the pointer call of the same name.  Suspends: likewise.
+ * Returns: as the pointer call; -EINVAL also for `item` or `out` NULL.
+ */
+int ferry_chan_send_elem(ferry_chan *ch, const void *item);
+int ferry_chan_recv_elem(ferry_chan *ch, void *out /* OUT */);
+int ferry_chan_send_elem_blocking(ferry_chan *ch, const void *item, int64_t timeout);
+int ferry_chan_recv_elem_blocking(ferry_chan *ch, void *out /* OUT */, int64_t timeout);
+int ferry_chan_try_send_elem(ferry_chan *ch, const void *item);
+int ferry_chan_try_recv_elem(ferry_chan *ch, void *out /* OUT */);
 
 /* Free a channel nobody waits on any more (close it and let the waiters
  * return first).  Items still inside are the caller's business: they are
