@@ -279,10 +279,12 @@ int ferry_pool_free_ex(ferry_pool *p, unsigned flags)
  * as any pool is.  Callers must not hold its pointer across this call
  * (ferry/bridge.h says so).
  */
-int ferry_pool_default_shutdown(void)
+int ferry_pool_default_shutdown(unsigned flags)
 {
     struct ferry_pool *p;
 
+    if (flags & ~FERRY_POOL_FREE_LEAVE_ABANDONED)
+        return -EINVAL;
     pthread_mutex_lock(&default_mu);
     p = atomic_load_explicit(&default_pool, memory_order_relaxed);
     if (p && p == ferry__pool_tls) {
@@ -294,7 +296,7 @@ int ferry_pool_default_shutdown(void)
     if (!p)
         return 0;
     ferry__alloc_resident(-2);
-    pool_free(p, false);
+    pool_free(p, flags & FERRY_POOL_FREE_LEAVE_ABANDONED);
     return 0;
 }
 

@@ -910,10 +910,55 @@ TL(ferry_run_shuts_the_default_pool_down_and_a_later_use_starts_a_new_one)
     cr_assert_eq(ferry_run(main_offloads, NULL), 31);
     cr_assert_eq(threads_now(), before);
     cr_assert_not_null(ferry_pool_default());
-    cr_assert_eq(ferry_pool_default_shutdown(), 0);
+    cr_assert_eq(ferry_pool_default_shutdown(0x80), -EINVAL);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
     cr_assert_eq(threads_now(), before);
-    cr_assert_eq(ferry_pool_default_shutdown(), 0);    /* none: nothing to do */
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);   /* none: nothing to do */
     cr_assert_eq(tu_leaks(), 0);
+}
+
+/* A job on the default pool abandoned by its task (a stuck lookup) does
+ * not hold ferry_run's exit: ferry_run returns while it still blocks, and
+ * once released it ends, its cleanup runs and its thread goes away. */
+static atomic_int stuck_release, stuck_cleanups;
+
+static int stuck_job(void *arg)
+{
+    while (!atomic_load(&stuck_release))
+        usleep(1000);
+    return 0;
+}
+
+static void stuck_cleanup(void *arg, int status)
+{
+    atomic_fetch_add(&stuck_cleanups, 1);
+}
+
+static int main_abandons(void *arg)
+{
+    ferry_scope sc;
+    int rc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10), 0);
+    rc = ferry_to_thread_abandon(NULL, stuck_job, NULL, stuck_cleanup);
+    ferry_scope_exit(&sc);
+    return rc == -ETIMEDOUT ? 0 : 1;
+}
+
+TL(ferry_run_does_not_wait_for_an_abandoned_job_of_the_default_pool)
+{
+    int before = threads_now(), waited = 0;
+    long live = ferry__alloc_live();
+
+    cr_assert_eq(ferry_run(main_abandons, NULL), 0);
+    cr_assert_eq(atomic_load(&stuck_cleanups), 0, "ferry_run waited for the abandoned job");
+    cr_assert_eq(threads_now(), before + 1);
+    atomic_store(&stuck_release, 1);
+    while (threads_now() != before && waited++ < 5000)
+        usleep(1000);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(atomic_load(&stuck_cleanups), 1);
+    cr_assert_eq(tu_alloc_settle(live), 0);
 }
 
 TL(ferry_run_returns_enomem_when_the_loop_or_the_task_cannot_be_made)

@@ -129,6 +129,6 @@ int ferry_run(ferry_task_fn fn, void *arg)
     ferry__loop_log_alive(loop, "ferry_run: the main task returned");
     ferry_loop_free(loop);
     if (ferry__loops_none())
-        ferry_pool_default_shutdown();
+        ferry_pool_default_shutdown(FERRY_POOL_FREE_LEAVE_ABANDONED);
     return status;
 }

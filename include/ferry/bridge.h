@@ -182,21 +182,23 @@ ferry_pool *ferry_pool_default(void);
 
 /*
  * Shut the default pool down (asyncio's loop.shutdown_default_executor()):
- * it stops being the default at once, then is freed as ferry_pool_free()
- * frees a pool: queued jobs complete with -ECANCELED, running ones are
- * waited for, the threads are joined and its memory is given back.  A
- * later use of the default pool (NULL pool argument, ferry_pool_default())
- * starts a new one.  No other thread may be using the old one, or hold
- * the pointer ferry_pool_default() returned, during or after the call: a
- * program calls this when its threads are done with the default pool
- * (ferry_run() calls it after its loop is freed, when no other loop of the
- * process is alive).
+ * it stops being the default at once, then is freed as ferry_pool_free_ex()
+ * frees a pool with `flags` (0 or FERRY_POOL_FREE_LEAVE_ABANDONED): queued
+ * jobs complete with -ECANCELED, running ones are waited for (abandoned
+ * ones too, unless the flag leaves them to finish on their own), the
+ * threads are joined and its memory is given back.  A later use of the
+ * default pool (NULL pool argument, ferry_pool_default()) starts a new
+ * one.  No other thread may be using the old one, or hold the pointer
+ * ferry_pool_default() returned, during or after the call: a program calls
+ * this when its threads are done with the default pool (ferry_run() calls
+ * it, leaving abandoned jobs such as a stuck name lookup, after its loop
+ * is freed, when no other loop of the process is alive).
  * Thread: any but the default pool's own threads.  Suspends: no (blocks
  * while jobs run).
  * Returns: 0 (shut down, or there was none); -EDEADLK (called from a
- * thread of the default pool: nothing done).
+ * thread of the default pool: nothing done); -EINVAL (an unknown flag).
  */
-int ferry_pool_default_shutdown(void);
+int ferry_pool_default_shutdown(unsigned flags);
 
 /*
  * Run fn(arg) on a thread of `pool` (NULL: the default pool) and suspend

@@ -389,8 +389,10 @@ int ferry_group_cancel(ferry_group *group);
  * alive is named in the log (one FERRY_LOG_WARN line each), cancelled and
  * waited for (callbacks and timers left are dropped as ferry_loop_free()
  * drops them), the loop is freed, and, when no other loop is alive in the
- * process, the default pool is shut down (ferry_pool_default_shutdown():
- * a later use starts a new one).  A task that ignores its cancellation
+ * process, the default pool is shut down (ferry_pool_default_shutdown()
+ * with FERRY_POOL_FREE_LEAVE_ABANDONED: an abandoned job, such as a stuck
+ * name lookup, finishes on its own and does not hold the exit; a later use
+ * starts a new pool).  A task that ignores its cancellation
  * (a shield without end) holds the exit.
  * Thread: any, not in a task.
  * Returns: the main task's status; -ENOMEM if the loop or the task could
