@@ -72,3 +72,13 @@ bool ferry__loops_live(const ferry_loop *loop)
     pthread_mutex_unlock(&loops_mu);
     return live;
 }
+
+bool ferry__loops_none(void)
+{
+    bool none;
+
+    pthread_mutex_lock(&loops_mu);
+    none = ferry__list_empty(&loops);
+    pthread_mutex_unlock(&loops_mu);
+    return none;
+}

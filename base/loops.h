@@ -25,4 +25,7 @@ void ferry__loops_remove(struct ferry__loop_entry *e);
  * so `loop` may point to freed memory. */
 bool ferry__loops_live(const ferry_loop *loop);
 
+/* True if no loop lives in the process now (a snapshot). */
+bool ferry__loops_none(void);
+
 #endif /* FERRY_BASE_LOOPS_H */

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "bridge_int.h"
 
@@ -30,8 +31,10 @@ struct ferry_chan {
     unsigned           thr_send;  /* threads waiting on not_full */
     struct ferry__link recvq;     /* tasks waiting to receive: struct cwait */
     struct ferry__link sendq;     /* tasks waiting to send: struct cwait */
-    void             **buf;       /* ring of `cap` items */
+    unsigned char     *buf;       /* ring of `cap` elements of `esize` bytes */
     size_t             cap;       /* capacity, set once */
+    size_t             esize;     /* bytes per element, set once */
+    bool               ptrs;      /* made by ferry_chan_new(): select's buf is the item */
     size_t             head;      /* index of the oldest item */
     size_t             count;     /* items in the ring */
     bool               closed;    /* sends refused */
@@ -65,41 +68,50 @@ static void wake_all_locked(struct ferry__link *q)
         ferry__task_wake_fire(&ferry__container_of(l, struct cwait, link)->tw, 0);
 }
 
-/* Requires mu and room. */
-static void put_locked(struct ferry_chan *ch, void *item)
+/* Copy one element; a pointer channel's element is one assignment. */
+static inline void elem_copy(const struct ferry_chan *ch, void *dst, const void *src)
 {
-    ch->buf[(ch->head + ch->count) % ch->cap] = item;
+    if (ch->esize == sizeof(void *))
+        memcpy(dst, src, sizeof(void *));
+    else
+        memcpy(dst, src, ch->esize);
+}
+
+/* Requires mu and room.  Copies the element at `src` in. */
+static void put_locked(struct ferry_chan *ch, const void *src)
+{
+    elem_copy(ch, ch->buf + ((ch->head + ch->count) % ch->cap) * ch->esize, src);
     ch->count++;
     wake_one_locked(ch, true);
 }
 
-/* Requires mu and an item. */
-static void *take_locked(struct ferry_chan *ch)
+/* Requires mu and an element.  Copies the oldest element out to `dst`. */
+static void take_locked(struct ferry_chan *ch, void *dst)
 {
-    void *item = ch->buf[ch->head];
-
+    elem_copy(ch, dst, ch->buf + ch->head * ch->esize);
     ch->head = (ch->head + 1) % ch->cap;
     ch->count--;
     wake_one_locked(ch, false);
-    return item;
 }
 
-int ferry_chan_new(ferry_chan **out, size_t capacity)
+static int chan_make(ferry_chan **out, size_t capacity, size_t esize, bool ptrs)
 {
     struct ferry_chan *ch;
 
     if (!out)
         return -EINVAL;
     *out = NULL;
-    if (!capacity || capacity > SIZE_MAX / sizeof(void *))
+    if (!capacity || !esize || capacity > SIZE_MAX / esize)
         return -EINVAL;
     ch = ferry__calloc(1, sizeof *ch);
     if (!ch)
         return -ENOMEM;
-    ch->buf = ferry__calloc(capacity, sizeof *ch->buf);
+    ch->buf = ferry__calloc(capacity, esize);
     if (!ch->buf)
         goto err_free;
     ch->cap = capacity;
+    ch->esize = esize;
+    ch->ptrs = ptrs;
     if (pthread_mutex_init(&ch->mu, NULL))
         goto err_buf;
     if (ferry__cond_init(&ch->not_empty))
@@ -118,6 +130,16 @@ err_buf:
 err_free:
     ferry__free(ch);
     return -ENOMEM;
+}
+
+int ferry_chan_new(ferry_chan **out, size_t capacity)
+{
+    return chan_make(out, capacity, sizeof(void *), true);
+}
+
+int ferry_chan_new_elem(ferry_chan **out, size_t capacity, size_t elem_size)
+{
+    return chan_make(out, capacity, elem_size, false);
 }
 
 void ferry_chan_free(ferry_chan *ch)
@@ -159,11 +181,11 @@ size_t ferry_chan_len(ferry_chan *ch)
     return n;
 }
 
-int ferry_chan_try_send(ferry_chan *ch, void *item)
+int ferry_chan_try_send_elem(ferry_chan *ch, const void *item)
 {
     int rc = 0;
 
-    if (!ch)
+    if (!ch || !item)
         return -EINVAL;
     pthread_mutex_lock(&ch->mu);
     if (ch->closed)
@@ -176,7 +198,7 @@ int ferry_chan_try_send(ferry_chan *ch, void *item)
     return rc;
 }
 
-int ferry_chan_try_recv(ferry_chan *ch, void **item)
+int ferry_chan_try_recv_elem(ferry_chan *ch, void *item)
 {
     int rc = 0;
 
@@ -184,7 +206,7 @@ int ferry_chan_try_recv(ferry_chan *ch, void **item)
         return -EINVAL;
     pthread_mutex_lock(&ch->mu);
     if (ch->count)
-        *item = take_locked(ch);
+        take_locked(ch, item);
     else
         rc = ch->closed ? -ESHUTDOWN : -EAGAIN;
     pthread_mutex_unlock(&ch->mu);
@@ -192,13 +214,13 @@ int ferry_chan_try_recv(ferry_chan *ch, void **item)
 }
 
 /* Blocking from a plain thread: wait on `cv` until ready() or the deadline. */
-int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
+int ferry_chan_send_elem_blocking(ferry_chan *ch, const void *item, int64_t timeout)
 {
     int64_t deadline;
     bool expired = false;
     int rc = 0;
 
-    if (!ch)
+    if (!ch || !item)
         return -EINVAL;
     if (timeout != 0 && ferry_loop_current())
         return -EDEADLK;
@@ -213,7 +235,12 @@ int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
             put_locked(ch, item);
             break;
         }
-        if (expired || timeout == 0) {
+        if (timeout == 0) {
+            /* Zero means "do not wait": the try-call's answer. */
+            rc = -EAGAIN;
+            break;
+        }
+        if (expired) {
             rc = -ETIMEDOUT;
             break;
         }
@@ -226,7 +253,7 @@ int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
     return rc;
 }
 
-int ferry_chan_recv_blocking(ferry_chan *ch, void **item, int64_t timeout)
+int ferry_chan_recv_elem_blocking(ferry_chan *ch, void *item, int64_t timeout)
 {
     int64_t deadline;
     bool expired = false;
@@ -240,14 +267,19 @@ int ferry_chan_recv_blocking(ferry_chan *ch, void **item, int64_t timeout)
     pthread_mutex_lock(&ch->mu);
     for (;;) {
         if (ch->count) {
-            *item = take_locked(ch);
+            take_locked(ch, item);
             break;
         }
         if (ch->closed) {
             rc = -ESHUTDOWN;
             break;
         }
-        if (expired || timeout == 0) {
+        if (timeout == 0) {
+            /* Zero means "do not wait": the try-call's answer. */
+            rc = -EAGAIN;
+            break;
+        }
+        if (expired) {
             rc = -ETIMEDOUT;
             break;
         }
@@ -305,12 +337,12 @@ static int task_begin(struct cwait *cw, const char *what, const void *obj)
     return ferry__check(cw->tw.w.task);
 }
 
-int ferry_chan_send(ferry_chan *ch, void *item)
+int ferry_chan_send_elem(ferry_chan *ch, const void *item)
 {
     struct cwait cw;
     int rc;
 
-    if (!ch)
+    if (!ch || !item)
         return -EINVAL;
     rc = task_begin(&cw, "chan send", ch);
     if (rc)
@@ -334,7 +366,7 @@ int ferry_chan_send(ferry_chan *ch, void *item)
     return rc;
 }
 
-int ferry_chan_recv(ferry_chan *ch, void **item)
+int ferry_chan_recv_elem(ferry_chan *ch, void *item)
 {
     struct cwait cw;
     int rc;
@@ -347,7 +379,7 @@ int ferry_chan_recv(ferry_chan *ch, void **item)
     pthread_mutex_lock(&ch->mu);
     for (;;) {
         if (ch->count) {
-            *item = take_locked(ch);
+            take_locked(ch, item);
             rc = 0;
             break;
         }
@@ -361,6 +393,45 @@ int ferry_chan_recv(ferry_chan *ch, void **item)
     }
     pthread_mutex_unlock(&ch->mu);
     return rc;
+}
+
+/* ==== the pointer calls ================================================= */
+
+/* The pointer calls are the element calls on an element that is a pointer;
+ * they refuse a channel of another element size. */
+static inline int ptr_chan(const struct ferry_chan *ch)
+{
+    return ch && ch->esize == sizeof(void *) ? 0 : -EINVAL;
+}
+
+int ferry_chan_send(ferry_chan *ch, void *item)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_send_elem(ch, &item);
+}
+
+int ferry_chan_recv(ferry_chan *ch, void **item)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_recv_elem(ch, item);
+}
+
+int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_send_elem_blocking(ch, &item, timeout);
+}
+
+int ferry_chan_recv_blocking(ferry_chan *ch, void **item, int64_t timeout)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_recv_elem_blocking(ch, item, timeout);
+}
+
+int ferry_chan_try_send(ferry_chan *ch, void *item)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_try_send_elem(ch, &item);
+}
+
+int ferry_chan_try_recv(ferry_chan *ch, void **item)
+{
+    return ptr_chan(ch) ? -EINVAL : ferry_chan_try_recv_elem(ch, item);
 }
 
 /* ==== select's cases (loop thread; port/loop_port.h) ==================== */
@@ -378,7 +449,9 @@ int ferry_chan_recv(ferry_chan *ch, void **item)
 static int sel_try(void *obj, bool send, void *buf, int *result)
 {
     struct ferry_chan *ch = obj;
-    int rc = send ? ferry_chan_try_send(ch, buf) : ferry_chan_try_recv(ch, buf);
+    /* A pointer channel's send case carries the item itself in `buf`. */
+    int rc = send ? ferry_chan_try_send_elem(ch, ch->ptrs ? (const void *)&buf : buf)
+                  : ferry_chan_try_recv_elem(ch, buf);
 
     if (rc == -EAGAIN)
         return 0;
@@ -459,13 +532,13 @@ static int sel_done(void *obj, bool send, void *buf, bool perform, int *result)
             *result = -ESHUTDOWN;
             rc = 1;
         } else if (ch->count < ch->cap) {
-            put_locked(ch, buf);
+            put_locked(ch, ch->ptrs ? (const void *)&buf : buf);
             *result = 0;
             rc = 1;
         }
     } else {
         if (ch->count) {
-            *(void **)buf = take_locked(ch);
+            take_locked(ch, buf);
             *result = 0;
             rc = 1;
         } else if (ch->closed) {

@@ -19,6 +19,7 @@ void ferry__pool_unref(struct ferry_pool *p)
 {
     if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
         return;
+    pthread_cond_destroy(&p->gone);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->check);
     pthread_cond_destroy(&p->room);
@@ -124,9 +125,11 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     atomic_init(&p->qhint, 0);
     atomic_init(&p->sub_cpu, -1);
     atomic_init(&p->spin_cpu, -1);
-    p->threads = ferry__calloc(p->nthreads, sizeof *p->threads);
+    /* The threads, then a flag per thread: one allocation. */
+    p->threads = ferry__calloc(p->nthreads, sizeof *p->threads + sizeof *p->exited);
     if (!p->threads)
         goto err_free;
+    p->exited = (bool *)(p->threads + p->nthreads);
     if (pool_mutex_init(&p->mu, p->multicpu))
         goto err_free;
     if (ferry__cond_init(&p->room))
@@ -135,8 +138,10 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
         goto err_room;
     if (ferry__cond_init(&p->check))
         goto err_work;
-    if (pthread_attr_init(&attr))
+    if (pthread_cond_init(&p->gone, NULL))
         goto err_check;
+    if (pthread_attr_init(&attr))
+        goto err_gone;
     if (o.stack_size && pthread_attr_setstacksize(&attr, o.stack_size)) {
         rc = -EINVAL;
         goto err_attr;
@@ -147,6 +152,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
             stop_threads(p, i);
             goto err_attr;
         }
+        p->alive++;   /* before the pool is anyone else's: no lock needed */
     }
     pthread_attr_destroy(&attr);
     *out = p;
@@ -154,6 +160,8 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
 
 err_attr:
     pthread_attr_destroy(&attr);
+err_gone:
+    pthread_cond_destroy(&p->gone);
 err_check:
     pthread_cond_destroy(&p->check);
 err_work:
@@ -199,14 +207,18 @@ size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *
     return n;
 }
 
-void ferry_pool_free(ferry_pool *p)
+/* ferry_pool_free() of a pool the caller may free (not the default pool
+ * while it is the default, not from one of its threads).  With `leave`,
+ * each worker holds a reference from here on and detaches itself as it
+ * leaves; the caller waits only until every worker not running an
+ * abandoned job has left. */
+static void pool_free(struct ferry_pool *p, bool leave)
 {
     struct ferry__link dropped = {0}, *l;
 
-    if (!p || p == atomic_load(&default_pool) || p == ferry__pool_tls)
-        return;
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
+    p->leave = leave;
     /* Queued jobs never run: each is completed with -ECANCELED. */
     ferry__pool_drop_queued_locked(p, &dropped, -ECANCELED);
     /* Tasks waiting for room: refused. */
@@ -222,11 +234,70 @@ void ferry_pool_free(ferry_pool *p)
         struct job *j = ferry__container_of(l, struct job, link);
         ferry__pool_finish(j, j->status);
     }
+    if (leave) {
+        /* Wait until only the workers running abandoned jobs are left; join
+         * the others.  The ones left finish their jobs, run the cleanups and
+         * exit detached; a reference each keeps the memory until then. */
+        pthread_mutex_lock(&p->mu);
+        while (p->alive > p->nabandoned)
+            pthread_cond_wait(&p->gone, &p->mu);
+        p->released = true;
+        atomic_fetch_add_explicit(&p->refs, p->alive, memory_order_relaxed);
+        pthread_mutex_unlock(&p->mu);
+        /* Set once under mu, read after it: these threads have left. */
+        for (unsigned i = 0; i < p->nthreads; i++)
+            if (p->exited[i])
+                pthread_join(p->threads[i], NULL);
+        ferry__pool_unref(p);
+        return;
+    }
     /* Running jobs (abandoned ones too) end; then the threads exit.  A
      * posted sink keeps the memory until its loop has run it. */
     for (unsigned i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
     ferry__pool_unref(p);
+}
+
+void ferry_pool_free(ferry_pool *p)
+{
+    ferry_pool_free_ex(p, 0);
+}
+
+int ferry_pool_free_ex(ferry_pool *p, unsigned flags)
+{
+    if (flags & ~FERRY_POOL_FREE_LEAVE_ABANDONED)
+        return -EINVAL;
+    if (!p || p == atomic_load(&default_pool) || p == ferry__pool_tls)
+        return 0;
+    pool_free(p, flags & FERRY_POOL_FREE_LEAVE_ABANDONED);
+    return 0;
+}
+
+/*
+ * The default pool stops being the default under default_mu, so a caller
+ * of ferry_pool_default() from now on starts a new one; then it is freed
+ * as any pool is.  Callers must not hold its pointer across this call
+ * (ferry/bridge.h says so).
+ */
+int ferry_pool_default_shutdown(unsigned flags)
+{
+    struct ferry_pool *p;
+
+    if (flags & ~FERRY_POOL_FREE_LEAVE_ABANDONED)
+        return -EINVAL;
+    pthread_mutex_lock(&default_mu);
+    p = atomic_load_explicit(&default_pool, memory_order_relaxed);
+    if (p && p == ferry__pool_tls) {
+        pthread_mutex_unlock(&default_mu);
+        return -EDEADLK;
+    }
+    atomic_store_explicit(&default_pool, NULL, memory_order_release);
+    pthread_mutex_unlock(&default_mu);
+    if (!p)
+        return 0;
+    ferry__alloc_resident(-2);
+    pool_free(p, flags & FERRY_POOL_FREE_LEAVE_ABANDONED);
+    return 0;
 }
 
 ferry_pool *ferry_pool_default(void)
@@ -238,8 +309,10 @@ ferry_pool *ferry_pool_default(void)
     pthread_mutex_lock(&default_mu);
     p = atomic_load_explicit(&default_pool, memory_order_relaxed);
     if (!p && ferry_pool_new(&p, NULL) == 0) {
-        /* Never freed: its two allocations (the pool and its thread array,
-         * which ferry__pool_unref() would free) belong to the process. */
+        /* Kept until ferry_pool_default_shutdown() (ferry_run() calls it),
+         * or for the life of the process: its two allocations (the pool and
+         * its thread array, which ferry__pool_unref() frees) are not a leak
+         * of the loop that started it. */
         ferry__alloc_resident(2);
         atomic_store_explicit(&default_pool, p, memory_order_release);
     }

@@ -178,6 +178,13 @@ struct ferry_pool {
     uint64_t            cancelled; /* mu */
     atomic_ulong        callback_errors; /* completions that returned non-zero */
     bool                stopping;  /* mu: ferry_pool_free() began */
+    bool                leave;     /* mu: being freed with FERRY_POOL_FREE_LEAVE_ABANDONED */
+    bool                released;  /* mu: that free has returned: a worker leaving now
+                                    * detaches itself and drops a reference */
+    unsigned            alive;     /* mu: workers that have not left their loop */
+    bool               *exited;    /* mu: per thread, left its loop (after `threads`, same
+                                    * allocation) */
+    pthread_cond_t      gone;      /* a worker left, or a job was abandoned, while stopping */
     bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
     int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
     int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */

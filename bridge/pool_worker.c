@@ -292,7 +292,7 @@ void *ferry__pool_worker_main(void *arg)
     struct ferry_inbox *ib = NULL;
     struct ferry__link *l;
     struct job *j, *done = NULL;   /* finished, not yet booked */
-    bool spun = false, waited_for = false;
+    bool spun = false, waited_for = false, leave;
     int status = 0, what = RET_NONE;
     uint64_t t0, took = 0;         /* done's run time */
 
@@ -346,8 +346,23 @@ void *ferry__pool_worker_main(void *arg)
 
         pthread_mutex_lock(&p->mu);
     }
+    p->alive--;
+    leave = p->released;
+    if (p->leave && !leave) {
+        /* The free waits for us and joins us. */
+        for (unsigned i = 0; i < p->nthreads; i++)
+            if (pthread_equal(p->threads[i], pthread_self()))
+                p->exited[i] = true;
+        pthread_cond_broadcast(&p->gone);
+    }
     pthread_mutex_unlock(&p->mu);
     ferry__pool_tls = NULL;
+    if (leave) {
+        /* Nobody joins this thread: it goes away on its own, and its
+         * reference was the last thing it held. */
+        pthread_detach(pthread_self());
+        ferry__pool_unref(p);
+    }
     return NULL;
 }
 

@@ -303,6 +303,8 @@ static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, s
         j->abandoned = true;
         *abandoned = true;
         p->nabandoned++;
+        if (p->stopping)
+            pthread_cond_broadcast(&p->gone);   /* a leaving free waits for one fewer */
         pthread_mutex_unlock(&p->mu);
         return rc;                    /* the worker cleans up and frees j */
     }

@@ -35,13 +35,15 @@ static void cancel_children(ferry_group *g)
         ferry_task_cancel(ferry__container_of(l, ferry_task, group_link));
 }
 
-int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts)
+int ferry_group_spawn_ex(ferry_group *g, ferry_task **out, ferry_task_fn fn, void *arg,
+                         const ferry_task_opts *opts, unsigned flags)
 {
     ferry_task *self, *t;
     int rc;
 
-    if (!g || !g->owner)
+    if (out)
+        *out = NULL;
+    if (!g || !g->owner || (flags & ~FERRY_GROUP_ISOLATE))
         return -EINVAL;
     rc = ferry__enter_task_inline(&self);
     if (rc)
@@ -50,25 +52,51 @@ int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
         return -EPERM;
     if (g->closed || g->failing)
         return -ESHUTDOWN;
-    return ferry__task_spawn(&t, self->loop, fn, arg, opts, g);
+    /* The group holds a handle (it gives it back when the child ends); with
+     * `out`, the caller holds one as well. */
+    return ferry__task_spawn(out ? out : &t, self->loop, fn, arg, opts, g,
+                             (flags & FERRY_GROUP_ISOLATE ? FERRY__GCHILD_ISOLATE : 0) |
+                             (out ? FERRY__GCHILD_HANDLE : 0));
+}
+
+int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
+                      const ferry_task_opts *opts)
+{
+    return ferry_group_spawn_ex(g, NULL, fn, arg, opts, 0);
 }
 
 void ferry__group_child_done(ferry_task *t)
 {
     ferry_group *g = t->group;
+    bool failed = t->status != 0 && !(t->cancelled && t->status == -ECANCELED);
 
     ferry__list_remove(&t->group_link);
     t->group = NULL;
     g->live--;
-    if (t->status != 0 && !(t->cancelled && t->status == -ECANCELED) && !g->failing) {
+    if (failed && (t->gflags & FERRY__GCHILD_ISOLATE)) {
+        /* A server's connection: reported to the owner, siblings go on. */
+        if (g->isolated_failures++ == 0)
+            g->isolated_status = t->status;
+    } else if (failed && !g->failing) {
         g->failing = true;
         g->status = t->status;
         cancel_children(g);
     }
-    /* The group held the handle; the scheduler frees the stack. */
-    t->handle = false;
+    /* The group held a handle; the scheduler frees the stack unless the
+     * spawner holds one too. */
+    if (!(t->gflags & FERRY__GCHILD_HANDLE))
+        t->handle = false;
     if (g->live == 0)
         ferry__waitq_grant_all(&g->waiters, 0);
+}
+
+size_t ferry_group_failures(const ferry_group *g, int *first)
+{
+    if (!g)
+        return 0;
+    if (first)
+        *first = g->isolated_failures ? g->isolated_status : 0;
+    return g->isolated_failures;
 }
 
 int ferry_group_wait(ferry_group *g)

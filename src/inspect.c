@@ -7,6 +7,8 @@
 #include <stdio.h>
 
 #include "loop_int.h"
+#include "loop_new.h"
+#include "log.h"
 
 static const char *const state_names[] = { "ready", "running", "waiting", "done" };
 
@@ -61,4 +63,24 @@ int ferry__loop_leftovers(ferry_loop *loop, struct ferry__leftovers *out)
     out->timers = loop->timers.count;
     out->posts = loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx);
     return 0;
+}
+
+size_t ferry__loop_log_alive(ferry_loop *loop, const char *who)
+{
+    struct ferry__link *l;
+    size_t n = 0;
+
+    ferry__list_foreach(l, &loop->tasks) {
+        ferry_task *t = ferry__container_of(l, ferry_task, all);
+
+        if (t->state == FERRY_TASK_DONE)
+            continue;
+        ferry__log(FERRY_LOG_WARN, "%s: task #%llu '%s' (%s%s%s) still alive; cancelling it",
+                   who, (unsigned long long)t->id, t->name, state_names[t->state],
+                   t->state == FERRY_TASK_WAITING && t->waiter && t->waiter->what ? " on " : "",
+                   t->state == FERRY_TASK_WAITING && t->waiter && t->waiter->what ?
+                   t->waiter->what : "");
+        n++;
+    }
+    return n;
 }

@@ -119,6 +119,7 @@ struct ferry_task {
     struct ferry__waiter  *waiter;    /* current wait, or NULL */
     ferry_scope           *scope;     /* innermost scope, or NULL */
     int                    status;    /* fn's return value once DONE */
+    uint8_t                gflags;    /* FERRY__GCHILD_*: how its group holds it */
     struct ferry__stack    stk;       /* survives reuse (see ferry__stack_task()) */
     ferry_task_fn          fn;        /* body */
     void                  *arg;       /* body's argument */
@@ -133,7 +134,12 @@ struct ferry_task {
     void                  *tsan_fiber;/* TSan fiber */
     uint64_t               id;        /* spawn number, for the dump */
     char                   name[32];  /* for diagnostics */
+    struct ferry__local   *locals;    /* task-local values (local.c), or NULL */
 };
+
+/* ferry_task.gflags. */
+#define FERRY__GCHILD_ISOLATE 0x1u   /* FERRY_GROUP_ISOLATE: a failure is counted only */
+#define FERRY__GCHILD_HANDLE  0x2u   /* the spawner holds a handle as well as the group */
 
 /* Room of the task structure at the top of its stack: a whole number of
  * cache lines. */
@@ -363,7 +369,15 @@ void ferry__task_entry(void *arg);
 /* ferry_task_spawn(), and with `group` not NULL ferry_group_spawn(): the
  * task joins the group before it can run. */
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts, ferry_group *group);
+                      const ferry_task_opts *opts, ferry_group *group, unsigned gflags);
+/* Task-local values (local.c).  The copies a child inherits from `parent`
+ * (keys with an inherit function), in *out: 0; -ENOMEM (nothing made). */
+struct ferry__local;
+int  ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out /* OUT */);
+/* Destroy a list ferry__locals_inherit() made (a spawn that failed). */
+void ferry__locals_free(struct ferry__local *list);
+/* A task ended: run the destructors of its values and free them. */
+void ferry__locals_end(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */
 void ferry__task_resume(ferry_task *t);
 /* True if cancellation of the task is blocked by a shield. */

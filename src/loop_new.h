@@ -44,6 +44,11 @@ void ferry__loop_start(ferry_loop *loop, const struct ferry__loop_hooks *hooks);
 /* ferry_loop_free(), as ferry/loop.h describes it. */
 void ferry__loop_free(ferry_loop *loop);
 
+/* Log one line (FERRY_LOG_WARN) per task of `loop` that has not ended,
+ * each as `who`: the tasks ferry_run() cancels when its main task is
+ * done.  Returns how many. */
+size_t ferry__loop_log_alive(ferry_loop *loop, const char *who);
+
 /* The child side of fork(), which wire/ registers with pthread_atfork():
  * no task runs in the child, so a task's code that goes on there gets
  * -EPERM from every suspension point (docs/fork.md).  Thread: the forking

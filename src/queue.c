@@ -29,12 +29,33 @@
 /* Storage of an emptied queue above this many slots is given back. */
 #define QUEUE_KEEP_SLOTS 1024
 
+/* A zero elem_size is the all-zero queue's: elements are pointers.  The
+ * size is filled in once the queue is bound (on its loop's thread), so a
+ * call from elsewhere writes nothing. */
 static int q_valid(const ferry_queue *q)
 {
-    if (q == NULL || q->elem_size == 0 || q->kind < FERRY_QUEUE_FIFO ||
+    if (q == NULL || q->kind < FERRY_QUEUE_FIFO ||
         q->kind > FERRY_QUEUE_PRIORITY || (q->kind == FERRY_QUEUE_PRIORITY && q->cmp == NULL))
         return -EINVAL;
     return 0;
+}
+
+static inline int q_bind(ferry_queue *q)
+{
+    int rc = ferry__bind_inline(&q->loop);
+
+    if (rc == 0 && q->elem_size == 0)
+        q->elem_size = sizeof(void *);
+    return rc;
+}
+
+static inline int q_bind_task(ferry_queue *q, const struct ferry_task *self)
+{
+    int rc = ferry__bind_task(&q->loop, self);
+
+    if (rc == 0 && q->elem_size == 0)
+        q->elem_size = sizeof(void *);
+    return rc;
 }
 
 static size_t round_up(size_t n, size_t to)
@@ -370,7 +391,7 @@ static inline int q_enter(ferry_queue *q, struct ferry_task **self)
         return rc;
     if (*self == NULL)
         return -EPERM;
-    return ferry__bind_task(&q->loop, *self);
+    return q_bind_task(q, *self);
 }
 
 /* ferry_queue_put() when the queue is full: wait for a slot.  Out of line,
@@ -441,7 +462,7 @@ int ferry_queue_try_put(ferry_queue *q, const void *item)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__bind_inline(&q->loop);
+    rc = q_bind(q);
     if (rc)
         return rc;
     if (q->shutdown)
@@ -518,7 +539,7 @@ int ferry_queue_try_get(ferry_queue *q, void *out)
         rc = -EINVAL;
     if (rc)
         return rc;
-    rc = ferry__bind_inline(&q->loop);
+    rc = q_bind(q);
     if (rc)
         return rc;
     if (q_avail(q) == 0)
@@ -535,7 +556,7 @@ int ferry_queue_task_done(ferry_queue *q)
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__bind_inline(&q->loop);
+    rc = q_bind(q);
     if (rc)
         return rc;
     if (q->unfinished == 0)
@@ -557,7 +578,7 @@ int ferry_queue_join(ferry_queue *q)
     rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
-    rc = ferry__bind_task(&q->loop, self);
+    rc = q_bind_task(q, self);
     if (rc)
         return rc;
     rc = ferry__check_inline(self);
@@ -577,7 +598,7 @@ int ferry_queue_shutdown(ferry_queue *q, bool immediate)
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__bind_inline(&q->loop);
+    rc = q_bind(q);
     if (rc)
         return rc;
     if (immediate && q->shutdown != 2) {
@@ -627,7 +648,7 @@ int ferry__queue_sel_try(ferry_queue *q, struct ferry_task *self, void *buf, boo
     rc = q_valid(q);
     if (rc)
         return rc;
-    rc = ferry__bind_task(&q->loop, self);
+    rc = q_bind_task(q, self);
     if (rc)
         return rc;
     if (put) {

@@ -25,12 +25,12 @@ _Static_assert(sizeof(ferry_task) ==
                sizeof(struct ferry__stack) + sizeof(struct ferry__runnable) +
                sizeof(ferry__ctx) + 3 * sizeof(void *) /* loop fn arg */ +
                2 * sizeof(int) + 4 /* locks status state started cancelled handle */ +
-               4 /* the padding after status */ +
+               1 /* gflags */ + 3 /* the padding after it */ +
                2 * sizeof(void *) /* waiter scope */ + sizeof(struct ferry__hnode) +
                sizeof(struct ferry__waitq) + sizeof(struct ferry__link) /* all */ +
                sizeof(void *) /* group */ + sizeof(struct ferry__link) +
                4 * sizeof(void *) /* lo hi asan_fake tsan_fiber */ +
-               sizeof(uint64_t) + 32 /* id name */,
+               sizeof(uint64_t) + 32 /* id name */ + sizeof(void *) /* locals */,
                "a field was added to struct ferry_task: initialise it in ferry_task_spawn()");
 #endif
 
@@ -118,6 +118,7 @@ static inline ferry_task *task_init(struct ferry__stack *s, ferry_loop *loop, fe
     ferry__link_init(&t->all);
     t->locks = 0;
     t->group = NULL;
+    t->gflags = 0;
     ferry__link_init(&t->group_link);
     t->asan_fake = NULL;
     t->tsan_fiber = NULL;
@@ -139,21 +140,34 @@ static inline ferry_task *task_init(struct ferry__stack *s, ferry_loop *loop, fe
 }
 
 int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts, ferry_group *group)
+                      const ferry_task_opts *opts, ferry_group *group, unsigned gflags)
 {
     struct ferry__stack *s;
     ferry_task *t;
     int rc;
+
+    struct ferry__local *locals = NULL;
+    ferry_task *self;
 
     if (out)
         *out = NULL;
     rc = spawn_check(&loop, fn, opts);
     if (rc)
         return rc;
+    /* A task of the same loop hands its inherited values down. */
+    self = ferry__self();
+    if (__builtin_expect(self && self->locals && self->loop == loop, 0)) {
+        rc = ferry__locals_inherit(self, &locals);
+        if (rc)
+            return rc;
+    }
     rc = ferry__stack_get(loop, opts && opts->stack_size ? opts->stack_size : 0, &s);
-    if (rc)
+    if (rc) {
+        ferry__locals_free(locals);
         return rc;
+    }
     t = task_init(s, loop, fn, arg, opts, out != NULL);
+    t->locals = locals;
     ferry__list_push_back(&loop->tasks, &t->all);
     loop->live++;
     if (out)
@@ -161,14 +175,13 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     if (group) {
         /* Before it can run: an eager task may end right away. */
         t->group = group;
+        t->gflags = (uint8_t)gflags;
         ferry__list_push_back(&group->children, &t->group_link);
         group->live++;
     }
     if (opts && (opts->flags & FERRY_SPAWN_EAGER)) {
         /* Only a task of this loop, running now, can step aside (not a
          * callback, even one of another loop that a task runs nested). */
-        ferry_task *self = ferry__self();
-
         if (self && self->loop == loop && loop->current == self && loop->turn) {
             spawn_eager(loop, t, self);
             return 0;
@@ -181,5 +194,5 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
 int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
                      const ferry_task_opts *opts)
 {
-    return ferry__task_spawn(out, loop, fn, arg, opts, NULL);
+    return ferry__task_spawn(out, loop, fn, arg, opts, NULL, 0);
 }

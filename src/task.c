@@ -51,6 +51,8 @@ static void task_finish(ferry_task *t, int status)
     ferry_loop *loop = t->loop;
 
     t->status = status;
+    if (__builtin_expect(t->locals != NULL, 0))
+        ferry__locals_end(t);           /* before anyone sees it done */
     t->state = FERRY_TASK_DONE;
     if (__builtin_expect(t->locks != 0, 0))
         ferry__task_locks_died(t);      /* locks it still holds break */

@@ -1106,6 +1106,102 @@ static int select_task(void *arg)
     return rc == 2 ? 0 : rc;
 }
 
+/* ---- task-local values --------------------------------------------------- */
+
+/* A value per task, and the copies children inherit: the key's refs count
+ * the values alive, and every one is destroyed once the tasks end. */
+static int fs_refs;
+static int fs_child_saw;
+
+static void fs_destroy(void *v)
+{
+    (void)v;
+    fs_refs--;
+}
+
+static void *fs_inherit(void *v)
+{
+    fs_refs++;
+    return v;
+}
+
+static const ferry_task_key fs_key = { .destructor = fs_destroy, .inherit = fs_inherit };
+
+static int fs_child(void *arg)
+{
+    (void)arg;
+    fs_child_saw = ferry_task_local_get(&fs_key) == &fs_refs;
+    return 0;
+}
+
+static int local_set_task(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_task_local_set(&fs_key, &fs_refs);
+    sweep_disarm();
+    if (rc == 0) {
+        fs_refs++;
+        if (ferry_task_local_get(&fs_key) != &fs_refs)
+            return -1001;
+    } else if (ferry_task_local_get(&fs_key) != NULL) {
+        return -1002;                   /* a failed set changed nothing */
+    }
+    return rc;
+}
+
+static int op_local_set(void)
+{
+    return in_task(tu_loop, local_set_task, NULL);
+}
+
+static int local_inherit_task(void *arg)
+{
+    ferry_task *c;
+    int rc;
+
+    (void)arg;
+    if (ferry_task_local_set(&fs_key, &fs_refs) != 0)
+        return -1003;
+    fs_refs++;
+    fs_child_saw = -1;
+    sweep_arm();
+    rc = ferry_task_spawn(&c, NULL, fs_child, NULL, NULL);
+    sweep_disarm();
+    if (rc == 0) {
+        ferry_task_join(c, NULL);
+        if (fs_child_saw != 1)
+            return -1004;
+    }
+    return rc;
+}
+
+static int op_local_inherit(void)
+{
+    return in_task(tu_loop, local_inherit_task, NULL);
+}
+
+static int local_plain_task(void *arg)
+{
+    (void)arg;
+    if (ferry_task_local_set(&fs_key, &fs_refs) != 0)
+        return -1;
+    fs_refs++;
+    return ferry_task_local_get(&fs_key) == &fs_refs ? 0 : -2;
+}
+
+static void undo_local(int rc)
+{
+    if (rc < -1000)
+        FAILF("task-local values: check %d failed", rc);
+    if (fs_refs != 0)
+        FAILF("task-local values: %d values were not destroyed", fs_refs);
+    if (in_task(tu_loop, local_plain_task, NULL) != 0 || fs_refs != 0)
+        FAILF("task-local values: a task cannot set one after the failure");
+}
+
 static int op_select(void)
 {
     return in_task(tu_loop, select_task, NULL);
@@ -1917,6 +2013,8 @@ static const struct sweep sweeps[] = {
     { "post from a thread",  setup_fresh_loop, op_post_thread,    undo_post_thread, "eventfd write" },
     { "chan_new",            NULL,             op_chan_new,       undo_chan,        NULL },
     { "select",              setup_select,     op_select,         undo_select,      NULL, true },
+    { "task_local_set",      NULL,             op_local_set,      undo_local,       NULL, true },
+    { "spawn inheriting",    NULL,             op_local_inherit,  undo_local,       NULL, true },
     /* A failed munmap is kept and retried: absorbed by design. */
     { "stack unmap",         setup_fresh_loop, op_stack_unmap,    undo_stack_unmap, "munmap" },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write" },

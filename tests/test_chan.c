@@ -12,6 +12,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -19,6 +21,7 @@
 #include "testutil.h"
 #include "fault.h"
 #include "ferry/bridge.h"
+#include "ferry/select.h"
 
 /* Tests on tu_loop, and tests that need no loop. */
 #define T(name) Test(chan, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
@@ -231,17 +234,20 @@ TL(bad_arguments_are_einval_and_new_without_memory_is_enomem)
     cr_assert_eq(tu_leaks(), 0);
 }
 
+/* A zero timeout means "do not wait": the blocking calls answer as the
+ * try-calls do (-EAGAIN), and only a positive timeout that passes is
+ * -ETIMEDOUT. */
 TL(thread_side_timeouts_then_close_drains_and_refuses)
 {
     ferry_chan *ch;
     void *it = NULL;
 
     cr_assert_eq(ferry_chan_new(&ch, 1), 0);
-    cr_assert_eq(ferry_chan_recv_blocking(ch, &it, 0), -ETIMEDOUT);
+    cr_assert_eq(ferry_chan_recv_blocking(ch, &it, 0), -EAGAIN);
     cr_assert_eq(ferry_chan_recv_blocking(ch, &it, FERRY_MSEC(1)), -ETIMEDOUT);
     cr_assert_eq(ferry_chan_try_recv(ch, &it), -EAGAIN);
     cr_assert_eq(ferry_chan_send_blocking(ch, (void *)1, FERRY_MSEC(1)), 0);
-    cr_assert_eq(ferry_chan_send_blocking(ch, (void *)2, 0), -ETIMEDOUT);
+    cr_assert_eq(ferry_chan_send_blocking(ch, (void *)2, 0), -EAGAIN);
     cr_assert_eq(ferry_chan_send_blocking(ch, (void *)2, FERRY_MSEC(1)), -ETIMEDOUT);
     cr_assert_eq(ferry_chan_try_send(ch, (void *)2), -EAGAIN);
     cr_assert_eq(ferry_chan_len(ch), 1);
@@ -356,4 +362,85 @@ T(close_wakes_a_blocked_thread_and_a_parked_task)
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(closer_task_rc, -ESHUTDOWN);
     ferry_chan_free(tch);
+}
+
+/* ---- Elements of any size ------------------------------------------------ */
+
+struct rec { long a; int b; char tag[12]; };
+
+static ferry_chan *ech;
+static struct rec erec[6];
+static int erc[8];
+
+static void *elem_thread_sender(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 4; i++) {
+        struct rec r = { .a = 1000 + i, .b = -i };
+
+        snprintf(r.tag, sizeof r.tag, "rec %d", i);
+        if (ferry_chan_send_elem_blocking(ech, &r, FERRY_NEVER))
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static int elem_main(void *arg)
+{
+    struct rec r = { .a = 77, .b = 7, .tag = "select" };
+    ferry_case c[1];
+    int n = 0;
+
+    (void)arg;
+    for (int i = 0; i < 4; i++)
+        erc[n++] = ferry_chan_recv_elem(ech, &erec[i]);
+    /* A select's send case copies the element `buf` points to, its
+     * receive case copies into `buf`. */
+    c[0] = FERRY_CASE_SEND_INIT(ech, &r);
+    erc[n++] = ferry_select(c, 1, 0);
+    c[0] = FERRY_CASE_RECV_INIT(ech, &erec[4]);
+    erc[n++] = ferry_select(c, 1, 0);
+    return n;
+}
+
+/* A channel of 24-byte records: a thread sends, a task receives, in
+ * order and whole; the pointer calls refuse it; select copies elements. */
+T(elements_of_any_size_go_through_whole_and_in_order)
+{
+    struct rec r = { .a = 5 }, out = { 0 };
+    void *p = NULL;
+    pthread_t t;
+
+    cr_assert_eq(ferry_chan_new_elem(&ech, 2, 0), -EINVAL);
+    cr_assert_eq(ferry_chan_new_elem(&ech, SIZE_MAX / 2, 4), -EINVAL);
+    cr_assert_eq(ferry_chan_new_elem(&ech, 2, sizeof(struct rec)), 0);
+    cr_assert_eq(ferry_chan_try_send(ech, (void *)1), -EINVAL);
+    cr_assert_eq(ferry_chan_try_recv(ech, &p), -EINVAL);
+    cr_assert_eq(ferry_chan_send_blocking(ech, (void *)1, 0), -EINVAL);
+    cr_assert_eq(ferry_chan_try_send_elem(ech, NULL), -EINVAL);
+    cr_assert_eq(ferry_chan_try_recv_elem(ech, &out), -EAGAIN);
+    cr_assert_eq(ferry_chan_recv_elem_blocking(ech, &out, 0), -EAGAIN);
+    t = tu_start_thread(elem_thread_sender, NULL);
+    cr_assert_eq(tu_run(elem_main, NULL), 6);
+    pthread_join(t, &p);
+    cr_assert_null(p);
+    for (int i = 0; i < 4; i++) {
+        char want[12];
+
+        snprintf(want, sizeof want, "rec %d", i);
+        cr_assert_eq(erc[i], 0);
+        cr_assert_eq(erec[i].a, 1000 + i);
+        cr_assert_eq(erec[i].b, -i);
+        cr_assert_str_eq(erec[i].tag, want);
+    }
+    cr_assert_eq(erc[4], 0);
+    cr_assert_eq(erc[5], 0);
+    cr_assert_eq(erec[4].a, 77);
+    cr_assert_str_eq(erec[4].tag, "select");
+    cr_assert_eq(ferry_chan_try_send_elem(ech, &r), 0);
+    cr_assert_eq(ferry_chan_try_send_elem(ech, &r), 0);
+    cr_assert_eq(ferry_chan_send_elem_blocking(ech, &r, 0), -EAGAIN);
+    cr_assert_eq(ferry_chan_try_recv_elem(ech, &out), 0);
+    cr_assert_eq(out.a, 5);
+    ferry_chan_free(ech);
 }

@@ -64,6 +64,24 @@ static int sleep_long(void *arg)
 
 /* ---- arguments ------------------------------------------------------------ */
 
+/* The headers' version macros agree with each other and with the library
+ * the test runs with (the same build, so the same version). */
+Test(loop, version_macros_and_ferry_version_agree)
+{
+    char buf[64];
+
+    snprintf(buf, sizeof buf, "%d.%d.%d", FERRY_VERSION_MAJOR, FERRY_VERSION_MINOR,
+             FERRY_VERSION_PATCH);
+    cr_assert_str_eq(buf, FERRY_VERSION);
+    cr_assert_str_eq(ferry_version(), FERRY_VERSION);
+    cr_assert_eq(ferry_version_number(), FERRY_VERSION_NUMBER);
+    cr_assert_eq(FERRY_VERSION_NUMBER,
+                 FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 + FERRY_VERSION_PATCH);
+#if FERRY_VERSION_NUMBER < 100 || !defined(FERRY_VERSION_MAJOR)
+    cr_assert_fail("FERRY_VERSION_NUMBER is not usable in #if");
+#endif
+}
+
 T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
 {
     ferry_loop_stats st;
@@ -800,6 +818,161 @@ TL(ferry_run_returns_main_status)
     cr_assert_eq(ferry_run(run_main, NULL), 77);
     cr_assert_eq(ferry_run(NULL, NULL), -EINVAL);
     cr_assert_eq(tu_leaks(), 0);
+}
+
+/* Tasks alive when main returns are named in the log, cancelled and
+ * waited for, as asyncio.run() does: a forgotten sleeper and a task that
+ * only yields do not hold the exit. */
+static int left_rc[2];
+
+static int forgotten_sleeper(void *arg)
+{
+    left_rc[0] = ferry_sleep(FERRY_NEVER);
+    return 0;
+}
+
+static int forgotten_yielder(void *arg)
+{
+    int rc;
+
+    while ((rc = ferry_yield()) == 0)
+        ;
+    left_rc[1] = rc;
+    return 0;
+}
+
+static int main_forgets_two(void *arg)
+{
+    ferry_task_spawn(NULL, NULL, forgotten_sleeper, NULL, &(ferry_task_opts){ .name = "sleeper" });
+    ferry_task_spawn(NULL, NULL, forgotten_yielder, NULL, &(ferry_task_opts){ .name = "yielder" });
+    ferry_yield();
+    return 5;
+}
+
+TL(ferry_run_cancels_waits_for_and_names_tasks_left_when_main_returns)
+{
+    int rc;
+
+    tu_log_capture_start();
+    rc = ferry_run(main_forgets_two, NULL);
+    tu_log_capture_stop();
+    cr_assert_eq(rc, 5);
+    cr_assert_eq(left_rc[0], -ECANCELED);
+    cr_assert_eq(left_rc[1], -ECANCELED);
+    cr_assert_eq(tu_log_lines(), 2, "log: %s", tu_log_text());
+    cr_assert_not_null(strstr(tu_log_text(), "'sleeper'"), "log: %s", tu_log_text());
+    cr_assert_not_null(strstr(tu_log_text(), "'yielder'"), "log: %s", tu_log_text());
+    cr_assert_eq(tu_log_level(0), FERRY_LOG_WARN);
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* The default pool is shut down at the end of ferry_run(): its threads
+ * are gone and its memory is given back; the next use starts a new one. */
+static int threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* The thread count before a test: after one thread has come and gone, so
+ * that a runtime's own helper thread (ThreadSanitizer starts one at the
+ * first pthread_create()) is already counted. */
+static void *warm_thread(void *arg)
+{
+    return arg;
+}
+
+static int threads_before(void)
+{
+    pthread_join(tu_start_thread(warm_thread, NULL), NULL);
+    return threads_now();
+}
+
+static int offload_job(void *arg)
+{
+    return 31;
+}
+
+static int main_offloads(void *arg)
+{
+    return ferry_to_thread(NULL, offload_job, NULL);
+}
+
+TL(ferry_run_shuts_the_default_pool_down_and_a_later_use_starts_a_new_one)
+{
+    int before = threads_before();
+    ferry_pool_stats st;
+    long live;
+
+    cr_assert_gt(before, 0);
+    live = ferry__alloc_live();
+    cr_assert_eq(ferry_run(main_offloads, NULL), 31);
+    cr_assert_eq(threads_now(), before, "the default pool's threads outlived ferry_run");
+    cr_assert_eq(ferry__alloc_live(), live);
+    /* A later use starts a new default pool, which the call shuts down. */
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
+    cr_assert_gt(threads_now(), before);
+    cr_assert_eq(ferry_run(main_offloads, NULL), 31);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_not_null(ferry_pool_default());
+    cr_assert_eq(ferry_pool_default_shutdown(0x80), -EINVAL);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);   /* none: nothing to do */
+    cr_assert_eq(tu_leaks(), 0);
+}
+
+/* A job on the default pool abandoned by its task (a stuck lookup) does
+ * not hold ferry_run's exit: ferry_run returns while it still blocks, and
+ * once released it ends, its cleanup runs and its thread goes away. */
+static atomic_int stuck_release, stuck_cleanups;
+
+static int stuck_job(void *arg)
+{
+    while (!atomic_load(&stuck_release))
+        usleep(1000);
+    return 0;
+}
+
+static void stuck_cleanup(void *arg, int status)
+{
+    atomic_fetch_add(&stuck_cleanups, 1);
+}
+
+static int main_abandons(void *arg)
+{
+    ferry_scope sc;
+    int rc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10), 0);
+    rc = ferry_to_thread_abandon(NULL, stuck_job, NULL, stuck_cleanup);
+    ferry_scope_exit(&sc);
+    return rc == -ETIMEDOUT ? 0 : 1;
+}
+
+TL(ferry_run_does_not_wait_for_an_abandoned_job_of_the_default_pool)
+{
+    int before = threads_before(), waited = 0;
+    long live = ferry__alloc_live();
+
+    cr_assert_eq(ferry_run(main_abandons, NULL), 0);
+    cr_assert_eq(atomic_load(&stuck_cleanups), 0, "ferry_run waited for the abandoned job");
+    cr_assert_eq(threads_now(), before + 1);
+    atomic_store(&stuck_release, 1);
+    while (threads_now() != before && waited++ < 5000)
+        usleep(1000);
+    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(atomic_load(&stuck_cleanups), 1);
+    cr_assert_eq(tu_alloc_settle(live), 0);
 }
 
 TL(ferry_run_returns_enomem_when_the_loop_or_the_task_cannot_be_made)

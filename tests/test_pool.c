@@ -1242,3 +1242,96 @@ T(to_thread_under_allocation_failure, .timeout = 60.)
     cr_assert_eq(fault_rcs[0][39], 42);
     ferry_pool_free(p);
 }
+
+/* ---- Freeing a pool that leaves abandoned jobs ------------------------- */
+
+/*
+ * A job abandoned by its task (deadline) blocks until released.
+ * ferry_pool_free_ex(FERRY_POOL_FREE_LEAVE_ABANDONED) returns while it
+ * still blocks; released afterwards, the job ends, its cleanup runs once on
+ * the job's own thread, and the thread and the pool's memory go away.
+ */
+static atomic_int leave_release, leave_cleanups, leave_started;
+static atomic_int leave_same_thread = -1;
+static pthread_t leave_job_thread;
+
+static int leave_blocking_job(void *arg)
+{
+    (void)arg;
+    leave_job_thread = pthread_self();
+    atomic_store(&leave_started, 1);
+    while (!atomic_load(&leave_release))
+        usleep(1000);
+    return 17;
+}
+
+static void leave_cleanup(void *arg, int status)
+{
+    (void)arg;
+    atomic_store(&leave_same_thread,
+                 status == 17 && pthread_equal(pthread_self(), leave_job_thread) ? 1 : 0);
+    atomic_fetch_add(&leave_cleanups, 1);
+}
+
+static int leave_rc;
+
+static int leave_main(void *arg)
+{
+    ferry_scope sc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20), 0);
+    leave_rc = ferry_to_thread_abandon(arg, leave_blocking_job, NULL, leave_cleanup);
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+static int proc_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+/* Counted after one thread has come and gone, so that a runtime's own
+ * helper thread (ThreadSanitizer starts one at the first pthread_create())
+ * is already there. */
+static void *warm_thread(void *arg)
+{
+    return arg;
+}
+
+T(free_leaving_abandoned_jobs_returns_before_they_end)
+{
+    ferry_pool *p;
+    int before, waited = 0;
+    long live;
+
+    pthread_join(tu_start_thread(warm_thread, NULL), NULL);
+    before = proc_threads();
+    live = ferry__alloc_live();
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 3 }), 0);
+    cr_assert_eq(ferry_pool_free_ex(p, 0x80), -EINVAL);
+    cr_assert_eq(tu_run(leave_main, p), 0);
+    cr_assert_eq(leave_rc, -ETIMEDOUT);
+    cr_assert_eq(atomic_load(&leave_started), 1);
+    cr_assert_eq(ferry_pool_free_ex(p, FERRY_POOL_FREE_LEAVE_ABANDONED), 0);
+    /* Returned with the job still blocked: its cleanup has not run. */
+    cr_assert_eq(atomic_load(&leave_cleanups), 0);
+    cr_assert_eq(proc_threads(), before + 1, "only the abandoned job's thread is left");
+    atomic_store(&leave_release, 1);
+    while (proc_threads() != before && waited++ < 5000)
+        usleep(1000);
+    cr_assert_eq(proc_threads(), before, "the abandoned job's thread did not exit");
+    cr_assert_eq(atomic_load(&leave_cleanups), 1);
+    cr_assert_eq(atomic_load(&leave_same_thread), 1);
+    cr_assert_eq(tu_alloc_settle(live), 0);
+    cr_assert_eq(ferry_pool_free_ex(NULL, FERRY_POOL_FREE_LEAVE_ABANDONED), 0);
+}

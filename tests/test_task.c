@@ -142,6 +142,52 @@ T(task, spawn_from_a_callback)
     cr_assert_eq(st, 0);
 }
 
+/* A program spawns its first tasks on the loop's thread before the loop
+ * runs: they wait for the run and then start in spawn order, with `loop`
+ * given or NULL (the thread's loop); another thread is refused. */
+static int early_order[4];
+static int early_n;
+
+static int early_task(void *arg)
+{
+    early_order[early_n++] = (int)(intptr_t)arg;
+    return (int)(intptr_t)arg;
+}
+
+static void *spawn_from_other_thread(void *arg)
+{
+    ferry_task *t = NULL;
+
+    return (void *)(intptr_t)ferry_task_spawn(&t, arg, early_task, (void *)9, NULL);
+}
+
+T(task, spawn_before_the_loop_runs_starts_with_the_run)
+{
+    ferry_task *a, *b;
+    ferry_task_opts eager = { .flags = FERRY_SPAWN_EAGER };
+    int st = 0;
+    void *res;
+    pthread_t th;
+
+    cr_assert_eq(ferry_task_spawn(&a, tu_loop, early_task, (void *)1, NULL), 0);
+    cr_assert_eq(ferry_task_spawn(&b, NULL, early_task, (void *)2, &eager), 0);
+    cr_assert_eq(ferry_task_spawn(NULL, NULL, early_task, (void *)3, NULL), 0);
+    cr_assert_eq(early_n, 0, "a task ran before the loop did");
+    cr_assert_eq(pthread_create(&th, NULL, spawn_from_other_thread, tu_loop), 0);
+    pthread_join(th, &res);
+    cr_assert_eq((intptr_t)res, -EPERM);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(early_n, 3);
+    cr_assert_eq(early_order[0], 1);
+    cr_assert_eq(early_order[1], 2);
+    cr_assert_eq(early_order[2], 3);
+    cr_assert_eq(ferry_task_join(a, &st), -EPERM);   /* not in a task */
+    cr_assert_eq(ferry_task_try_join(a, &st), 0);
+    cr_assert_eq(st, 1);
+    cr_assert_eq(ferry_task_try_join(b, &st), 0);
+    cr_assert_eq(st, 2);
+}
+
 static int spawn_chain(void *arg)
 {
     int depth = (int)(intptr_t)arg, st = 0;
@@ -951,6 +997,154 @@ T(group, keeps_its_first_failure_and_refuses_spawns_while_failing)
 
 /* ---- wrong thread --------------------------------------------------- */
 
+/* ---- Groups that fit servers ----------------------------------------- */
+
+/* A server's connections: children spawned with FERRY_GROUP_ISOLATE fail
+ * on their own; the failure is counted with the first status, no sibling
+ * is cancelled and the group's status stays 0. */
+static int iso_rc[8];
+static int conn_done, conn_cancelled;
+
+static int conn_fails(void *arg)
+{
+    ferry_sleep(tu_ms(1));
+    return (int)(intptr_t)arg;
+}
+
+static int conn_serves(void *arg)
+{
+    int rc = ferry_sleep(tu_ms(20));
+
+    (void)arg;
+    if (rc == -ECANCELED)
+        conn_cancelled++;
+    else
+        conn_done++;
+    return rc;
+}
+
+static int iso_main(void *arg)
+{
+    ferry_group g;
+    int first = 1;
+
+    (void)arg;
+    ferry_group_init(&g);
+    iso_rc[0] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[1] = ferry_group_spawn_ex(&g, NULL, conn_fails, (void *)-5, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[2] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, 0);
+    iso_rc[3] = ferry_group_spawn_ex(&g, NULL, conn_fails, (void *)-6, NULL, FERRY_GROUP_ISOLATE);
+    iso_rc[4] = ferry_group_spawn_ex(&g, NULL, conn_serves, NULL, NULL, 0x80);  /* unknown flag */
+    iso_rc[5] = ferry_group_wait(&g);
+    iso_rc[6] = (int)ferry_group_failures(&g, &first);
+    iso_rc[7] = first;
+    return 0;
+}
+
+T(group, isolated_failures_are_counted_and_cancel_no_sibling)
+{
+    cr_assert_eq(tu_run(iso_main, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(iso_rc[i], 0, "spawn %d: %d", i, iso_rc[i]);
+    cr_assert_eq(iso_rc[4], -EINVAL);
+    cr_assert_eq(iso_rc[5], 0, "the group's status: %d", iso_rc[5]);
+    cr_assert_eq(conn_cancelled, 0);
+    cr_assert_eq(conn_done, 2);
+    cr_assert_eq(iso_rc[6], 2);
+    cr_assert_eq(iso_rc[7], -5);
+    cr_assert_eq(ferry_group_failures(NULL, NULL), 0);
+}
+
+/* ferry_group_spawn_ex() with `out`: a handle joinable before the child
+ * ends, one detached while it runs, and one of an eager child that ended
+ * at once, joined after the group's wait.  The teardown finds no stack
+ * left. */
+static int gh_rc[10];
+
+static int yield_then(void *arg)
+{
+    ferry_yield();
+    return (int)(intptr_t)arg;
+}
+
+static int gh_main(void *arg)
+{
+    ferry_task_opts eager = { .flags = FERRY_SPAWN_EAGER };
+    ferry_task *a, *b, *c;
+    ferry_group g;
+    int st = 0;
+
+    (void)arg;
+    ferry_group_init(&g);
+    /* Isolated: their statuses (not 0) must not cancel each other. */
+    gh_rc[0] = ferry_group_spawn_ex(&g, &a, yield_then, (void *)42, NULL, FERRY_GROUP_ISOLATE);
+    gh_rc[1] = ferry_group_spawn_ex(&g, &b, yield_then, (void *)7, NULL, FERRY_GROUP_ISOLATE);
+    gh_rc[2] = ferry_group_spawn_ex(&g, &c, tu_ret42, NULL, &eager, FERRY_GROUP_ISOLATE);
+    gh_rc[3] = ferry_task_detach(b);
+    gh_rc[4] = ferry_task_join(a, &st);
+    gh_rc[5] = st;
+    gh_rc[6] = ferry_group_wait(&g);
+    gh_rc[7] = ferry_task_try_join(c, &st);
+    gh_rc[8] = st;
+    gh_rc[9] = ferry_task_detach(b);     /* given back already */
+    return 0;
+}
+
+T(group, spawn_ex_gives_a_handle_to_join_or_detach)
+{
+    cr_assert_eq(tu_run(gh_main, NULL), 0);
+    cr_assert_eq(gh_rc[0], 0);
+    cr_assert_eq(gh_rc[1], 0);
+    cr_assert_eq(gh_rc[2], 0);
+    cr_assert_eq(gh_rc[3], 0);
+    cr_assert_eq(gh_rc[4], 0);
+    cr_assert_eq(gh_rc[5], 42);
+    cr_assert_eq(gh_rc[6], 0);
+    cr_assert_eq(gh_rc[7], 0);
+    cr_assert_eq(gh_rc[8], 42);
+    cr_assert_eq(gh_rc[9], -EINVAL);
+}
+
+/* Trio's nursery.start_soon() from a child: an acceptor task (not the
+ * owner) spawns connections into the open group while the owner waits;
+ * the wait covers them. */
+static ferry_group acc_group;
+static int acc_spawned, acc_served;
+
+static int acc_conn(void *arg)
+{
+    (void)arg;
+    ferry_sleep(tu_ms(2));
+    acc_served++;
+    return 0;
+}
+
+static int acceptor(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 3; i++) {
+        ferry_yield();
+        if (ferry_group_spawn_ex(&acc_group, NULL, acc_conn, NULL, NULL, FERRY_GROUP_ISOLATE) == 0)
+            acc_spawned++;
+    }
+    return 0;
+}
+
+static int acc_main(void *arg)
+{
+    (void)arg;
+    ferry_group_init(&acc_group);
+    ferry_group_spawn(&acc_group, acceptor, NULL, NULL);
+    return ferry_group_wait(&acc_group);
+}
+
+T(group, a_child_spawns_into_the_open_group_and_the_wait_covers_it)
+{
+    cr_assert_eq(tu_run(acc_main, NULL), 0);
+    cr_assert_eq(acc_spawned, 3);
+    cr_assert_eq(acc_served, 3, "the wait returned before the connections ended");
+}
+
 static void *foreign_thread(void *arg)
 {
     int *rcs = arg;
@@ -1034,3 +1228,112 @@ T(task, bad_input_is_einval)
     cr_assert_null(l);
 }
 
+
+/* ---- Task-local values ---------------------------------------------------- */
+
+struct tl_val {
+    int id;        /* which value */
+    int refs;      /* held by tasks */
+};
+
+static int tl_destroyed[8];
+static int tl_ndestroyed;
+
+static void tl_destroy(void *v)
+{
+    struct tl_val *val = v;
+
+    if (--val->refs == 0 && tl_ndestroyed < 8)
+        tl_destroyed[tl_ndestroyed++] = val->id;
+}
+
+static void *tl_ref(void *v)
+{
+    ((struct tl_val *)v)->refs++;
+    return v;
+}
+
+static const ferry_task_key tl_own = { .destructor = tl_destroy };
+static const ferry_task_key tl_inh = { .destructor = tl_destroy, .inherit = tl_ref };
+static const ferry_task_key tl_plain;     /* all-zero: no destructor, not inherited */
+
+static struct tl_val tl_vals[4];
+static void *tl_seen[8];
+static int tl_rc[8];
+
+static int tl_child(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    tl_seen[2 * i] = ferry_task_local_get(&tl_own);
+    tl_seen[2 * i + 1] = ferry_task_local_get(&tl_inh);
+    ferry_yield();
+    return 0;
+}
+
+static int tl_setter(void *arg)
+{
+    struct tl_val *v = arg;
+
+    v->refs = 1;
+    if (ferry_task_local_set(&tl_own, v) != 0)
+        return -1;
+    ferry_yield();                  /* the other setter runs here */
+    return ferry_task_local_get(&tl_own) == v ? 0 : -2;
+}
+
+static int tl_main(void *arg)
+{
+    ferry_task *a, *b, *c;
+    int st1 = -1, st2 = -1, n = 0;
+
+    (void)arg;
+    /* Two tasks, two values: each sees its own; each is destroyed when its
+     * task ends, before the join returns. */
+    ferry_task_spawn(&a, NULL, tl_setter, &tl_vals[0], NULL);
+    ferry_task_spawn(&b, NULL, tl_setter, &tl_vals[1], NULL);
+    ferry_task_join(a, &st1);
+    ferry_task_join(b, &st2);
+    tl_rc[n++] = st1;
+    tl_rc[n++] = st2;
+    tl_rc[n++] = tl_ndestroyed;                 /* 2 */
+    /* The main task's values: one inherited, one not, one plain. */
+    tl_vals[2].refs = 1;
+    tl_vals[3].refs = 1;
+    tl_rc[n++] = ferry_task_local_set(&tl_own, &tl_vals[2]);
+    tl_rc[n++] = ferry_task_local_set(&tl_inh, &tl_vals[3]);
+    tl_rc[n++] = ferry_task_local_set(&tl_plain, &tl_vals[0]);
+    ferry_task_spawn(&c, NULL, tl_child, (void *)0, NULL);
+    ferry_task_join(c, NULL);
+    tl_rc[n++] = tl_vals[3].refs;               /* 1: the child's copy is gone */
+    tl_rc[n++] = ferry_task_local_get(&tl_plain) == &tl_vals[0] ? 0 : -1;
+    return n;
+}
+
+Test(task_local, values_are_per_task_inherited_by_key_and_destroyed_at_the_end,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    for (int i = 0; i < 4; i++)
+        tl_vals[i].id = i;
+    cr_assert_eq(tu_run(tl_main, NULL), 8);
+    cr_assert_eq(tl_rc[0], 0, "a setter saw another task's value: %d", tl_rc[0]);
+    cr_assert_eq(tl_rc[1], 0, "a setter saw another task's value: %d", tl_rc[1]);
+    cr_assert_eq(tl_rc[2], 2, "destroyed by the joins: %d", tl_rc[2]);
+    cr_assert_eq(tl_rc[3], 0);
+    cr_assert_eq(tl_rc[4], 0);
+    cr_assert_eq(tl_rc[5], 0);
+    cr_assert_null(tl_seen[0], "a key without inherit was inherited");
+    cr_assert_eq(tl_seen[1], &tl_vals[3]);
+    cr_assert_eq(tl_rc[6], 1, "the child's inherited reference: %d", tl_rc[6]);
+    cr_assert_eq(tl_rc[7], 0);
+    /* The main task's own values went with it. */
+    cr_assert_eq(tl_ndestroyed, 4);
+    cr_assert_eq(tl_destroyed[0], 0);
+    cr_assert_eq(tl_destroyed[1], 1);
+    cr_assert_eq(tl_vals[2].refs, 0);
+    cr_assert_eq(tl_vals[3].refs, 0);
+    /* Outside a task. */
+    cr_assert_null(ferry_task_local_get(&tl_own));
+    cr_assert_eq(ferry_task_local_set(&tl_own, &tl_vals[0]), -EPERM);
+    cr_assert_eq(ferry_task_local_set(NULL, &tl_vals[0]), -EINVAL);
+}

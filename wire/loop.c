@@ -18,6 +18,7 @@
 
 #include "bridge_int.h"
 #include "loop_new.h"
+#include "loops.h"
 #include "wire.h"
 
 /* The base the loop runs on: the application's, checked, or a new one the
@@ -82,8 +83,32 @@ void ferry_loop_free(ferry_loop *loop)
     ferry__loop_free(loop);
 }
 
+/* The main task of ferry_run(): fn, then stop the loop, so that
+ * ferry_run() sees at once that main is done even if other tasks run on. */
+struct run_main {
+    ferry_task_fn fn;     /* the user's main */
+    void         *arg;    /* its argument */
+    ferry_loop   *loop;   /* the loop to stop */
+};
+
+static int run_main(void *arg)
+{
+    struct run_main *m = arg;
+    int status = m->fn(m->arg);
+
+    ferry_loop_stop(m->loop);
+    return status;
+}
+
+/*
+ * asyncio.run(): once the main task is done, the tasks still alive are
+ * named in the log, then cancelled and waited for (ferry_loop_free() does
+ * both), and the default pool is shut down when no loop is left in the
+ * process (another thread's loop may still be using it).
+ */
 int ferry_run(ferry_task_fn fn, void *arg)
 {
+    struct run_main m = { .fn = fn, .arg = arg };
     ferry_loop *loop;
     ferry_task *t;
     int rc, status = 0;
@@ -93,13 +118,17 @@ int ferry_run(ferry_task_fn fn, void *arg)
     rc = ferry_loop_new(&loop, NULL);
     if (rc)
         return rc;
-    rc = ferry_task_spawn(&t, loop, fn, arg, &(ferry_task_opts){ .name = "main" });
+    m.loop = loop;
+    rc = ferry_task_spawn(&t, loop, run_main, &m, &(ferry_task_opts){ .name = "main" });
     if (rc) {
         ferry_loop_free(loop);
         return rc;
     }
     while (ferry_task_try_join(t, &status) == -EAGAIN)
         ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry__loop_log_alive(loop, "ferry_run: the main task returned");
     ferry_loop_free(loop);
+    if (ferry__loops_none())
+        ferry_pool_default_shutdown(FERRY_POOL_FREE_LEAVE_ABANDONED);
     return status;
 }

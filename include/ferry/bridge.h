@@ -152,12 +152,53 @@ int ferry_pool_new(ferry_pool **out /* OUT */, const ferry_pool_opts *opts);
  */
 void ferry_pool_free(ferry_pool *pool);
 
+/* ferry_pool_free_ex() flags. */
+#define FERRY_POOL_FREE_LEAVE_ABANDONED 0x1u
+
+/*
+ * ferry_pool_free(), and with FERRY_POOL_FREE_LEAVE_ABANDONED it does not
+ * wait for abandoned jobs (ferry_to_thread_abandon() whose task left, a
+ * stuck lookup): their threads are left to finish them on their own, run
+ * each cleanup there exactly once and exit (detached).  Everything else is
+ * as ferry_pool_free(): queued jobs complete with -ECANCELED, running jobs
+ * that someone waits for are waited for, the other threads exit before the
+ * call returns.  The pool's memory goes with the last of its threads;
+ * `pool` must not be used once the call began.
+ * Thread: any but the pool's own threads.  Suspends: no (blocks while jobs
+ * that are not abandoned run).
+ * Returns: 0 (also for NULL and the default pool, which are ignored);
+ * -EINVAL (an unknown flag: nothing done).
+ */
+int ferry_pool_free_ex(ferry_pool *pool, unsigned flags);
+
 /*
  * The process-wide default pool, started on first use with the default
- * options (see ferry_pool_opts).  Never freed.
+ * options (see ferry_pool_opts).  It lives until
+ * ferry_pool_default_shutdown() (which ferry_run() calls as it ends); the
+ * next use after that starts a new default pool.
  * Thread: any.  Returns: the pool, or NULL if it could not be started.
  */
 ferry_pool *ferry_pool_default(void);
+
+/*
+ * Shut the default pool down (asyncio's loop.shutdown_default_executor()):
+ * it stops being the default at once, then is freed as ferry_pool_free_ex()
+ * frees a pool with `flags` (0 or FERRY_POOL_FREE_LEAVE_ABANDONED): queued
+ * jobs complete with -ECANCELED, running ones are waited for (abandoned
+ * ones too, unless the flag leaves them to finish on their own), the
+ * threads are joined and its memory is given back.  A later use of the
+ * default pool (NULL pool argument, ferry_pool_default()) starts a new
+ * one.  No other thread may be using the old one, or hold the pointer
+ * ferry_pool_default() returned, during or after the call: a program calls
+ * this when its threads are done with the default pool (ferry_run() calls
+ * it, leaving abandoned jobs such as a stuck name lookup, after its loop
+ * is freed, when no other loop of the process is alive).
+ * Thread: any but the default pool's own threads.  Suspends: no (blocks
+ * while jobs run).
+ * Returns: 0 (shut down, or there was none); -EDEADLK (called from a
+ * thread of the default pool: nothing done); -EINVAL (an unknown flag).
+ */
+int ferry_pool_default_shutdown(unsigned flags);
 
 /*
  * Run fn(arg) on a thread of `pool` (NULL: the default pool) and suspend
@@ -329,7 +370,13 @@ int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /* ---- Mixed channel: threads and tasks --------------------------------- */
 
 /*
- * A bounded FIFO of pointers shared by threads and tasks (Python's janus):
+ * A bounded FIFO shared by threads and tasks (Python's janus), of pointers
+ * (ferry_chan_new(): the calls below that take a `void *` item) or of
+ * elements of any size copied in and out, as ferry_queue does
+ * (ferry_chan_new_elem() and the *_elem calls, which take a pointer to the
+ * element).  The pointer calls are the element calls for elements that
+ * are a `void *`: they work on any channel whose elements have that size,
+ * and refuse others with -EINVAL.  Every rule below holds for both:
  * tasks send and receive suspending, threads blocking with a timeout; both
  * sides feel the bound.  Tasks of several loops may use one channel.
  * ferry_chan_close() wakes everyone: sends then fail with -ESHUTDOWN,
@@ -344,6 +391,29 @@ typedef struct ferry_chan ferry_chan;
  * Returns: 0; -ENOMEM; -EINVAL (capacity 0).
  */
 int ferry_chan_new(ferry_chan **out /* OUT */, size_t capacity);
+
+/*
+ * A channel of `capacity` elements of `elem_size` bytes each.  In
+ * ferry_select(), its send case copies the element `buf` points to and its
+ * receive case copies into `buf`.
+ * Thread: any.  Owns: the caller; free with ferry_chan_free().
+ * Returns: 0; -ENOMEM; -EINVAL (capacity or elem_size 0, or too large).
+ */
+int ferry_chan_new_elem(ferry_chan **out /* OUT */, size_t capacity, size_t elem_size);
+
+/*
+ * The element calls: as ferry_chan_send(), ferry_chan_recv(), the
+ * blocking and the try calls below, with the element copied from `item`
+ * (send) or into `out` (receive; untouched unless 0 is returned).
+ * Thread: as the pointer call of the same name.  Suspends: likewise.
+ * Returns: as the pointer call; -EINVAL also for `item` or `out` NULL.
+ */
+int ferry_chan_send_elem(ferry_chan *ch, const void *item);
+int ferry_chan_recv_elem(ferry_chan *ch, void *out /* OUT */);
+int ferry_chan_send_elem_blocking(ferry_chan *ch, const void *item, int64_t timeout);
+int ferry_chan_recv_elem_blocking(ferry_chan *ch, void *out /* OUT */, int64_t timeout);
+int ferry_chan_try_send_elem(ferry_chan *ch, const void *item);
+int ferry_chan_try_recv_elem(ferry_chan *ch, void *out /* OUT */);
 
 /* Free a channel nobody waits on any more (close it and let the waiters
  * return first).  Items still inside are the caller's business: they are
@@ -376,8 +446,9 @@ int ferry_chan_recv(ferry_chan *ch, void **item /* OUT */);
  * Thread: any thread that does not run a loop (on a loop's thread a wait
  * would block the tasks that could end it: -EDEADLK unless timeout is 0).
  * Suspends: no (blocks the thread).
- * Returns: 0; -ETIMEDOUT (nothing sent / taken); -ESHUTDOWN; -EDEADLK;
- * -EINVAL.
+ * Returns: 0; -EAGAIN (timeout 0 and full / empty: the try-call's answer,
+ * nothing sent / taken); -ETIMEDOUT (a positive timeout passed, nothing
+ * sent / taken); -ESHUTDOWN; -EDEADLK; -EINVAL.
  */
 int ferry_chan_send_blocking(ferry_chan *ch, void *item, int64_t timeout);
 int ferry_chan_recv_blocking(ferry_chan *ch, void **item /* OUT */, int64_t timeout);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ferry/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +22,24 @@ struct event_base;
 typedef struct ferry_loop ferry_loop;
 typedef struct ferry_timer ferry_timer;
 typedef void (*ferry_cb)(void *arg);
+
+/* ---- Version --------------------------------------------------------- */
+
+/*
+ * The version of the library running (FERRY_VERSION of the build it came
+ * from), to compare with the FERRY_VERSION the program was compiled with
+ * (ferry/version.h).
+ * Thread: any.  Suspends: no.
+ * Returns: "MAJOR.MINOR.PATCH", a static string.
+ */
+const char *ferry_version(void);
+
+/*
+ * Thread: any.  Suspends: no.
+ * Returns: the running library's FERRY_VERSION_NUMBER (MAJOR * 10000 +
+ * MINOR * 100 + PATCH).
+ */
+int ferry_version_number(void);
 
 /* ---- Time ------------------------------------------------------------ */
 

@@ -59,7 +59,7 @@ struct ferry_queue {
     struct ferry__waitq putters;   /* tasks in ferry_queue_put(); w->data = item */
     struct ferry__waitq joiners;   /* tasks in ferry_queue_join() */
     ferry_loop         *loop;      /* bound at first use */
-    size_t              elem_size; /* bytes per element, > 0 */
+    size_t              elem_size; /* bytes per element; 0: sizeof(void *) */
     size_t              capacity;  /* most elements held, 0: unbounded */
     int                 kind;      /* enum ferry_queue_kind */
     ferry_queue_cmp     cmp;       /* FERRY_QUEUE_PRIORITY only */
@@ -77,8 +77,11 @@ struct ferry_queue {
     uint8_t             shutdown;  /* 0 open, 1 shut down, 2 shut down immediately */
 };
 
-/* Static initialisers; all-zero storage is an invalid queue (elem_size 0)
- * whose calls return -EINVAL until ferry_queue_init(). */
+/* Static initialisers.  All-zero storage (`ferry_queue q = {0};`, a static
+ * queue, calloc'd memory) is a valid unbounded FIFO queue of pointers:
+ * elem_size 0 in storage or an initialiser stands for sizeof(void *), and
+ * put and get copy one `void *` in and out.  ferry_queue_init() still wants
+ * an explicit size. */
 #define FERRY_QUEUE_INIT(esize, cap) \
     { .elem_size = (esize), .capacity = (cap), .kind = FERRY_QUEUE_FIFO }
 #define FERRY_QUEUE_LIFO_INIT(esize, cap) \

@@ -14,7 +14,9 @@
  * Performing a case means what the matching call would do: a queue get
  * copies an element into `buf` (ferry_queue_get()), a put copies one from
  * `buf`, a channel receive stores the item in *(void **)buf and a send
- * passes the item `buf` (ferry_chan_recv(), ferry_chan_send()), a join
+ * passes the item `buf` (ferry_chan_recv(), ferry_chan_send(); for a
+ * channel of ferry_chan_new_elem(), `buf` points to the element or to room
+ * for one, as for a queue), a join
  * ends the task's handle and reports its status
  * (ferry_task_join()), a signal case receives one delivery
  * (ferry_sigsub_recv()).  An fd, stream or event case only reports: the

@@ -93,9 +93,16 @@ typedef struct ferry_task_opts {
  * caller owns and must give back with ferry_task_join() or
  * ferry_task_detach(); the task's stack is kept until both the task has
  * ended and the handle is given back.  With `out` NULL the task is detached.
- * Thread: loop (in a task or a callback).  Suspends: no (with
- * FERRY_SPAWN_EAGER from a task: yes, until a later turn).
- * Returns: 0; -ENOMEM (no task made, nothing leaked); -EPERM; -EINVAL
+ * The loop need not be running: on its thread, before ferry_loop_run() (or
+ * between two runs), a program spawns its first tasks, which start when the
+ * loop runs; `loop` NULL then means ferry_loop_current() (the first loop
+ * made on this thread and not yet freed).  FERRY_SPAWN_EAGER is ignored
+ * there.
+ * Thread: loop (in a task, a callback, or outside the loop's run).
+ * Suspends: no (with FERRY_SPAWN_EAGER from a task: yes, until a later
+ * turn).
+ * Returns: 0; -ENOMEM (no task made, nothing leaked; also when the values
+ * the child inherits (ferry_task_key) could not be stored); -EPERM; -EINVAL
  * (also for an unknown flag).
  */
 int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
@@ -244,11 +251,71 @@ int ferry_scope_exit(ferry_scope *scope);
  * -ETIMEDOUT. */
 bool ferry_scope_fired(const ferry_scope *scope);
 
+/* ---- Task-local values ------------------------------------------------ */
+
+/*
+ * A key for a pointer per task (Python's contextvars, pthread keys): the
+ * caller's struct, usually static; its address names it, so keys need no
+ * creation and no registry, and all-zero is a key without destructor that
+ * children do not inherit.  The struct must outlive every task that holds
+ * a value for it.
+ *
+ *   destructor  run with the task's value (if not NULL) when the task ends,
+ *               on the loop's thread, before the task counts as done
+ *               (joiners see it done after it).  It must not suspend.
+ *               NULL: none.
+ *   inherit     NULL: children start without a value.  Otherwise a child
+ *               spawned by a task of the same loop starts with
+ *               inherit(parent's value), a value of its own (the destructor
+ *               runs for it too): return a new reference or a copy.  To
+ *               share one pointer without ownership, use a key without
+ *               destructor and an inherit function that returns its
+ *               argument.  Inheritance is chosen per key, at spawn time,
+ *               from the parent's values then.
+ */
+typedef struct ferry_task_key {
+    void  (*destructor)(void *value);
+    void *(*inherit)(void *value);
+} ferry_task_key;
+
+/*
+ * Set the calling task's value for `key` (NULL: no value).  A value
+ * replaced or cleared this way is the caller's again: its destructor is
+ * not called (as pthread_setspecific()).
+ * Thread: loop, in a task.  Suspends: no.
+ * Returns: 0; -ENOMEM (the first value for this key could not be stored:
+ * nothing changed); -EPERM (not in a task); -EINVAL (key NULL).
+ */
+int ferry_task_local_set(const ferry_task_key *key, void *value);
+
+/* Thread: loop, in a task.  Suspends: no.
+ * Returns: the calling task's value for `key`; NULL if it has none, or
+ * outside a task. */
+void *ferry_task_local_get(const ferry_task_key *key);
+
 /* ---- Task groups ------------------------------------------------------ */
 
 /* Structured concurrency (Trio's nursery, asyncio.TaskGroup).  A group lives
- * in its owner task (usually on its stack); the owner spawns children into
- * it and must call ferry_group_wait() before the group goes out of scope. */
+ * in its owner task (usually on its stack); the owner must call
+ * ferry_group_wait() before the group goes out of scope, and no child
+ * outlives that call.
+ *
+ * The rules:
+ *   - Any task of the owner's loop may spawn into the group while it is
+ *     open: not yet waited for and not failing (Trio's
+ *     nursery.start_soon() from a child; a server's accept task spawning
+ *     its connections).  Children spawned while the owner waits are waited
+ *     for too.
+ *   - A child's failure (a status other than 0, not counting the
+ *     -ECANCELED of a child that was cancelled) cancels every sibling and
+ *     becomes the group's status, unless the child was spawned with
+ *     FERRY_GROUP_ISOLATE: then it is counted and the first such status is
+ *     kept (ferry_group_failures()), and the siblings go on (a server's
+ *     connections).
+ *   - The group holds each child's handle.  ferry_group_spawn_ex() with
+ *     `out` gives the caller a handle as well, to join or detach as one
+ *     from ferry_task_spawn(); the group still waits for the child.
+ */
 typedef struct ferry_group {
     /* private: use the functions below */
     struct ferry_task *owner;     /* the task that initialised the group */
@@ -258,20 +325,48 @@ typedef struct ferry_group {
     bool    failing;              /* a child failed: the rest are cancelled */
     bool    closed;               /* ferry_group_wait() has returned */
     struct ferry__link children;  /* live children, by their group link */
+    size_t  isolated_failures;    /* FERRY_GROUP_ISOLATE children that failed */
+    int     isolated_status;      /* the first of their statuses */
 } ferry_group;
+
+/* ferry_group_spawn_ex() flags. */
+#define FERRY_GROUP_ISOLATE 0x1u  /* a failure is counted, it cancels no sibling */
 
 /* Thread: loop, in a task.  Returns: 0; -EPERM; -EINVAL. */
 int ferry_group_init(ferry_group *group);
 
 /*
- * Spawn a child into the group.  A child whose status is not 0 is a
- * failure: the first one cancels every sibling and becomes the group's
- * status.  Children cancelled because of it do not count as failures.
- * Thread: loop, in the owner task.  Returns: as ferry_task_spawn(), plus
- * -ESHUTDOWN if the group is failing or already waited for.
+ * Spawn a child into the group: ferry_group_spawn_ex(group, NULL, fn, arg,
+ * opts, 0).  Thread: loop, in any task of the owner's loop.
+ * Returns: as ferry_task_spawn(), plus -ESHUTDOWN if the group is failing
+ * or already waited for; -EPERM from a task of another loop.
  */
 int ferry_group_spawn(ferry_group *group, ferry_task_fn fn, void *arg,
                       const ferry_task_opts *opts);
+
+/*
+ * Spawn a child into the group.  With `out` not NULL, *out receives a
+ * handle the caller owns as well, to give back with ferry_task_join() (or
+ * try_join) or ferry_task_detach(); it may be given back before or after
+ * the child ends and before or after ferry_group_wait().  `flags`:
+ * FERRY_GROUP_ISOLATE or 0.
+ * Thread: loop, in any task of the owner's loop.  Suspends: as
+ * ferry_task_spawn() (only with FERRY_SPAWN_EAGER).
+ * Returns: 0; as ferry_task_spawn(); -ESHUTDOWN (failing or already waited
+ * for: nothing spawned, *out NULL); -EPERM (a task of another loop, or not
+ * in a task); -EINVAL (an unknown flag, an uninitialised group).
+ */
+int ferry_group_spawn_ex(ferry_group *group, ferry_task **out /* OUT, optional */,
+                         ferry_task_fn fn, void *arg, const ferry_task_opts *opts,
+                         unsigned flags);
+
+/*
+ * The failures of FERRY_GROUP_ISOLATE children so far: how many, and in
+ * *first (if not NULL) the status of the first one (0 if none).
+ * Thread: loop.  Suspends: no.
+ * Returns: the count; 0 for NULL.
+ */
+size_t ferry_group_failures(const ferry_group *group, int *first /* OUT, optional */);
 
 /*
  * Wait for every child.  If the owner is cancelled or times out while
@@ -289,8 +384,16 @@ int ferry_group_cancel(ferry_group *group);
 /* ---- Run and dump ---------------------------------------------------- */
 
 /*
- * asyncio.run(): make a loop, run fn(arg) as its main task until it ends
- * and nothing else is left, free the loop.
+ * asyncio.run(): make a loop, run fn(arg) as its main task (named "main")
+ * until it ends, then end the rest as asyncio.run() does: every task still
+ * alive is named in the log (one FERRY_LOG_WARN line each), cancelled and
+ * waited for (callbacks and timers left are dropped as ferry_loop_free()
+ * drops them), the loop is freed, and, when no other loop is alive in the
+ * process, the default pool is shut down (ferry_pool_default_shutdown()
+ * with FERRY_POOL_FREE_LEAVE_ABANDONED: an abandoned job, such as a stuck
+ * name lookup, finishes on its own and does not hold the exit; a later use
+ * starts a new pool).  A task that ignores its cancellation
+ * (a shield without end) holds the exit.
  * Thread: any, not in a task.
  * Returns: the main task's status; -ENOMEM if the loop or the task could
  * not be made.

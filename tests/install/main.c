@@ -6,6 +6,7 @@
  * of the tests (testutil.c, not installed) is not available to it.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include <ferry/ferry.h>
 
@@ -41,7 +42,14 @@ static int main_task(void *arg)
 int main(void)
 {
     int64_t start = ferry_now();
-    int status = ferry_run(main_task, NULL);
+    int status;
+
+    /* The installed generated header and the installed library agree. */
+    if (strcmp(ferry_version(), FERRY_VERSION) != 0) {
+        fprintf(stderr, "install check: library %s, headers %s\n", ferry_version(), FERRY_VERSION);
+        return 1;
+    }
+    status = ferry_run(main_task, NULL);
     if (status != 42 || ferry_now() < start) {
         fprintf(stderr, "install check: ferry_run returned %d\n", status);
         return 1;
