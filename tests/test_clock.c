@@ -2,7 +2,8 @@
  * jumps to the next deadline when the loop would otherwise block, by the
  * exact amount, in deadline order; sleeps, semaphore and event waits
  * under scope deadlines, select's deadline case and descriptor waits with
- * a deadline all follow it; a task waiting for a pool job holds it; a
+ * a deadline all follow it; a task waiting for a pool job, and a job
+ * whose completion will run on the loop, hold it; a
  * job's deadline is handed to its thread in real time; other threads read
  * the real clock; ferry_loop_advance() moves it by hand; ferry_run() takes
  * it from FERRY_VIRTUAL_CLOCK.
@@ -287,6 +288,42 @@ T(clock, pool_job_holds_clock)
     cr_assert_eq(g_job_vtime, 0, "virtual time moved by %lld ns during the job",
                  (long long)g_job_vtime);
     cr_assert_eq(g_job_end, 1);
+    cr_assert_eq(g_sleeper_end, 2);
+}
+
+/* A job submitted with its completion on the loop holds the clock until
+ * the completion has run, though no task waits for it. */
+static int g_done_seq;
+static int64_t g_done_vtime;
+
+static int job_done(void *arg, int status)
+{
+    (void)arg;
+    g_done_seq = atomic_fetch_add(&g_seq, 1) + 1;
+    g_done_vtime = ferry_now() - g_t0;
+    return status == 7 ? 0 : -1;
+}
+
+static int submit_main(void *arg)
+{
+    ferry_task *s;
+
+    (void)arg;
+    s = tu_spawn(hour_sleeper, NULL);
+    g_t0 = ferry_now();
+    g_rc = ferry_pool_submit(NULL, slow_job, NULL, tu_loop, job_done, NULL);
+    return tu_join(s);
+}
+
+T(clock, submitted_job_holds_clock)
+{
+    atomic_store(&g_seq, 0);
+    g_done_seq = g_sleeper_end = 0;
+    cr_assert_eq(tu_run(submit_main, NULL), 0);
+    cr_assert_eq(g_rc, 0);
+    cr_assert_eq(g_done_vtime, 0, "the completion ran %lld ns of virtual time later",
+                 (long long)g_done_vtime);
+    cr_assert_eq(g_done_seq, 1);
     cr_assert_eq(g_sleeper_end, 2);
 }
 
