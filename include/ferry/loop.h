@@ -103,9 +103,11 @@ typedef struct ferry_loop_opts {
      * its time jumps to the earliest deadline and that timer fires.  A
      * task waiting for a descriptor or a signal does not stop a jump: a
      * read with a deadline times out at once, in real time, if no data is
-     * there when the loop falls idle.  A thread that posts into the loop
-     * on its own (call_soon_threadsafe, run_sync, a channel send) does
-     * not stop a jump either: the loop cannot know that it will.  Not
+     * there when the loop falls idle.  A call from a thread into the loop
+     * (ferry_loop_call_soon_threadsafe(), ferry_loop_run_sync(), a channel
+     * send that wakes a task) stops jumps from when it is made until the
+     * loop has run it, not before: the loop cannot know that it will come.
+     * Other threads' ferry_now() and timeouts stay on the real clock.  Not
      * with `base` (-EINVAL): only ferry_loop_run() can jump. */
     bool virtual_clock;
 } ferry_loop_opts;
