@@ -138,6 +138,10 @@ struct ferry__task_wake {
     struct ferry_inbox  *ib;        /* inbox of the waiting task's loop */
     int                  result;    /* written by the firer before delivery */
     bool                 delivered; /* loop thread: the wake reached the task */
+    /* Set by the caller after init: the wake comes from work a thread does
+     * for the task, and waiting for it holds a virtual clock
+     * (ferry__wait_held()).  Init clears it. */
+    bool                 hold;
 };
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */

@@ -224,7 +224,7 @@ int ferry_chan_send_elem_blocking(ferry_chan *ch, const void *item, int64_t time
         return -EINVAL;
     if (timeout != 0 && ferry_loop_current())
         return -EDEADLK;
-    deadline = ferry__deadline(timeout);
+    deadline = ferry__deadline_real(timeout);
     pthread_mutex_lock(&ch->mu);
     for (;;) {
         if (ch->closed) {
@@ -263,7 +263,7 @@ int ferry_chan_recv_elem_blocking(ferry_chan *ch, void *item, int64_t timeout)
         return -EINVAL;
     if (timeout != 0 && ferry_loop_current())
         return -EDEADLK;
-    deadline = ferry__deadline(timeout);
+    deadline = ferry__deadline_real(timeout);
     pthread_mutex_lock(&ch->mu);
     for (;;) {
         if (ch->count) {

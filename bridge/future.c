@@ -223,7 +223,7 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /* Wait; the caller has done the pool-thread accounting. */
 static int future_wait(ferry_future *f, int64_t timeout, int *status)
 {
-    int64_t deadline = ferry__deadline(timeout);
+    int64_t deadline = ferry__deadline_real(timeout);
     int rc = 0;
 
     pthread_mutex_lock(&f->mu);

@@ -33,7 +33,7 @@ static void account_locked(struct ferry_inbox *ib, size_t n)
  */
 static int64_t check_slow(struct ferry_inbox *ib, int64_t t0)
 {
-    int64_t t1 = ferry_now(), slow = ferry__loop_slow_threshold(ib->loop);
+    int64_t t1 = ferry__now_real(), slow = ferry__loop_slow_threshold(ib->loop);
 
     if (slow && t1 - t0 > slow)
         ferry__loop_report_slow(ib->loop, t1 - t0, slow, NULL);
@@ -59,7 +59,7 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yi
 
     ib->draining = true;
     if (timed && ferry__loop_slow_threshold(ib->loop))
-        t0 = ferry_now();
+        t0 = ferry__now_real();
     for (;;) {
         while (ib->lc && n < budget) {
             struct ferry__cnode *c = ib->lc;
@@ -139,8 +139,8 @@ static void gather(struct ferry_inbox *ib)
     if (sched_getcpu() == atomic_load_explicit(&ib->waker_cpu, memory_order_relaxed) ||
         !ferry__inbox_loop_idle(ib, FERRY_USEC(2)))
         return;
-    t0 = ferry_now();
-    for (unsigned i = 1; (i & 15) || ferry_now() - t0 < FERRY_USEC(1); i++)
+    t0 = ferry__now_real();
+    for (unsigned i = 1; (i & 15) || ferry__now_real() - t0 < FERRY_USEC(1); i++)
         ferry__cpu_relax();
 }
 
@@ -184,12 +184,12 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
     ib->spinning = true;
     atomic_store_explicit(&ib->kick, false, memory_order_relaxed);
     pthread_mutex_unlock(&ib->mu);
-    t0 = ferry_now();
+    t0 = ferry__now_real();
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(&ib->kick, memory_order_acquire))
             break;
         if ((i & 31) == 0) {
-            now = ferry_now();
+            now = ferry__now_real();
             if (now - t0 >= budget)
                 break;
             if (give_up && give_up(arg, now - t0)) {

@@ -46,7 +46,8 @@ struct xjob {
     ferry_job_run_fn       fn;        /* set once, by the task */
     void                  *arg;       /* set once */
     ferry_job_interrupt_fn interrupt; /* set once; may be NULL */
-    int64_t                deadline;  /* set once: the task's deadline at the call */
+    int64_t                deadline;  /* set once: the task's deadline at the call, on
+                                       * the real clock (the job's thread's) */
     int                    status;    /* pool thread: fn's status, read by the task
                                        * after the completion */
     bool                   ran;       /* pool thread: fn ran to its end */
@@ -100,7 +101,7 @@ bool ferry_job_cancelled(void)
         return true;
     /* The loop may not have noticed the deadline yet (it is busy, or its
      * timer has not fired): the job need not wait for it. */
-    return x->deadline != FERRY_NEVER && ferry_now() >= x->deadline;
+    return x->deadline != FERRY_NEVER && ferry__now_real() >= x->deadline;
 }
 
 int ferry_job_cancel_fd(void)
@@ -166,7 +167,11 @@ int ferry_to_thread_ex(ferry_pool *p, const ferry_job *job, int *job_status, voi
     x.fn = job->fn;
     x.arg = job->arg;
     x.interrupt = job->interrupt;
-    x.deadline = ferry__task_deadline(self);
+    /* The job's thread reads the real clock.  Under a virtual clock the
+     * loop's time stands still while the job runs (the task's wait holds
+     * it), so the job gets the time that was left at the call, in real
+     * time. */
+    x.deadline = ferry__deadline_to_real(ferry__task_deadline(self));
     x.status = 0;
     x.ran = false;
     x.result = NULL;

@@ -229,8 +229,8 @@ struct ferry_pool {
 extern _Thread_local struct ferry_pool *ferry__pool_tls;
 
 /* A monotonic counter for the service time and the queueing delay: the
- * TSC on x86-64 (cheaper to read than ferry_now()), else
- * ferry_now().  Only compared with the waking policy's thresholds
+ * TSC on x86-64 (cheaper to read than ferry__now_real()), else
+ * ferry__now_real().  Only compared with the waking policy's thresholds
  * (pool_worker.c), so an imprecise TSC costs at most a worker woken late
  * or early. */
 static inline uint64_t ferry__pool_ticks(void)
@@ -238,7 +238,7 @@ static inline uint64_t ferry__pool_ticks(void)
 #if defined(__x86_64__)
     return __rdtsc();
 #else
-    return (uint64_t)ferry_now();
+    return (uint64_t)ferry__now_real();
 #endif
 }
 

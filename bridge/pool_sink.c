@@ -71,7 +71,7 @@ static void sink_run(struct ferry__cnode *n)
     s->n = 0;
     ferry__list_move(&local, &s->more);
     s->posted = false;
-    if (p->lspin_ns < LSPIN_MAX_NS && ferry_now() - p->flush_ns < LSPIN_MAX_NS)
+    if (p->lspin_ns < LSPIN_MAX_NS && ferry__now_real() - p->flush_ns < LSPIN_MAX_NS)
         p->lspin_ns = LSPIN_MAX_NS;           /* a wait would have paid */
     pthread_mutex_unlock(&p->mu);
     for (size_t i = 0; i < cnt; i++) {

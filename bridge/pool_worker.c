@@ -51,11 +51,11 @@ static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
 static void ticks_calibrate(void)
 {
 #if defined(__x86_64__)
-    int64_t t0 = ferry_now(), t1;
+    int64_t t0 = ferry__now_real(), t1;
     uint64_t c0 = ferry__pool_ticks(), c1;
 
     do
-        t1 = ferry_now();
+        t1 = ferry__now_real();
     while (t1 - t0 < FERRY_USEC(20));
     c1 = ferry__pool_ticks();
     double per_ns = (double)(c1 - c0) / (double)(t1 - t0);
@@ -156,7 +156,7 @@ void ferry__pool_policy_init(struct ferry_pool *p)
 
 static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
 {
-    int64_t end = ferry_now() + budget;
+    int64_t end = ferry__now_real() + budget;
     unsigned yields = 0;
     bool clash = false;
 
@@ -168,7 +168,7 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
 
             atomic_store_explicit(&p->spin_cpu, cpu, memory_order_relaxed);
             clash = cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed);
-            if (i && ferry_now() >= end)
+            if (i && ferry__now_real() >= end)
                 return clash ? SPIN_CLASH : SPIN_TIMEOUT;
             if (clash) {
                 /* On the submitter's CPU polling would only keep it from
@@ -209,7 +209,7 @@ static void check_locked(struct ferry_pool *p)
         }
         /* Longer sleeps only while nothing is in flight (see
          * enough_workers_locked()). */
-        if (ferry__cond_wait_until(&p->check, &p->mu, ferry_now() + p->check_ns) == ETIMEDOUT &&
+        if (ferry__cond_wait_until(&p->check, &p->mu, ferry__now_real() + p->check_ns) == ETIMEDOUT &&
             p->check_ns < CHECK_MAX_NS && !p->running && !p->nqueued)
             p->check_ns *= 2;
     }
@@ -251,7 +251,7 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
         check_locked(p);
         return;
     }
-    t0 = ferry_now();
+    t0 = ferry__now_real();
     p->nidle++;
     pthread_cond_wait(&p->work, &p->mu);
     p->nidle--;
@@ -264,7 +264,7 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
             return;
         }
     }
-    if (p->spin_ns < SPIN_MAX_NS && ferry_now() - t0 < SPIN_MAX_NS)
+    if (p->spin_ns < SPIN_MAX_NS && ferry__now_real() - t0 < SPIN_MAX_NS)
         p->spin_ns = SPIN_MAX_NS;
 }
 

@@ -32,6 +32,7 @@ int ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *se
     x->cn.fn = deliver;
     x->result = 0;
     x->delivered = false;
+    x->hold = false;
     return 0;
 }
 
@@ -71,7 +72,7 @@ int ferry__task_wake_wait(struct ferry__task_wake *x)
 {
     if (x->delivered)
         return x->result;    /* fired on this thread before we waited */
-    return ferry__wait(NULL, &x->w, FERRY_NEVER);
+    return x->hold ? ferry__wait_held(&x->w) : ferry__wait(NULL, &x->w, FERRY_NEVER);
 }
 
 void ferry__task_wake_settle(struct ferry__task_wake *x)
@@ -83,7 +84,10 @@ void ferry__task_wake_settle(struct ferry__task_wake *x)
     ferry_scope_enter(&sc, FERRY_NEVER, FERRY_SCOPE_SHIELD);
     while (!x->delivered) {
         ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
-        ferry__wait(NULL, &x->w, FERRY_NEVER);
+        if (x->hold)
+            ferry__wait_held(&x->w);
+        else
+            ferry__wait(NULL, &x->w, FERRY_NEVER);
     }
     ferry_scope_exit(&sc);
 }

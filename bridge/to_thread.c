@@ -99,7 +99,7 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
             list_splice_tail(&one->queue, &local);
             one->nqueued += n;
             ferry__pool_publish_locked(one);
-            one->flush_ns = ferry_now();
+            one->flush_ns = ferry__now_real();
             if (ferry__pool_wake_locked(one, n) && one->lspin_ns && one->multicpu &&
                 atomic_load_explicit(&one->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = one;
@@ -139,7 +139,7 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
         } while (j && j->pool == p);
         if (added) {
             ferry__pool_publish_locked(p);
-            p->flush_ns = ferry_now();
+            p->flush_ns = ferry__now_real();
             if (ferry__pool_wake_locked(p, added) && p->lspin_ns && p->multicpu &&
                 atomic_load_explicit(&p->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
                 spin_pool = p;
@@ -232,6 +232,7 @@ static int wait_room_locked(struct ferry_pool *p)
         rc = ferry__task_wake_init(&rw.tw, "pool room", p);
         if (rc)
             return rc;
+        rw.tw.hold = true;
         ferry__link_init(&rw.link);
         ferry__list_push_back(&p->roomq, &rw.link);
         pthread_mutex_unlock(&p->mu);
@@ -324,6 +325,7 @@ static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
     rc = ferry__task_wake_init_self(&j->tw, self, "to_thread", p);
     if (rc)
         return rc;
+    j->tw.hold = true;
     j->ib = j->tw.ib;
     ferry__link_init(&j->link);
     j->pool = p;

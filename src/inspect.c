@@ -31,7 +31,7 @@ int ferry_loop_dump(ferry_loop *loop, FILE *out)
                     t->waiter->obj);
         if (t->timer.linked)
             fprintf(out, ", wakes in %.3f ms",
-                    (double)(t->timer.key - ferry_now()) / 1e6);
+                    (double)(t->timer.key - ferry__loop_now(loop)) / 1e6);
         if (t->cancelled)
             fprintf(out, ", cancelled");
         if (t->group)

@@ -94,7 +94,7 @@ bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon)
         return false;
     if (loop->turn && !ferry__list_empty(loop->turn))
         return false;
-    return !t || t->key > ferry_now() + horizon;
+    return !t || t->key > ferry__loop_now(loop) + horizon;
 }
 
 int64_t ferry__loop_slow_threshold(const ferry_loop *loop)

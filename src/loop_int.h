@@ -268,6 +268,13 @@ struct ferry_loop {
         struct event       *tick_ev;     /* wakes a blocking poll for the earliest timer */
         int                 tfd;         /* timerfd behind tick_ev (owned base), or -1 */
         int64_t             tick_armed;  /* deadline tfd is set to, 0 if disarmed */
+        /* The virtual clock (ferry_loop_opts.virtual_clock): its time,
+         * which moves only by jumps (sched.c) and ferry_loop_advance(),
+         * and the waits of tasks for work on other threads, which keep it
+         * from jumping (ferry__wait_held()). */
+        bool                vclock;      /* the loop's time is vnow */
+        int64_t             vnow;        /* virtual time, ns */
+        size_t              vholds;      /* tasks in ferry__wait_held() */
     };
 
     /* ---- stacks (stack.c) ---- */
@@ -512,8 +519,22 @@ struct ferry_timer {
     struct ferry__cbnode   run;   /* in the run queue once fired */
     ferry_loop            *loop;
 };
+/* The loop's time: its virtual time if it has a virtual clock, else the
+ * real clock.  What its timers are keyed on, whichever loop is current on
+ * the thread. */
+static inline int64_t ferry__loop_now(const ferry_loop *loop)
+{
+    return loop->vclock ? loop->vnow : ferry__now_real();
+}
 /* Fire the timers due now. */
 void ferry__timers_expire(ferry_loop *loop);
+/* The virtual clock: move the loop's time to the earliest timer's deadline
+ * and fire the timers due then.  Returns false (and moves nothing) if no
+ * timer is waiting, or only ones that never fire (FERRY_NEVER). */
+bool ferry__vclock_jump(ferry_loop *loop);
+/* The source of ferry_now() for loops with a virtual clock (base/clock.h):
+ * the time of the loop current on the calling thread, if it has one. */
+bool ferry__vclock_source(int64_t *now);
 /* Make the next blocking poll wake up for the earliest timer. */
 void ferry__timers_arm(ferry_loop *loop);
 /* Arm the poll timer if the loop is driven by someone else's dispatch. */

@@ -19,6 +19,8 @@ int ferry__loop_opts_check(const ferry_loop_opts *opts)
 
     if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
         return -EINVAL;
+    if (opts && opts->virtual_clock && opts->base)
+        return -EINVAL;   /* only ferry_loop_run() makes the jumps */
     if (ferry__tls_loop && ferry__tls_loop->current)
         return -EPERM;    /* not from inside a task */
     return 0;
@@ -42,6 +44,13 @@ static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
     loop->slow_ns = FERRY_MSEC(100);
 #endif
     ferry__loop_hand_update(loop);
+    if (o->virtual_clock) {
+        /* Starting at the real time keeps deadlines that code computes
+         * from either clock in the same range. */
+        loop->vclock = true;
+        loop->vnow = ferry__now_real();
+        ferry__clock_set_source(ferry__vclock_source);
+    }
     /* Different loops, and runs, draw different choices; nothing depends
      * on the seed being secret. */
     loop->rng = (uint64_t)ferry_now() ^ (uint64_t)(uintptr_t)loop;

@@ -53,7 +53,7 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
     /* Read once: a step may change the threshold, and `r` may be freed by
      * the time the step ends. */
     int64_t slow = loop->slow_ns;
-    int64_t t0 = slow ? ferry_now() : 0;
+    int64_t t0 = slow ? ferry__now_real() : 0;
     bool is_task = r->kind == FERRY__RUN_TASK;
     char name[sizeof ((ferry_task *)0)->name];
 
@@ -78,7 +78,7 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
     loop->stats.steps++;
     loop->since_poll++;
     if (slow) {
-        int64_t dt = ferry_now() - t0;
+        int64_t dt = ferry__now_real() - t0;
         if (dt > slow)
             ferry__loop_report_slow(loop, dt, slow, is_task ? name : NULL);
     }
@@ -110,6 +110,30 @@ static bool run_turn(ferry_loop *loop)
     return true;
 }
 
+/*
+ * A loop with a virtual clock about to block: poll without blocking first,
+ * and if that made nothing ready, nothing holds the clock and a timer is
+ * waiting, jump to its deadline instead of blocking.  The clock is held by
+ * a task waiting for a pool job (ferry__wait_held()) and by what the bridge
+ * still has to deliver (posts and completions from other threads, jobs
+ * whose callback will run on the loop): those end in real time, and a jump
+ * would fire deadlines that they would have beaten.  Tasks waiting for
+ * descriptors or signals do not hold it: whatever is ready for them at the
+ * poll is served first, and the rest is idle.  Returns true if the loop
+ * need not block.
+ */
+static bool vclock_poll(ferry_loop *loop)
+{
+    event_base_loop(loop->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    loop->stats.polls++;
+    loop->since_poll = 0;
+    if (!ferry__list_empty(&loop->runq) || loop->stop)
+        return true;
+    if (loop->vholds || (loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx)))
+        return false;
+    return ferry__vclock_jump(loop);
+}
+
 static void poll_io(ferry_loop *loop, bool block)
 {
     int flags = EVLOOP_ONCE;
@@ -118,6 +142,8 @@ static void poll_io(ferry_loop *loop, bool block)
     if (!ferry__list_empty(&loop->runq) || loop->stop)
         block = false;
     ferry__stack_poll(loop, block);
+    if (block && loop->vclock && vclock_poll(loop))
+        return;
     if (block) {
         ferry__timers_arm(loop);
         flags |= EVLOOP_NO_EXIT_ON_EMPTY;

@@ -473,7 +473,7 @@ void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s)
     ferry__list_push_front(&loop->stack_free, &s->free_link);
     sl->cached |= (uint64_t)1 << s->slot;
     if (++loop->stack_nfree > loop->stack_cache && !loop->stack_over_since)
-        loop->stack_over_since = ferry_now();
+        loop->stack_over_since = ferry__now_real();
     /* Poison all but the task structure (the header is in it): a waiter
      * left behind in a returned stack is then reported by ASan instead of
      * read silently. */
@@ -562,7 +562,7 @@ void ferry__stack_trim_due(ferry_loop *loop, bool block)
 
     if (loop->closing)
         return;       /* ferry__stack_drain() unmaps everything soon */
-    old = ferry_now() - loop->stack_over_since >= FERRY__TRIM_AFTER;
+    old = ferry__now_real() - loop->stack_over_since >= FERRY__TRIM_AFTER;
     if (block || old)
         trim_slabs(loop);
     if (old)

@@ -19,11 +19,46 @@ void ferry__timers_expire(ferry_loop *loop)
 
     if (!ferry__heap_min(&loop->timers))
         return;
-    now = ferry_now();
+    now = ferry__loop_now(loop);
     while ((n = ferry__heap_min(&loop->timers)) && n->key <= now) {
         ferry__heap_remove(&loop->timers, n);
         n->fire(n);
     }
+}
+
+bool ferry__vclock_jump(ferry_loop *loop)
+{
+    struct ferry__hnode *n = ferry__heap_min(&loop->timers);
+
+    if (!n || n->key == FERRY_NEVER)
+        return false;
+    if (n->key > loop->vnow)
+        loop->vnow = n->key;
+    ferry__timers_expire(loop);
+    return true;
+}
+
+bool ferry__vclock_source(int64_t *now)
+{
+    const ferry_loop *loop = ferry__tls_loop;
+
+    if (!loop || !loop->vclock)
+        return false;
+    *now = loop->vnow;
+    return true;
+}
+
+int ferry_loop_advance(ferry_loop *loop, int64_t duration)
+{
+    int rc = ferry__loop_check(loop);
+
+    if (rc)
+        return rc;
+    if (!loop->vclock || duration < 0)
+        return -EINVAL;
+    loop->vnow = duration > INT64_MAX - 1 - loop->vnow ? INT64_MAX - 1 : loop->vnow + duration;
+    ferry__timers_expire(loop);
+    return 0;
 }
 
 static void timer_fire(struct ferry__hnode *n)
@@ -46,6 +81,10 @@ void ferry__timers_arm(ferry_loop *loop)
     struct timeval tv;
     int64_t d;
 
+    /* A virtual clock's timers fire when the loop jumps to them, never by
+     * the real clock. */
+    if (loop->vclock)
+        return;
     if (loop->tfd >= 0) {
         int64_t key = n ? (n->key > 0 ? n->key : 1) : 0;
         struct itimerspec its = { { 0, 0 }, { 0, 0 } };
@@ -62,7 +101,7 @@ void ferry__timers_arm(ferry_loop *loop)
         event_del(loop->tick_ev);
         return;
     }
-    d = n->key - ferry_now();
+    d = n->key - ferry__loop_now(loop);
     if (d < 0)
         d = 0;
     tv.tv_sec = (time_t)(d / 1000000000);
@@ -84,6 +123,7 @@ int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
                      ferry_timer **out)
 {
     ferry_timer *tm;
+    int64_t now;
     int rc = ferry__loop_check(loop);
 
     if (rc)
@@ -101,8 +141,9 @@ int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
     tm->run.arg = arg;
     if (delay < 0)
         delay = 0;
+    now = ferry__loop_now(loop);
     ferry__heap_insert(&loop->timers, &tm->node,
-                       delay > INT64_MAX - ferry_now() ? INT64_MAX : ferry_now() + delay);
+                       delay > INT64_MAX - now ? INT64_MAX : now + delay);
     ferry__loop_timers_changed(loop);
     if (out)
         *out = tm;

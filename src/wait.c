@@ -95,6 +95,17 @@ int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until)
     return ferry__wait_inline(q, w, until);
 }
 
+int ferry__wait_held(struct ferry__waiter *w)
+{
+    ferry_loop *loop = w->task->loop;
+    int rc;
+
+    loop->vholds++;
+    rc = ferry__wait_inline(NULL, w, FERRY_NEVER);
+    loop->vholds--;
+    return rc;
+}
+
 bool ferry__grant(struct ferry__waiter *w, int result)
 {
     if (w->state != FERRY__W_WAITING)

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "testutil.h"
+#include "clock.h"
 #include "fault.h"
 #include "ferry_int.h"
 
@@ -66,10 +67,10 @@ void tu_alloc_setup(void)
 
 long tu_alloc_settle(long want)
 {
-    int64_t until = ferry_now() + tu_ms(1000);
+    int64_t until = ferry__now_real() + tu_ms(1000);
     long d;
 
-    while ((d = ferry__alloc_live() - want) != 0 && ferry_now() < until)
+    while ((d = ferry__alloc_live() - want) != 0 && ferry__now_real() < until)
         usleep(1000);
     return d;
 }

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "bridge_int.h"
+#include "env.h"
 #include "loop_new.h"
 #include "loops.h"
 #include "wire.h"
@@ -109,13 +110,14 @@ static int run_main(void *arg)
 int ferry_run(ferry_task_fn fn, void *arg)
 {
     struct run_main m = { .fn = fn, .arg = arg };
+    ferry_loop_opts opts = { .virtual_clock = ferry__env_unsigned("FERRY_VIRTUAL_CLOCK", 0) != 0 };
     ferry_loop *loop;
     ferry_task *t;
     int rc, status = 0;
 
     if (!fn)
         return -EINVAL;
-    rc = ferry_loop_new(&loop, NULL);
+    rc = ferry_loop_new(&loop, &opts);
     if (rc)
         return rc;
     m.loop = loop;

@@ -126,7 +126,7 @@ static int ev_cond_wait(void *cond, void *lock, const struct timeval *tv)
     int rc;
 
     if (tv)
-        deadline = ferry__deadline((int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000);
+        deadline = ferry__deadline_real((int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000);
     rc = ferry__cond_wait_until(cond, lock, deadline);
     if (rc == ETIMEDOUT)
         return 1;

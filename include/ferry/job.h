@@ -131,7 +131,10 @@ int ferry_job_cancel_fd(void);
 /*
  * Inside a job run by ferry_to_thread_ex(): the earliest deadline of the
  * waiting task's scopes when it made the call, absolute on ferry_now()'s
- * clock, to pass to the blocking API's own timeout.
+ * clock on the pool thread (the real one), to pass to the blocking API's
+ * own timeout.  If the task's loop has a virtual clock, it is the time the
+ * task had left, counted in real time from the call (the loop's time
+ * stands still while the job runs).
  * Thread: a pool thread running such a job.  Suspends: no.
  * Returns: the deadline; FERRY_NEVER if there is none, or outside such a
  * job.

@@ -52,7 +52,12 @@ int ferry_version_number(void);
 #define FERRY_NEVER   INT64_MAX
 
 /*
- * The monotonic clock (CLOCK_MONOTONIC) in nanoseconds.
+ * The monotonic clock (CLOCK_MONOTONIC) in nanoseconds, or, on the thread
+ * of a loop with a virtual clock (ferry_loop_opts.virtual_clock), that
+ * loop's virtual time: the loop current on the thread (the one running,
+ * else the one last run or made there) decides.  Every deadline and
+ * timeout of a task is on this clock.  On other threads it is the real
+ * clock, and their timeouts run in real time.
  * Thread: any.  Suspends: no.  Returns: the time now, in nanoseconds.
  */
 int64_t ferry_now(void);
@@ -88,6 +93,23 @@ typedef struct ferry_loop_opts {
     /* I/O and timers are polled at least once every this many task steps;
      * 0 means 128. */
     unsigned io_interval;
+    /* A virtual clock, for tests of timeouts: the loop's time (ferry_now()
+     * on its thread, every deadline, sleep and ferry_call_later()) starts
+     * at the real time when the loop is made and stands still while tasks
+     * run.  When the loop would block, it first polls without blocking;
+     * if nothing became ready, no task waits for a pool job
+     * (ferry_to_thread() and its variants, room in a pool's queue) and no
+     * post, completion or job callback from another thread is pending,
+     * its time jumps to the earliest deadline and that timer fires.  A
+     * task waiting for a descriptor or a signal does not stop a jump: a
+     * read with a deadline times out at once, in real time, if no data is
+     * there when the loop falls idle.  A call from a thread into the loop
+     * (ferry_loop_call_soon_threadsafe(), ferry_loop_run_sync(), a channel
+     * send that wakes a task) stops jumps from when it is made until the
+     * loop has run it, not before: the loop cannot know that it will come.
+     * Other threads' ferry_now() and timeouts stay on the real clock.  Not
+     * with `base` (-EINVAL): only ferry_loop_run() can jump. */
+    bool virtual_clock;
 } ferry_loop_opts;
 
 /*
@@ -169,6 +191,16 @@ int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg);
  */
 int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
                      ferry_timer **out /* OUT, optional */);
+
+/*
+ * Move a virtual clock forward by `duration` nanoseconds (0 or more) by
+ * hand, as if that much time had passed, and make ready what is due by
+ * then; the loop's own jumps go on as before.
+ * Thread: loop.  Suspends: no.
+ * Returns: 0; -EPERM (wrong thread); -EINVAL (loop NULL, no virtual
+ * clock, or duration negative).
+ */
+int ferry_loop_advance(ferry_loop *loop, int64_t duration);
 
 /*
  * Cancel a timer that has not fired: its callback never runs and the handle

@@ -393,7 +393,10 @@ int ferry_group_cancel(ferry_group *group);
  * with FERRY_POOL_FREE_LEAVE_ABANDONED: an abandoned job, such as a stuck
  * name lookup, finishes on its own and does not hold the exit; a later use
  * starts a new pool).  A task that ignores its cancellation
- * (a shield without end) holds the exit.
+ * (a shield without end) holds the exit.  With FERRY_VIRTUAL_CLOCK=1 in
+ * the environment the loop has a virtual clock (ferry_loop_opts
+ * .virtual_clock), so that a program's timeouts can be tested without
+ * waiting for them.
  * Thread: any, not in a task.
  * Returns: the main task's status; -ENOMEM if the loop or the task could
  * not be made.

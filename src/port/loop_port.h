@@ -97,6 +97,11 @@ int ferry__check(struct ferry_task *self);
  */
 int ferry__wait(struct ferry__waitq *q, struct ferry__waiter *w, int64_t until);
 
+/* ferry__wait(NULL, w, FERRY_NEVER) for a task that waits for work a
+ * thread does for it (a pool job, room in a pool's queue): while it waits,
+ * the loop's virtual clock, if it has one, does not jump (sched.c). */
+int ferry__wait_held(struct ferry__waiter *w);
+
 /* Grant a WAITING waiter: unlink it, set `result`, make its task ready.
  * A case of a select decides the select: its siblings are unlinked before
  * this returns, so every waiter still linked in a queue can be granted.
