@@ -24,10 +24,17 @@
 
 static ferry_event stop = FERRY_EVENT_INIT;
 static int polls_done, polls_cut, pauses_timed_out;
+/* The stopper acts when the poller reaches a given round, not after a
+ * given time: on a busy machine timers drift, and a stop aimed at the
+ * middle of a 20 ms poll could land in the pause. */
+static ferry_event reached = FERRY_EVENT_INIT;
+static int polls_started, pauses_started, stop_at_poll, stop_at_pause;
 
 /* One round of work; a cancellation interrupts it. */
 static int poll_once(void)
 {
+    if (++polls_started == stop_at_poll)
+        ferry_event_set(&reached);
     int rc = ferry_sleep(FERRY_MSEC(POLL_MS));
     if (rc)
         polls_cut++;
@@ -42,6 +49,8 @@ static int poll_loop(void *arg)
         int rc = poll_once();
         if (rc)
             return rc;
+        if (++pauses_started == stop_at_pause)
+            ferry_event_set(&reached);
         ferry_scope pause;                       /* wait_for(stop.wait(), timeout=...) */
         ferry_scope_enter(&pause, ferry_now() + FERRY_MSEC(PAUSE_MS), 0);
         rc = ferry_event_wait(&stop);
@@ -54,16 +63,20 @@ static int poll_loop(void *arg)
     return 0;
 }
 
-/* Start the poll loop, stop it after `after_ms` by the event or by
- * cancellation, and return how long it took to end after that. */
-static double run(int after_ms, bool cancel, int *status)
+/* Start the poll loop, stop it by the event or by cancellation once it
+ * has started poll number `at_poll` or pause number `at_pause` (the other
+ * 0), and return how long it took to end after that. */
+static double run(int at_poll, int at_pause, bool cancel, int *status)
 {
     ferry_task *poller;
 
     ferry_event_clear(&stop);
-    polls_done = polls_cut = pauses_timed_out = 0;
+    ferry_event_clear(&reached);
+    polls_done = polls_cut = pauses_timed_out = polls_started = pauses_started = 0;
+    stop_at_poll = at_poll;
+    stop_at_pause = at_pause;
     ferry_task_spawn(&poller, NULL, poll_loop, NULL, &(ferry_task_opts){ .name = "poller" });
-    ferry_sleep(FERRY_MSEC(after_ms));
+    ferry_event_wait(&reached);
     int64_t t0 = ferry_now();
     if (cancel)
         ferry_task_cancel(poller);
@@ -77,20 +90,21 @@ static int main_task(void *arg)
 {
     int status, bad = 0;
 
-    /* Rounds: poll 0-20, pause 20-120, poll 120-140, pause ... */
-    double t = run(300, false, &status);
+    /* Rounds: poll, pause (runs out), poll, pause (runs out), poll, pause:
+     * the stop comes in the third pause. */
+    double t = run(0, 3, false, &status);
     printf("  stop set during a pause: the loop ended %.1f ms later, %s "
            "(%d polls done, %d pauses ran out)\n", t,
-           t < PAUSE_MS / 2 ? "without waiting out the pause" : "AFTER the pause",
+           pauses_timed_out == 2 ? "without waiting out the pause" : "AFTER the pause",
            polls_done, pauses_timed_out);
-    bad |= status != 0 || t >= PAUSE_MS / 2 || polls_done != 3 || pauses_timed_out != 2;
+    bad |= status != 0 || polls_done != 3 || pauses_timed_out != 2;
 
-    t = run(130, false, &status);
+    t = run(2, 0, false, &status);
     printf("  stop set during a poll:  the poll finished, the loop ended %.1f ms later "
            "(%d polls done, %d cut short)\n", t, polls_done, polls_cut);
     bad |= status != 0 || polls_done != 2 || polls_cut != 0;
 
-    t = run(130, true, &status);
+    t = run(2, 0, true, &status);
     printf("  cancelled during a poll: the poll was cut short, the loop ended %.1f ms later "
            "with %s (%d polls done, %d cut short)\n", t, errname(status), polls_done, polls_cut);
     bad |= status != -ECANCELED || polls_done != 1 || polls_cut != 1;
