@@ -13,6 +13,7 @@
 
 #include <string.h>
 
+#include "rand.h"
 #include "dns_int.h"
 #include "loop_int.h"
 #include "loop_new.h"
@@ -92,6 +93,8 @@ static bool run_turn(ferry_loop *loop)
     if (ferry__list_empty(&loop->runq))
         return false;
     ferry__list_move(&local, &loop->runq);
+    if (__builtin_expect(loop->fuzz, 0))
+        ferry__fuzz_shuffle(loop, &local);
     loop->in_turn = true;
     loop->turn = &local;
     loop->stats.turns++;
@@ -108,6 +111,55 @@ static bool run_turn(ferry_loop *loop)
     loop->in_turn = false;
     loop->turn = NULL;
     return true;
+}
+
+/*
+ * The tasks of a turn run in an order drawn from the loop's generator:
+ * every primitive decides who gets what when it grants (docs/design.md),
+ * so the order in which the granted tasks then run is free.  Callbacks
+ * keep their order (ferry_call_soon() promises it) and their places among
+ * the turn's entries.  Without memory for the shuffle the turn keeps its
+ * order.
+ */
+void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
+{
+    struct ferry__link *l;
+    size_t n = 0, ntasks = 0, i, k;
+    void **buf;
+
+    ferry__list_foreach(l, turn) {
+        n++;
+        if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
+            ntasks++;
+    }
+    if (ntasks < 2)
+        return;
+    /* Room for the entries, then for the tasks' positions among them. */
+    if (n + ntasks > loop->fuzz_cap) {
+        buf = ferry__realloc(loop->fuzz_buf, (n + ntasks) * 2 * sizeof *buf);
+        if (!buf)
+            return;
+        loop->fuzz_buf = buf;
+        loop->fuzz_cap = (n + ntasks) * 2;
+    }
+    buf = loop->fuzz_buf;
+    i = k = 0;
+    while ((l = ferry__list_pop_front(turn)) != NULL) {
+        if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
+            buf[n + k++] = &buf[i];
+        buf[i++] = l;
+    }
+    /* Fisher-Yates over the tasks' positions only. */
+    for (k = ntasks - 1; k > 0; k--) {
+        void **a = buf[n + k];
+        void **b = buf[n + ferry__rand_below(&loop->rng, (uint32_t)(k + 1))];
+        void *t = *a;
+
+        *a = *b;
+        *b = t;
+    }
+    for (i = 0; i < n; i++)
+        ferry__list_push_back(turn, buf[i]);
 }
 
 static void poll_io(ferry_loop *loop, bool block)

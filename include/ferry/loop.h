@@ -88,6 +88,17 @@ typedef struct ferry_loop_opts {
     /* I/O and timers are polled at least once every this many task steps;
      * 0 means 128. */
     unsigned io_interval;
+    /* Schedule fuzzing, for tests (docs/fuzzing.md): not 0 turns it on with
+     * this seed.  Ready tasks then run in an order drawn from the seed,
+     * suspension points that would not suspend sometimes do, and pool
+     * threads and posters sleep short random whiles.  FERRY_FUZZ=SEED[,P]
+     * in the environment overrides both fuzz fields.  0 means off. */
+    uint64_t fuzz_seed;
+    /* With fuzz_seed: the probability, from 0 to 1, of each spurious
+     * suspension and each delay on a thread; 0 means 0.1, and a negative
+     * value means none (only the order of ready tasks is drawn).  Above 1
+     * is -EINVAL. */
+    double fuzz_prob;
 } ferry_loop_opts;
 
 /*
