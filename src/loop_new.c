@@ -38,19 +38,22 @@ static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
 {
     struct ferry__fuzz f;
     char prob[32] = "";
-    unsigned nth;
+    unsigned nth = 0;
 
-    if (!ferry__fuzz_env(&f)) {
+    if (ferry__fuzz_env(&f)) {
+        /* One seed for the process: each loop draws from its own mix. */
+        loop->rng = ferry__fuzz_loop_seed(f.seed, &nth);
+    } else {
         if (!o->fuzz_seed)
             return;
         f.seed = o->fuzz_seed;
         f.prob = o->fuzz_prob == 0 ? FERRY__FUZZ_PROB_DEFAULT :
                  o->fuzz_prob < 0 ? 0 : o->fuzz_prob;
         f.p = ferry__fuzz_prob(f.prob);
+        loop->rng = f.seed;
     }
     loop->fuzz = true;
     loop->fuzz_p = f.p;
-    loop->rng = ferry__fuzz_loop_seed(f.seed, &nth);
     ferry__fuzz_threads_start(&f);
     if (f.prob != FERRY__FUZZ_PROB_DEFAULT)
         snprintf(prob, sizeof prob, ",%g", f.prob);
