@@ -19,11 +19,12 @@
  *            assumes an element is there, but another task may take it
  *            between the notification and the consumer's turn.  Fixed:
  *            wait in a loop until the predicate holds.
- *   counter  a counter that a pool job increments, read by the task after
- *            a sleep "long enough" for the job: a job that starts late has
- *            not counted yet.  Fixed: wait for the job's completion.
+ *   counter  a counter that a task increments with a suspension point
+ *            between its read and its write (a lock nobody else takes),
+ *            and that a pool job's completion increments too: when the
+ *            completion runs while the task is suspended there, an
+ *            update is lost.  Fixed: read after the suspension point.
  */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -181,52 +182,58 @@ static int run_condvar(void *arg)
 
 /* ---- counter --------------------------------------------------------- */
 
-#define COUNTER_ROUNDS 20
+#define COUNTER_ROUNDS 5000
 
-static atomic_int counted;     /* incremented by the pool job */
-static ferry_event job_done;
+static struct {
+    long       count;       /* events counted, by the task and by the job */
+    ferry_lock lock;        /* the stats lock the task takes on each count */
+    ferry_event job_done;
+} ctr;
 
+/* The pool job: the work itself is elsewhere; what matters is that its
+ * completion, on the loop, counts one event too. */
 static int count_job(void *arg)
 {
     (void)arg;
-    atomic_fetch_add(&counted, 1);
     return 0;
 }
 
 static int count_done(void *arg, int status)
 {
     (void)arg; (void)status;
-    return ferry_event_set(&job_done);
+    ctr.count++;
+    return ferry_event_set(&ctr.job_done);
 }
 
 static int run_counter(void *arg)
 {
-    ferry_pool *stats_pool;
-    ferry_pool_opts po = { .threads = 1 };
-    int bad = 0;
+    int rc;
 
     (void)arg;
-    if (ferry_pool_new(&stats_pool, &po))
+    rc = ferry_pool_submit(NULL, count_job, NULL, ferry_loop_current(), count_done, NULL);
+    if (rc)
         return 1;
-    for (int r = 1; r <= COUNTER_ROUNDS && !bad; r++) {
-        ferry_event_clear(&job_done);
-        if (ferry_pool_submit(stats_pool, count_job, NULL, ferry_loop_current(),
-                              count_done, NULL)) {
-            bad = 1;
-            break;
+    for (int r = 0; r < COUNTER_ROUNDS; r++) {
+        if (fixed) {
+            ferry_lock_acquire(&ctr.lock);
+            ctr.count++;                  /* the fix: read and write with no suspension between */
+        } else {
+            long v = ctr.count;
+            /* The bug: the lock is free (no other task takes it), so this
+             * never suspends in a plain run and nothing can run between
+             * the read and the write... */
+            ferry_lock_acquire(&ctr.lock);
+            ctr.count = v + 1;
         }
-        if (fixed)
-            ferry_event_wait(&job_done);  /* the fix: wait for the job itself */
-        else
-            ferry_sleep(FERRY_MSEC(2));   /* the bug: "it has surely run by now" */
-        if (atomic_load(&counted) != r) {
-            printf("counter: round %d: counted %d, expected %d\n", r, atomic_load(&counted), r);
-            bad = 1;
-        }
-        ferry_event_wait(&job_done);      /* before the next round clears it */
+        ferry_lock_release(&ctr.lock);
     }
-    ferry_pool_free(stats_pool);
-    return bad;
+    ferry_event_wait(&ctr.job_done);
+    if (ctr.count != COUNTER_ROUNDS + 1) {
+        printf("counter: counted %ld, expected %d (an update was lost)\n", ctr.count,
+               COUNTER_ROUNDS + 1);
+        return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)

@@ -373,8 +373,8 @@ static inline void ferry__task_ready(ferry_task *t)
     if (__builtin_expect(!loop->in_run, 0))
         ferry__loop_kick(loop);
 }
-/* Schedule fuzzing: shuffle the tasks of a turn's list `turn` among its
- * entries, callbacks staying in their order (sched.c). */
+/* Schedule fuzzing: shuffle the entries of a turn's list `turn`,
+ * callbacks keeping their order among themselves (sched.c). */
 void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn);
 /* Schedule fuzzing: with the loop's probability, queue the running task
  * `self` at the back of the run queue and switch away, as ferry_yield()

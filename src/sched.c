@@ -114,12 +114,13 @@ static bool run_turn(ferry_loop *loop)
 }
 
 /*
- * The tasks of a turn run in an order drawn from the loop's generator:
+ * The entries of a turn run in an order drawn from the loop's generator:
  * every primitive decides who gets what when it grants (docs/design.md),
- * so the order in which the granted tasks then run is free.  Callbacks
- * keep their order (ferry_call_soon() promises it) and their places among
- * the turn's entries.  Without memory for the shuffle the turn keeps its
- * order.
+ * so the order in which the granted tasks then run is free, and so is the
+ * order of a task and a callback.  Callbacks keep their order among
+ * themselves (ferry_call_soon() promises it): the tasks are shuffled, then
+ * merged with the callbacks at random places.  Without memory for the
+ * shuffle the turn keeps its order.
  */
 void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
 {
@@ -132,34 +133,43 @@ void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
         if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
             ntasks++;
     }
-    if (ntasks < 2)
+    if (ntasks == 0 || n < 2)
         return;
-    /* Room for the entries, then for the tasks' positions among them. */
-    if (n + ntasks > loop->fuzz_cap) {
-        buf = ferry__realloc(loop->fuzz_buf, (n + ntasks) * 2 * sizeof *buf);
+    if (n > loop->fuzz_cap) {
+        buf = ferry__realloc(loop->fuzz_buf, n * 2 * sizeof *buf);
         if (!buf)
             return;
         loop->fuzz_buf = buf;
-        loop->fuzz_cap = (n + ntasks) * 2;
+        loop->fuzz_cap = n * 2;
     }
+    /* The tasks first, then the callbacks in their order. */
     buf = loop->fuzz_buf;
-    i = k = 0;
+    i = 0;
+    k = ntasks;
     while ((l = ferry__list_pop_front(turn)) != NULL) {
         if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
-            buf[n + k++] = &buf[i];
-        buf[i++] = l;
+            buf[i++] = l;
+        else
+            buf[k++] = l;
     }
-    /* Fisher-Yates over the tasks' positions only. */
-    for (k = ntasks - 1; k > 0; k--) {
-        void **a = buf[n + k];
-        void **b = buf[n + ferry__rand_below(&loop->rng, (uint32_t)(k + 1))];
-        void *t = *a;
+    for (i = ntasks - 1; i > 0; i--) {           /* Fisher-Yates */
+        size_t j = ferry__rand_below(&loop->rng, (uint32_t)(i + 1));
+        void *t = buf[i];
 
-        *a = *b;
-        *b = t;
+        buf[i] = buf[j];
+        buf[j] = t;
     }
-    for (i = 0; i < n; i++)
-        ferry__list_push_back(turn, buf[i]);
+    /* A uniform merge: the next entry is a callback with the share of
+     * callbacks among the entries left. */
+    for (i = 0, k = ntasks; i < ntasks || k < n;) {
+        size_t tasks_left = ntasks - i, cbs_left = n - k;
+
+        if (cbs_left && (!tasks_left ||
+                         ferry__rand_below(&loop->rng, (uint32_t)(tasks_left + cbs_left)) < cbs_left))
+            ferry__list_push_back(turn, buf[k++]);
+        else
+            ferry__list_push_back(turn, buf[i++]);
+    }
 }
 
 static void poll_io(ferry_loop *loop, bool block)
