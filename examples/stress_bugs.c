@@ -111,8 +111,8 @@ static int consumer(void *arg)
     if (fixed) {
         while (cv.count == 0 && !cv.closed)
             ferry_cond_wait(&cv.cond);
-    } else if (cv.count == 0) {
-        ferry_cond_wait(&cv.cond);        /* the bug: "notified means there is one" */
+    } else if (cv.count == 0 && !cv.closed) {
+        ferry_cond_wait(&cv.cond);        /* the bug: "woken means there is one" */
         if (cv.count == 0)
             cv.empty_wakes++;             /* it would take an element that is not there */
     }
