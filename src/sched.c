@@ -163,9 +163,9 @@ void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
      * callbacks among the entries left. */
     for (i = 0, k = ntasks; i < ntasks || k < n;) {
         size_t tasks_left = ntasks - i, cbs_left = n - k;
+        uint32_t left = (uint32_t)(tasks_left + cbs_left);
 
-        if (cbs_left && (!tasks_left ||
-                         ferry__rand_below(&loop->rng, (uint32_t)(tasks_left + cbs_left)) < cbs_left))
+        if (cbs_left && (!tasks_left || ferry__rand_below(&loop->rng, left) < cbs_left))
             ferry__list_push_back(turn, buf[k++]);
         else
             ferry__list_push_back(turn, buf[i++]);

@@ -6,15 +6,20 @@
  * No cr_assert inside task bodies (see testutil.h).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 
+#include "fault.h"
 #include "testutil.h"
 
 /* Tests that make their own loops. */
-#define TL(suite, name) Test(suite, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60.)
+#define TL(suite, name) \
+    Test(suite, name, .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 60.)
 
 /* ---- a trace of task steps ------------------------------------------- */
 
@@ -274,4 +279,165 @@ TL(fuzz, environment_overrides_the_options)
     unsetenv("FERRY_FUZZ");
     for (int i = 0; i < ntrace; i++)
         cr_expect_eq(trace[i], want[i], "FERRY_FUZZ=42 differs from seed 42 at step %d", i);
+}
+
+/* What ferry logged during a test. */
+static char logged[4][256];
+static int nlogged;
+
+static void log_hook(int level, const char *msg, void *ctx)
+{
+    (void)level; (void)ctx;
+    if (nlogged < 4)
+        snprintf(logged[nlogged], sizeof logged[0], "%s", msg);
+    nlogged++;
+}
+
+TL(fuzz, environment_invalid_value_is_off_and_logged)
+{
+    const char *bad[] = { "x", "-3", "5,", "5,2", "5,0.5x", "99999999999999999999999" };
+
+    ferry_set_log(log_hook, NULL);
+    nlogged = 0;
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        setenv("FERRY_FUZZ", bad[b], 1);
+        run_traced(NULL);
+        for (int i = 0; i < ntrace; i++)
+            cr_expect_eq(trace[i], i % NTASKS, "FERRY_FUZZ=%s: not FIFO at step %d", bad[b], i);
+    }
+    unsetenv("FERRY_FUZZ");
+    ferry_set_log(NULL, NULL);
+    /* One warning for the process, not one per loop. */
+    cr_expect_eq(nlogged, 1);
+    cr_expect(strstr(logged[0], "FERRY_FUZZ=x ignored") != NULL, "logged: %s", logged[0]);
+}
+
+TL(fuzz, environment_seed_and_probability_each_loop_its_own_seed)
+{
+    int first[TRACE_MAX], differ = 0;
+
+    ferry_set_log(log_hook, NULL);
+    nlogged = 0;
+    setenv("FERRY_FUZZ", "11,0.25", 1);
+    run_traced(NULL);
+    memcpy(first, trace, sizeof first);
+    run_traced(NULL);
+    unsetenv("FERRY_FUZZ");
+    ferry_set_log(NULL, NULL);
+    for (int i = 0; i < ntrace; i++)
+        differ += trace[i] != first[i];
+    cr_expect_gt(differ, 0, "the process's second loop drew the same order as its first");
+    cr_expect_eq(nlogged, 2);
+    cr_expect_str_eq(logged[0], "schedule fuzzing on, seed 11 (FERRY_FUZZ=11,0.25 to replay)");
+    cr_expect_str_eq(logged[1], "schedule fuzzing on, seed 11, loop 2 of the process "
+                                "(FERRY_FUZZ=11,0.25 to replay)");
+}
+
+/* ---- threads ----------------------------------------------------------- */
+
+#define NPOSTS 100
+
+static int posted_order[NPOSTS];
+static int nposted;
+static ferry_loop *post_loop;
+static atomic_int thread_errors;
+
+static void post_cb(void *arg)
+{
+    if (nposted < NPOSTS)
+        posted_order[nposted] = (int)(intptr_t)arg;
+    nposted++;
+}
+
+static int64_t posting_ns;  /* how long the poster took for its posts */
+
+static void *poster(void *arg)
+{
+    int64_t t0 = ferry_now();
+
+    (void)arg;
+    for (int i = 0; i < NPOSTS; i++)
+        if (ferry_loop_call_soon_threadsafe(post_loop, post_cb, (void *)(intptr_t)i))
+            atomic_fetch_add(&thread_errors, 1);
+    posting_ns = ferry_now() - t0;
+    return NULL;
+}
+
+static int job_add(void *arg)
+{
+    (*(int *)arg)++;
+    return 0;
+}
+
+static int posts_and_jobs(void *arg)
+{
+    pthread_t th;
+    int v = 0, bad = 0;
+
+    (void)arg;
+    if (pthread_create(&th, NULL, poster, NULL))
+        return -1;
+    /* Jobs delayed before they start and before they complete. */
+    for (int i = 0; i < 20; i++)
+        bad |= ferry_to_thread(NULL, job_add, &v);
+    while (nposted < NPOSTS)
+        ferry_sleep(FERRY_MSEC(1));
+    pthread_join(th, NULL);
+    return bad ? bad : v == 20 ? 0 : -2;
+}
+
+TL(fuzz, posts_from_a_thread_keep_their_order_under_delays)
+{
+    ferry_loop_opts o = { .fuzz_seed = 5, .fuzz_prob = 1.0 };
+
+    nposted = 0;
+    cr_assert_eq(ferry_loop_new(&post_loop, &o), 0);
+    cr_assert_eq(tu_run_on(post_loop, posts_and_jobs, NULL), 0);
+    ferry_loop_free(post_loop);
+    ferry_pool_default_shutdown(0);
+    cr_assert_eq(atomic_load(&thread_errors), 0);
+    cr_assert_eq(nposted, NPOSTS);
+    for (int i = 0; i < NPOSTS; i++)
+        cr_expect_eq(posted_order[i], i, "post %d ran in place %d", posted_order[i], i);
+    /* At probability 1 the poster sleeps before each post, from 1 us to
+     * 2 ms, spread over the orders of magnitude: one sleep in six is over
+     * 1 ms, so 100 posts take under 1 ms with a chance of (5/6)^100, about
+     * 1e-8. */
+    cr_expect_geq(posting_ns, FERRY_MSEC(1), "no delay seen: %d posts in %lld ns", NPOSTS,
+                  (long long)posting_ns);
+}
+
+/* ---- no memory for the shuffle ------------------------------------------ */
+
+static int spawn_then_fail_allocations(void *arg)
+{
+    ferry_task *t[NTASKS];
+
+    (void)arg;
+    for (int i = 0; i < NTASKS; i++)
+        if (ferry_task_spawn(&t[i], NULL, stepper, (void *)(intptr_t)i, NULL))
+            body_errors++;
+    ferry__fault_arm(1, true);
+    for (int i = 0; i < NTASKS; i++)
+        if (ferry_task_join(t[i], NULL))
+            body_errors++;
+    ferry__fault_reset();
+    return 0;
+}
+
+TL(fuzz, shuffle_without_memory_keeps_the_order)
+{
+    ferry_loop_opts o = { .fuzz_seed = 42, .fuzz_prob = -1 };
+    ferry_loop *loop;
+
+    ntrace = 0;
+    body_errors = 0;
+    cr_assert_eq(ferry_loop_new(&loop, &o), 0);
+    cr_assert_eq(tu_run_on(loop, spawn_then_fail_allocations, NULL), 0);
+    ferry_loop_free(loop);
+    cr_assert_eq(body_errors, 0);
+    cr_assert_eq(ntrace, NTASKS * NSTEPS);
+    for (int i = 0; i < ntrace; i++)
+        cr_expect_eq(trace[i], i % NTASKS, "step %d: task %d ran, FIFO gives %d", i, trace[i],
+                     i % NTASKS);
 }
