@@ -338,7 +338,7 @@ struct ferry_loop {
                                           * seeded when the loop is made */
     struct {
         uint32_t            fuzz_p;      /* spurious suspension probability, of 2^32 */
-        void              **fuzz_buf;    /* a turn's tasks while they are shuffled */
+        void              **fuzz_buf;    /* a turn's entries while they are shuffled */
         size_t              fuzz_cap;    /* entries fuzz_buf has room for */
     };
 };
