@@ -13,6 +13,7 @@
 
 #include <event2/event.h>
 
+#include "fuzz.h"
 #include "inbox_int.h"
 
 _Thread_local char ferry__inbox_token;
@@ -208,6 +209,8 @@ int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
         return -EINVAL;
     if (!ib)
         return -ESHUTDOWN;
+    /* Schedule fuzzing: the posts of a burst may arrive spread out. */
+    ferry__fuzz_delay();
     return ferry__inbox_post(ib, cb, arg);
 }
 
@@ -215,6 +218,7 @@ int ferry_inbox_post(ferry_inbox *ib, ferry_cb cb, void *arg)
 {
     if (!ib || !cb)
         return -EINVAL;
+    ferry__fuzz_delay();
     return ferry__inbox_post(ib, cb, arg);
 }
 

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include "fuzz.h"
 #include "pool_int.h"
 
 _Thread_local struct ferry_pool *ferry__pool_tls;
@@ -339,10 +340,14 @@ void *ferry__pool_worker_main(void *arg)
             done = NULL;
         }
 
+        /* Schedule fuzzing: a job may start late, and its completion
+         * reach its loop late. */
+        ferry__fuzz_delay();
         t0 = ferry__pool_ticks();
         status = j->fn(j->arg);
         took = ferry__pool_ticks() - t0;
         done = j;
+        ferry__fuzz_delay();
 
         pthread_mutex_lock(&p->mu);
     }

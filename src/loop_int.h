@@ -243,6 +243,9 @@ struct ferry_loop {
         /* A stack without a guard was handed out (set by stack.c): from
          * then on every switch checks the canary of such a stack. */
         bool                canaries;
+        /* Schedule fuzzing is on (sched.c, task.c): every turn's order is
+         * drawn from rng, and no task hands the CPU straight to another. */
+        bool                fuzz;
         ferry_loop_stats    stats;    /* counters */
         size_t              live;     /* live tasks */
         int64_t             slow_ns;  /* blocked-loop threshold, 0 off */
@@ -336,15 +339,21 @@ struct ferry_loop {
     /* ---- name resolution (dns.c) ---- */
     struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
 
-    /* ---- the loop's random choices (select.c) ---- */
+    /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
+     * and task.c) ---- */
     uint64_t                rng;         /* state of base/rand.h's generator,
                                           * seeded when the loop is made */
+    struct {
+        uint32_t            fuzz_p;      /* spurious suspension probability, of 2^32 */
+        void              **fuzz_buf;    /* a turn's entries while they are shuffled */
+        size_t              fuzz_cap;    /* entries fuzz_buf has room for */
+    };
 };
 
 /* Recompute loop->hand_limit after stop, slow_ns or io_interval changed. */
 static inline void ferry__loop_hand_update(ferry_loop *loop)
 {
-    loop->hand_limit = loop->stop || loop->slow_ns ? 0 : loop->io_interval;
+    loop->hand_limit = loop->stop || loop->slow_ns || loop->fuzz ? 0 : loop->io_interval;
 }
 
 /* The scheduler (sched.c). */
@@ -370,6 +379,21 @@ static inline void ferry__task_ready(ferry_task *t)
     ferry__list_insert_before(&loop->runq, &t->run.link);  /* runq is linked from the start */
     if (__builtin_expect(!loop->in_run, 0))
         ferry__loop_kick(loop);
+}
+/* Schedule fuzzing: shuffle the entries of a turn's list `turn`,
+ * callbacks keeping their order among themselves (sched.c). */
+void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn);
+/* Schedule fuzzing: with the loop's probability, queue the running task
+ * `self` at the back of the run queue and switch away, as ferry_yield()
+ * does but without its cancellation check (task.c). */
+void ferry__fuzz_yield(ferry_task *self);
+/* A suspension point of the API that may not suspend (a free lock, an
+ * available element): under fuzzing it sometimes does, before anything is
+ * taken, so that the caller's all-or-nothing rules still hold. */
+static inline __attribute__((always_inline)) void ferry__fuzz_point(ferry_task *self)
+{
+    if (__builtin_expect(self->loop->fuzz, 0))
+        ferry__fuzz_yield(self);
 }
 /* The body every task's context starts in (task.c). */
 void ferry__task_entry(void *arg);

@@ -4,9 +4,11 @@
  */
 #include "loop_only.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "loop_int.h"
 #include "loop_new.h"
 #include "dns_int.h"
@@ -21,9 +23,49 @@ int ferry__loop_opts_check(const ferry_loop_opts *opts)
         return -EINVAL;
     if (opts && opts->virtual_clock && opts->base)
         return -EINVAL;   /* only ferry_loop_run() makes the jumps */
+    if (opts && !(opts->fuzz_prob <= 1))
+        return -EINVAL;
     if (ferry__tls_loop && ferry__tls_loop->current)
         return -EPERM;    /* not from inside a task */
     return 0;
+}
+
+/*
+ * Schedule fuzzing from FERRY_FUZZ, else from the options: the loop's
+ * generator is seeded from the fuzzing seed (so that select's choices
+ * replay too), the threads' delays start, and the seed is logged with what
+ * replays it.
+ */
+static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
+{
+    struct ferry__fuzz f;
+    char prob[32] = "";
+    unsigned nth = 0;
+
+    if (ferry__fuzz_env(&f)) {
+        /* One seed for the process: each loop draws from its own mix. */
+        loop->rng = ferry__fuzz_loop_seed(f.seed, &nth);
+    } else {
+        if (!o->fuzz_seed)
+            return;
+        f.seed = o->fuzz_seed;
+        f.prob = o->fuzz_prob == 0 ? FERRY__FUZZ_PROB_DEFAULT :
+                 o->fuzz_prob < 0 ? 0 : o->fuzz_prob;
+        f.p = ferry__fuzz_prob(f.prob);
+        loop->rng = f.seed;
+    }
+    loop->fuzz = true;
+    loop->fuzz_p = f.p;
+    ferry__fuzz_threads_start(&f);
+    if (f.prob != FERRY__FUZZ_PROB_DEFAULT)
+        snprintf(prob, sizeof prob, ",%g", f.prob);
+    if (nth == 0)
+        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu (FERRY_FUZZ=%llu%s to replay)",
+                   (unsigned long long)f.seed, (unsigned long long)f.seed, prob);
+    else
+        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu, loop %u of the process "
+                   "(FERRY_FUZZ=%llu%s to replay)", (unsigned long long)f.seed, nth + 1,
+                   (unsigned long long)f.seed, prob);
 }
 
 /* The loop's settings, from the (checked) options and the environment. */
@@ -43,7 +85,6 @@ static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
 #ifndef NDEBUG
     loop->slow_ns = FERRY_MSEC(100);
 #endif
-    ferry__loop_hand_update(loop);
     if (o->virtual_clock) {
         /* Starting at the real time keeps deadlines that code computes
          * from either clock in the same range. */
@@ -54,6 +95,8 @@ static void settings_init(ferry_loop *loop, const ferry_loop_opts *o)
     /* Different loops, and runs, draw different choices; nothing depends
      * on the seed being secret. */
     loop->rng = (uint64_t)ferry_now() ^ (uint64_t)(uintptr_t)loop;
+    fuzz_init(loop, o);
+    ferry__loop_hand_update(loop);
 }
 
 /* The loop's events on its base: kick_ev, which runs turns inside someone
@@ -175,5 +218,6 @@ void ferry__loop_free(ferry_loop *loop)
     ferry__tls_task = prev_task;
     ferry__fork_mark_teardown(loop);
     ferry__loops_remove(&loop->live_entry);
+    ferry__free(loop->fuzz_buf);
     ferry__free(loop);
 }

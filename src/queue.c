@@ -436,6 +436,7 @@ int ferry_queue_put(ferry_queue *q, const void *item)
     rc = q_enter(q, &self);
     if (rc)
         return rc;
+    ferry__fuzz_point(self);
     if (q->shutdown)
         return -ESHUTDOWN;
     rc = ferry__check_inline(self);
@@ -518,6 +519,7 @@ int ferry_queue_get(ferry_queue *q, void *out)
     rc = q_enter(q, &self);
     if (rc)
         return rc;
+    ferry__fuzz_point(self);
     rc = ferry__check_inline(self);
     if (rc)
         return rc;

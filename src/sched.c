@@ -13,6 +13,7 @@
 
 #include <string.h>
 
+#include "rand.h"
 #include "dns_int.h"
 #include "loop_int.h"
 #include "loop_new.h"
@@ -92,6 +93,8 @@ static bool run_turn(ferry_loop *loop)
     if (ferry__list_empty(&loop->runq))
         return false;
     ferry__list_move(&local, &loop->runq);
+    if (__builtin_expect(loop->fuzz, 0))
+        ferry__fuzz_shuffle(loop, &local);
     loop->in_turn = true;
     loop->turn = &local;
     loop->stats.turns++;
@@ -132,6 +135,65 @@ static bool vclock_poll(ferry_loop *loop)
     if (loop->vholds || (loop->hooks.pending && loop->hooks.pending(loop->hooks.ctx)))
         return false;
     return ferry__vclock_jump(loop);
+}
+
+/*
+ * The entries of a turn run in an order drawn from the loop's generator:
+ * every primitive decides who gets what when it grants (docs/design.md),
+ * so the order in which the granted tasks then run is free, and so is the
+ * order of a task and a callback.  Callbacks keep their order among
+ * themselves (ferry_call_soon() promises it): the tasks are shuffled, then
+ * merged with the callbacks at random places.  Without memory for the
+ * shuffle the turn keeps its order.
+ */
+void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
+{
+    struct ferry__link *l;
+    size_t n = 0, ntasks = 0, i, k;
+    void **buf;
+
+    ferry__list_foreach(l, turn) {
+        n++;
+        if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
+            ntasks++;
+    }
+    if (ntasks == 0 || n < 2)
+        return;
+    if (n > loop->fuzz_cap) {
+        buf = ferry__realloc(loop->fuzz_buf, n * 2 * sizeof *buf);
+        if (!buf)
+            return;
+        loop->fuzz_buf = buf;
+        loop->fuzz_cap = n * 2;
+    }
+    /* The tasks first, then the callbacks in their order. */
+    buf = loop->fuzz_buf;
+    i = 0;
+    k = ntasks;
+    while ((l = ferry__list_pop_front(turn)) != NULL) {
+        if (ferry__container_of(l, struct ferry__runnable, link)->kind == FERRY__RUN_TASK)
+            buf[i++] = l;
+        else
+            buf[k++] = l;
+    }
+    for (i = ntasks - 1; i > 0; i--) {           /* Fisher-Yates */
+        size_t j = ferry__rand_below(&loop->rng, (uint32_t)(i + 1));
+        void *t = buf[i];
+
+        buf[i] = buf[j];
+        buf[j] = t;
+    }
+    /* A uniform merge: the next entry is a callback with the share of
+     * callbacks among the entries left. */
+    for (i = 0, k = ntasks; i < ntasks || k < n;) {
+        size_t tasks_left = ntasks - i, cbs_left = n - k;
+        uint32_t left = (uint32_t)(tasks_left + cbs_left);
+
+        if (cbs_left && (!tasks_left || ferry__rand_below(&loop->rng, left) < cbs_left))
+            ferry__list_push_back(turn, buf[k++]);
+        else
+            ferry__list_push_back(turn, buf[i++]);
+    }
 }
 
 static void poll_io(ferry_loop *loop, bool block)

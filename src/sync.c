@@ -285,6 +285,7 @@ int ferry_lock_acquire(ferry_lock *lock)
     rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
+    ferry__fuzz_point(self);
     return lock_acquire(lock, self);
 }
 
@@ -392,6 +393,7 @@ int ferry_sem_acquire_n(ferry_sem *sem, uint64_t n)
     rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
+    ferry__fuzz_point(self);
     rc = ferry__bind_task(&sem->loop, self);
     if (rc)
         return rc;
@@ -595,6 +597,7 @@ int ferry_event_wait(ferry_event *ev)
     rc = ferry__enter_task_inline(&self);
     if (rc)
         return rc;
+    ferry__fuzz_point(self);
     rc = ferry__bind_task(&ev->loop, self);
     if (rc)
         return rc;

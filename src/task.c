@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "loop_int.h"
+#include "rand.h"
 #include "sanitize.h"
 #include "switch.h"
 
@@ -226,6 +227,14 @@ static __attribute__((noinline)) int yield_switch(ferry_loop *loop, ferry_task *
         ferry__loop_kick(loop);
     ferry__switch_away(loop, self);
     return 0;
+}
+
+void ferry__fuzz_yield(ferry_task *self)
+{
+    ferry_loop *loop = self->loop;
+
+    if ((uint32_t)ferry__rand_next(&loop->rng) < loop->fuzz_p)
+        yield_switch(loop, self);
 }
 
 int ferry_yield(void)

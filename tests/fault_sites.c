@@ -1290,6 +1290,42 @@ static void undo_stack_unmap(int rc)
         FAILF("stack unmap: the task's stack is still mapped after ferry_loop_free()");
 }
 
+/* ---- a turn under schedule fuzzing --------------------------------------------- */
+
+static ferry_loop *g_fz;
+static int g_fz_ran;
+
+static int fz_task(void *arg)
+{
+    (void)arg;
+    g_fz_ran++;
+    return 0;
+}
+
+/* A fuzzed loop with two tasks ready: its first turn shuffles them. */
+static void setup_fuzz_turn(void)
+{
+    ferry_loop_opts o = { .fuzz_seed = 1 };
+
+    g_fz_ran = 0;
+    if (ferry_loop_new(&g_fz, &o) || ferry_task_spawn(NULL, g_fz, fz_task, NULL, NULL) ||
+        ferry_task_spawn(NULL, g_fz, fz_task, NULL, NULL))
+        FAILF("cannot make a fuzzed loop with two tasks");
+}
+
+static int op_fuzz_turn(void)
+{
+    return ferry_loop_run(g_fz, FERRY_RUN_DEFAULT);
+}
+
+static void undo_fuzz_turn(int rc)
+{
+    if (rc == 0 && g_fz_ran != 2)
+        FAILF("fuzzed turn: %d of 2 tasks ran", g_fz_ran);
+    ferry_loop_free(g_fz);
+    g_fz = NULL;
+}
+
 /* ---- streams, listeners, accept, connect --------------------------------------- */
 
 static int g_sp[2];
@@ -2016,6 +2052,9 @@ static const struct sweep sweeps[] = {
     { "task_local_set",      NULL,             op_local_set,      undo_local,       NULL, true },
     { "spawn inheriting",    NULL,             op_local_inherit,  undo_local,       NULL, true },
     /* A failed munmap is kept and retried: absorbed by design. */
+    /* Without memory for the shuffle a turn keeps its order. */
+    { "fuzzed turn",         setup_fuzz_turn,  op_fuzz_turn,      undo_fuzz_turn,
+      "ferry__fuzz_shuffle" },
     { "stack unmap",         setup_fresh_loop, op_stack_unmap,    undo_stack_unmap, "munmap" },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write" },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },

@@ -110,6 +110,17 @@ typedef struct ferry_loop_opts {
      * Other threads' ferry_now() and timeouts stay on the real clock.  Not
      * with `base` (-EINVAL): only ferry_loop_run() can jump. */
     bool virtual_clock;
+    /* Schedule fuzzing, for tests (docs/fuzzing.md): not 0 turns it on with
+     * this seed.  Ready tasks then run in an order drawn from the seed,
+     * suspension points that would not suspend sometimes do, and pool
+     * threads and posters sleep short random whiles.  FERRY_FUZZ=SEED[,P]
+     * in the environment overrides both fuzz fields.  0 means off. */
+    uint64_t fuzz_seed;
+    /* With fuzz_seed: the probability, from 0 to 1, of each spurious
+     * suspension and each delay on a thread; 0 means 0.1, and a negative
+     * value means none (only the order of ready tasks is drawn).  Above 1
+     * is -EINVAL. */
+    double fuzz_prob;
 } ferry_loop_opts;
 
 /*

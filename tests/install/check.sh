@@ -43,6 +43,8 @@ libdir=$(dirname "$pcdir")
 test -f "$pcdir/ferry.pc"
 test -f "$prefix/include/ferry/ferry.h"
 test -f "$libdir/cmake/ferry/ferryConfig.cmake"
+# The schedule fuzzing runner, installed and runnable.
+"$prefix/bin/ferry-fuzz" --help >/dev/null
 
 echo "== find_package(ferry)"
 cmake -S "$root/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
