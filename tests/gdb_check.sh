@@ -12,8 +12,8 @@
 # library); the check allows auto-loading from the program's and the
 # library's directories only.
 # Usage: tests/gdb_check.sh PROGRAM [LIBRARY_DIR]
-# Exit 77 (skipped) when gdb, or its Python, is missing, or when gdb cannot
-# run a program on this machine (no ptrace).
+# Exit 77 (skipped) when gdb, or its Python, is missing, or when gdb may
+# not trace a program on this machine.
 set -uo pipefail
 target=$1
 libdir=${2:-}
@@ -21,13 +21,9 @@ if ! command -v gdb >/dev/null 2>&1; then
     echo "gdb_check: SKIP: gdb is not installed"
     exit 77
 fi
-gdb_base=(gdb -nx -batch -iex "set debuginfod enabled off" -iex "set pagination off")
+gdb_base=(timeout 120 gdb -nx -batch -iex "set debuginfod enabled off" -iex "set pagination off")
 if ! "${gdb_base[@]}" -ex 'python print("py-ok")' 2>/dev/null | grep py-ok >/dev/null; then
     echo "gdb_check: SKIP: this gdb has no Python"
-    exit 77
-fi
-if ! "${gdb_base[@]}" -ex run /bin/true 2>&1 | grep "exited normally" >/dev/null; then
-    echo "gdb_check: SKIP: gdb cannot run a program here (ptrace not allowed?)"
     exit 77
 fi
 
@@ -46,12 +42,32 @@ fi
     -ex "echo ==bt-sleeper\n" -ex "ferry bt sleeper" \
     -ex "echo ==bt-yielder\n" -ex "ferry bt yielder" \
     -ex "echo ==bt-fresh\n" -ex "ferry bt fresh" \
-    -ex "echo ==bt-main\n" -ex "ferry bt main" \
+    -ex "echo ==bt-thread2\n" -ex "ferry bt in_thread2" \
+    -ex "echo ==bt-main\n" -ex "ferry bt main ferry__tls_loop" \
+    -ex "echo ==bt-two\n" -ex "ferry bt main" \
     -ex "echo ==bt-none\n" -ex "ferry bt no_such_task" \
     -ex "echo ==bt-thread\n" -ex "bt" \
     -ex "echo ==end\n" -ex continue \
     "$target" >"$work/out" 2>&1
+# A core file of the program (gcore), read by a second gdb: the extension
+# reads memory only.  gcore cannot read a mapping with guard markers
+# (MADV_GUARD_INSTALL, Linux 6.13 and later) and writes it as zeros, so
+# this run uses the mprotect guards, each a mapping of its own that gcore
+# skips.
+"${gdb_base[@]}" -ex "set environment FERRY_STACK_GUARD mprotect" \
+    -ex "break gdb_target_stopped" -ex run -ex "generate-core-file $work/core" -ex kill \
+    "$target" >"$work/gcore.out" 2>&1
+"${gdb_base[@]}" "${safe[@]}" \
+    -ex "echo ==core-tasks\n" -ex "ferry tasks" \
+    -ex "echo ==core-bt-lock\n" -ex "ferry bt waits_on_lock" \
+    -ex "echo ==core-end\n" \
+    "$target" "$work/core" >>"$work/out" 2>&1
 cat "$work/out"
+if grep "ptrace: Operation not permitted" "$work/out" >/dev/null &&
+   ! grep "^Breakpoint 1, gdb_target_stopped" "$work/out" >/dev/null; then
+    echo "gdb_check: SKIP: gdb cannot run a program here (ptrace not allowed)"
+    exit 77
+fi
 
 fail=0
 check() {    # check SECTION REGEX DESCRIPTION: a line of SECTION matches REGEX
@@ -66,8 +82,11 @@ check_not() {    # check_not SECTION REGEX DESCRIPTION
         fail=1
     fi
 }
+# The output cut at the ==NAME lines gdb echoed: $work/sec-NAME.
+awk -v dir="$work" '/^==[a-z0-9-]+$/ { f = dir "/sec-" substr($0, 3); next }
+                    f { print > f }' "$work/out"
 section() {
-    awk -v s="==$1" '$0 == s { on = 1; next } /^==/ { on = 0 } on' "$work/out"
+    cat "$work/sec-$1" 2>/dev/null
 }
 # The task line of NAME in `ferry tasks`.
 task_line() {
@@ -76,7 +95,12 @@ task_line() {
 
 check loops "^loop 0x[0-9a-f]+  thread 1  9 live task\(s\), running task [0-9]+ 'main'" \
     "ferry loops: the loop, its thread, its live tasks, the running one"
+check loops "^loop 0x[0-9a-f]+  thread 2  2 live task\(s\), running no task$" \
+    "ferry loops: the second thread's loop"
 check tasks "^loop 0x[0-9a-f]+ \(thread 1\): 9 live task\(s\)" "ferry tasks: the loop's header"
+check tasks "^loop 0x[0-9a-f]+ \(thread 2\): 2 live task\(s\)" "ferry tasks: the second loop's header"
+check tasks "'in_thread2' +waiting +fd read" "the second loop's task waits on the pipe"
+check tasks "'main' +waiting +join 0x" "the second loop's main task waits on a join"
 check tasks "'main' +running " "the main task runs"
 check tasks "'waits_on_lock' +waiting +lock 0x" "a task waits on the lock"
 check tasks "'waits_on_queue' +waiting +queue get 0x" "a task waits on a queue get"
@@ -90,7 +114,7 @@ check_not tasks "'finished'" "a task that ended is not live"
 
 # What each waiting task waits on, object included: the dump's words.
 for name in waits_on_lock waits_on_queue sleeper selector deep joiner; do
-    dumped=$(grep -E "^  task #[0-9]+ '$name' " "$work/out" | sed -E 's/ \(nil\)//' | sed -nE 's/.* waiting on ([a-z ]+( 0x[0-9a-f]+)?)(,|$).*/\1/p')
+    dumped=$(grep -E "^  task #[0-9]+ '$name' " "$work/out" | head -n 1 | sed -E 's/ \(nil\)//' | sed -nE 's/.* waiting on ([a-z ]+( 0x[0-9a-f]+)?)(,|$).*/\1/p')
     if [ -z "$dumped" ] || ! task_line "$name" | grep -F -- " waiting  $dumped " >/dev/null; then
         echo "gdb_check: FAIL: '$name' waits on '${dumped}' in the dump, not so in gdb"
         fail=1
@@ -98,10 +122,19 @@ for name in waits_on_lock waits_on_queue sleeper selector deep joiner; do
 done
 # Stack use: gdb's figure for each suspended task is ferry_loop_dump()'s.
 for name in waits_on_lock waits_on_queue sleeper selector deep joiner yielder fresh; do
-    dumped=$(grep -E "^  task #[0-9]+ '$name' " "$work/out" | sed -E 's/.*stack used ([0-9]+ of [0-9]+ KiB).*/\1/')
+    dumped=$(grep -E "^  task #[0-9]+ '$name' " "$work/out" | head -n 1 | sed -E 's/.*stack used ([0-9]+ of [0-9]+ KiB).*/\1/')
     seen=$(task_line "$name" | sed -E 's/.* ([0-9]+ of [0-9]+ KiB).*/\1/')
     if [ -z "$dumped" ] || [ "$dumped" != "$seen" ]; then
         echo "gdb_check: FAIL: stack used by '$name': dump '${dumped}', gdb '${seen}'"
+        fail=1
+    fi
+done
+# The dump printed after gdb continued the program: the same figures.
+for name in waits_on_lock waits_on_queue sleeper selector deep joiner yielder fresh; do
+    before=$(grep -E "^  task #[0-9]+ '$name' " "$work/out" | head -n 1 | sed -E 's/.*(stack used .*)/\1/')
+    after=$(section end | grep -E "^  task #[0-9]+ '$name' " | sed -E 's/.*(stack used .*)/\1/')
+    if [ -z "$before" ] || [ "$before" != "$after" ]; then
+        echo "gdb_check: FAIL: '$name': '${before}' before gdb read the stacks, '${after}' after"
         fail=1
     fi
 done
@@ -131,10 +164,19 @@ check bt-yielder " yielder " "the yielder's backtrace has its body"
 check bt-fresh "^task [0-9]+ 'fresh' \(ready\)" "a task not started has a backtrace too"
 check bt-fresh "has not started: it will begin in fresh\(0x" "a task not started names its body"
 check bt-main "'main' \(running\) runs now" "the running task is sent to bt"
+check bt-two "ferry: 2 tasks match main" "a name two loops use is ambiguous"
+check bt-thread2 " ferry_wait_fd " "the other thread's task waits in ferry_wait_fd"
+check bt-thread2 " in_thread2 " "the other thread's task's backtrace has its body"
+check_not bt-thread2 "gdb_target_stopped|main_task" "the other thread's task's backtrace is not the thread's"
 check bt-none "ferry: no live task no_such_task" "an unknown task is an error"
 # After ferry bt, the thread's own backtrace is back.
 check bt-thread " gdb_target_stopped " "bt after ferry bt shows the thread's frames"
 check bt-thread " main_task " "bt after ferry bt shows the main task's frames"
+check core-tasks "'waits_on_lock' +waiting +lock 0x" "in a core file, a task waits on the lock"
+check core-tasks "'deep' +waiting +event 0x[0-9a-f]+ +[0-9]{3} of 1023 KiB" \
+    "in a core file, the deep task's stack use"
+check core-bt-lock " ferry_lock_acquire " "in a core file, the lock waiter is in ferry_lock_acquire"
+check core-bt-lock " waits_on_lock " "in a core file, the lock waiter's backtrace has its body"
 check end "gdb_target: done" "the program ran on to its end"
 check end "exited normally" "the program exited 0"
 

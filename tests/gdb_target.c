@@ -6,12 +6,20 @@
  * queue get, on a sleep, in a select, on an event at the bottom of a deep
  * recursion (so that its stack use is large), on the join of another
  * task; one yields without end (ready), one has ended (not listed), one
- * has not started yet.  It prints ferry_loop_dump() to stdout, so that the
- * check can compare gdb's figures with it, and calls the stop function;
- * then it lets every task end and exits 0 (gdb continues it to the end).
+ * has not started yet.  A second thread runs a loop of its own, whose task
+ * waits on a pipe.  It prints ferry_loop_dump() to stdout, so that the
+ * check can compare gdb's figures with it, calls the stop function, prints
+ * the dump again (gdb's reading must not have changed it), then lets every
+ * task end and exits 0 (gdb continues it to the end).
  */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ferry/ferry.h"
 
@@ -23,6 +31,45 @@ static ferry_queue queue = FERRY_QUEUE_INIT(sizeof(int), 4);
 static ferry_queue sel_queue = FERRY_QUEUE_INIT(sizeof(int), 4);
 static ferry_event go;
 static volatile int stop_yielding;
+
+/* A second thread runs a loop of its own (thread_main), whose task
+ * in_thread2 waits for the pipe to be readable; the thread posts
+ * `thread_ready` once both of its tasks wait. */
+static int pipefd[2] = { -1, -1 };
+static sem_t thread_ready;
+
+static int in_thread2(void *arg)
+{
+    (void)arg;
+    return ferry_wait_fd(pipefd[0], FERRY_READ, NULL) < 0 ? -1 : 0;
+}
+
+/* A callback: it runs once the loop's tasks have suspended. */
+static void thread_settled(void *arg)
+{
+    (void)arg;
+    sem_post(&thread_ready);
+}
+
+static int thread_main(void *arg)
+{
+    ferry_task *t;
+    int status = -1;
+
+    (void)arg;
+    if (ferry_task_spawn(&t, NULL, in_thread2, NULL, &(ferry_task_opts){ .name = "in_thread2" }))
+        return -1;
+    ferry_yield();
+    if (ferry_call_soon(ferry_loop_current(), thread_settled, NULL) || ferry_task_join(t, &status))
+        return -1;
+    return status;
+}
+
+static void *thread_fn(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)ferry_run(thread_main, NULL);
+}
 
 /* Where gdb stops the program.  noinline and with a side effect, so that
  * the call stays a call with its own frame. */
@@ -132,15 +179,34 @@ static int main_task(void *arg)
     /* Two turns: every task has reached its suspension point (or ended). */
     ferry_yield();
     ferry_yield();
+    /* The other thread's tasks wait too (blocking this thread a moment;
+     * a minute means it failed). */
+    {
+        struct timespec until;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60;
+        while (sem_timedwait(&thread_ready, &until) != 0)
+            if (errno != EINTR)
+                return 1;
+    }
     if (ferry_task_spawn(&t[n++], NULL, fresh, NULL, &(ferry_task_opts){ .name = "fresh" }))
         return 1;
     if (ferry_loop_dump(ferry_loop_current(), stdout) < 0)
         return 1;
     fflush(stdout);
     gdb_target_stopped();
+    /* Once more: what gdb read must not have changed the figures (reading
+     * a page of a stack never touched would make it resident). */
+    printf("gdb_target: the dump again\n");
+    if (ferry_loop_dump(ferry_loop_current(), stdout) < 0)
+        return 1;
+    fflush(stdout);
 
     /* Let everything end. */
     stop_yielding = 1;
+    if (write(pipefd[1], "x", 1) != 1)
+        return 1;
     if (ferry_lock_release(&lock) || ferry_queue_put(&queue, &item) || ferry_event_set(&go) ||
         ferry_task_cancel(t[2]))
         return 1;
@@ -161,8 +227,16 @@ static int main_task(void *arg)
 
 int main(void)
 {
-    int rc = ferry_run(main_task, NULL);
+    pthread_t th;
+    void *thread_rc = NULL;
+    int rc;
 
+    if (pipe(pipefd) != 0 || sem_init(&thread_ready, 0, 0) != 0 ||
+        pthread_create(&th, NULL, thread_fn, NULL) != 0)
+        return 1;
+    rc = ferry_run(main_task, NULL);
+    if (pthread_join(th, &thread_rc) != 0 || thread_rc != NULL)
+        rc = rc ? rc : -1;
     if (rc != 0) {
         fprintf(stderr, "gdb_target: %d\n", rc);
         return 1;
