@@ -246,17 +246,17 @@ def _print_tasks(loop):
 
 
 class _FerryPrefix(gdb.Command):
-    """Commands that see ferry's loops and tasks: ferry loops, ferry tasks,
-ferry bt."""
+    """Commands that see ferry's loops and tasks."""
 
     def __init__(self):
         super().__init__("ferry", gdb.COMMAND_STACK, gdb.COMPLETE_NONE, True)
 
 
 class _FerryLoops(gdb.Command):
-    """List ferry's live loops: address, owning thread, live tasks, the task
-running now.
-Usage: ferry loops"""
+    """List ferry's live loops.
+Usage: ferry loops
+For each loop: its address, the gdb thread that owns it, its live tasks
+and the task it runs now."""
 
     def __init__(self):
         super().__init__("ferry loops", gdb.COMMAND_STACK)
@@ -282,13 +282,12 @@ Usage: ferry loops"""
 
 
 class _FerryTasks(gdb.Command):
-    """List the tasks of a ferry loop: id, name, state, what a waiting task
-waits on (the kind of wait and the object), and how deep it has used its
-stack (as ferry_loop_dump() counts it: whole pages, the deepest point
-reached).
+    """List the live tasks of ferry's loops.
 Usage: ferry tasks [LOOP]
 LOOP is an expression for a ferry_loop pointer; without it, every live
-loop."""
+loop.  For each task: id, name, state, what a waiting task waits on (the
+kind of wait and the object), and how deep it has used its stack (as
+ferry_loop_dump() counts it: whole pages, the deepest point reached)."""
 
     def __init__(self):
         super().__init__("ferry tasks", gdb.COMMAND_STACK)
