@@ -85,12 +85,19 @@ def _all_loops():
         syms = gdb.lookup_static_symbols("loops")
     except (gdb.error, AttributeError):
         syms = []
+    # Named `loops` in base/loops.c; with link-time optimisation the debug
+    # information may hold it twice, once without an address and once
+    # under another file's name, so any `loops` of this type with an
+    # address will do, each address once.
     for sym in syms:
-        if sym.symtab is None or not sym.symtab.filename.endswith("loops.c"):
-            continue
         if str(sym.type.strip_typedefs()) != "struct ferry__link":
             continue
-        heads.append(int(sym.value().address))
+        try:
+            addr = sym.value().address
+        except gdb.error:
+            continue
+        if addr is not None and int(addr) not in heads:
+            heads.append(int(addr))
     loops = []
     for head in heads:
         for link in _list_links(head):
