@@ -41,7 +41,7 @@ if [ -n "$libdir" ]; then
     safe+=(-iex "add-auto-load-safe-path $(realpath "$libdir")")
 fi
 "${gdb_base[@]}" "${safe[@]}" \
-    -ex "break gdb_target_stopped" -ex run \
+    -ex "break gdb_target_stopped" -ex run -ex up \
     -ex "echo ==loops\n" -ex "ferry loops" \
     -ex "echo ==tasks\n" -ex "ferry tasks" \
     -ex "echo ==bt-lock\n" -ex "ferry bt waits_on_lock" \
@@ -53,7 +53,7 @@ fi
     -ex "echo ==bt-main\n" -ex "ferry bt main ferry__tls_loop" \
     -ex "echo ==bt-two\n" -ex "ferry bt main" \
     -ex "echo ==bt-none\n" -ex "ferry bt no_such_task" \
-    -ex "echo ==bt-thread\n" -ex "bt" \
+    -ex "echo ==bt-thread\n" -ex "bt" -ex "echo ==frame\n" -ex "frame" \
     -ex "echo ==end\n" -ex continue \
     "$target" >"$work/out" 2>&1
 # A core file of the program (gcore), read by a second gdb: the extension
@@ -188,6 +188,7 @@ if [ "$core" = 1 ]; then
     check core-bt-lock " ferry_lock_acquire " "in a core file, the lock waiter is in ferry_lock_acquire"
     check core-bt-lock " waits_on_lock " "in a core file, the lock waiter's backtrace has its body"
 fi
+check frame "^#1 .* in main_task " "ferry bt keeps the frame the user selected"
 check end "gdb_target: done" "the program ran on to its end"
 check end "exited normally" "the program exited 0"
 

@@ -20,6 +20,8 @@
 # caller of the thread's innermost frame is the task's saved context; no
 # register of the thread is written.
 
+import os
+
 import gdb
 import gdb.unwinder
 
@@ -183,7 +185,6 @@ def _waits_on(t):
 
 
 def _page_size():
-    import os
     return os.sysconf("SC_PAGE_SIZE")
 
 
@@ -415,6 +416,21 @@ def _frame_line(level, frame):
     return "#%-3d %s%s ()%s" % (level, pc, name, where)
 
 
+def _select_level(level):
+    """Select the thread's frame `level` again (the frame cache was
+    flushed), or the innermost one if it is gone."""
+    try:
+        frame = gdb.newest_frame()
+        for _ in range(level):
+            older = frame.older()
+            if older is None:
+                break
+            frame = older
+        frame.select()
+    except gdb.error:
+        pass
+
+
 class _FerryBt(gdb.Command):
     """Print the backtrace of a suspended ferry task.
 Usage: ferry bt TASK [LOOP]
@@ -453,7 +469,7 @@ loops.  The running task's stack is the thread's: use bt there."""
             raise gdb.GdbError(str(e))
         print(head)
         try:
-            gdb.newest_frame()
+            selected = gdb.selected_frame().level()
         except gdb.error:
             raise gdb.GdbError("ferry bt: no frame (is the program running?)")
         _bt_regs = regs
@@ -472,6 +488,7 @@ loops.  The running task's stack is the thread's: use bt there."""
         finally:
             _bt_regs = None
             gdb.invalidate_cached_frames()
+            _select_level(selected)
 
 
 _FerryPrefix()
