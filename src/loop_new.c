@@ -221,3 +221,23 @@ void ferry__loop_free(ferry_loop *loop)
     ferry__free(loop->fuzz_buf);
     ferry__free(loop);
 }
+
+#if defined(FERRY_GDB_SCRIPT)
+/*
+ * The gdb extension (tools/gdb/ferry_gdb.py), whole, in a
+ * .debug_gdb_scripts entry: gdb runs it when it loads a program linked
+ * with the static library, if its auto-load safe-path allows the
+ * program's path (docs/debugging.md).  In this file because every program
+ * that makes a loop links it.  The section is not loaded at run time and
+ * strip removes it; the shared library has it removed at build time and
+ * gets the extension from gdb's auto-load directory instead.  Entry kind 4
+ * is an inline Python script: its first line names it, and entries of the
+ * same name are loaded once.
+ */
+__asm__(".pushsection .debug_gdb_scripts, \"MS\", %progbits, 1\n"
+        ".byte 4\n"
+        ".ascii \"ferry_gdb.py\\n\"\n"
+        ".incbin \"" FERRY_GDB_SCRIPT "\"\n"
+        ".byte 0\n"
+        ".popsection\n");
+#endif

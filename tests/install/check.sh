@@ -45,6 +45,11 @@ test -f "$prefix/include/ferry/ferry.h"
 test -f "$libdir/cmake/ferry/ferryConfig.cmake"
 # The schedule fuzzing runner, installed and runnable.
 "$prefix/bin/ferry-fuzz" --help >/dev/null
+# The gdb extension: where gdb looks for the shared library's (the
+# library's absolute path with -gdb.py appended, under gdb's auto-load
+# directory), and a copy for `source`.
+test -f "$prefix/share/gdb/auto-load$libdir/$(basename "$(realpath "$libdir/libferry.so")")-gdb.py"
+test -f "$prefix/share/ferry/gdb/ferry_gdb.py"
 
 echo "== find_package(ferry)"
 cmake -S "$root/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
