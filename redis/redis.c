@@ -31,6 +31,7 @@
 #include "ferry/net.h"
 #include "ferry/redis.h"
 #include "ferry/sync.h"
+#include "redis_int.h"
 
 #define DEFAULT_CONNECT_TIMEOUT FERRY_SEC(5)
 #define DEFAULT_RETRY_MIN       FERRY_MSEC(100)
@@ -132,28 +133,39 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
  * gone.  Block it on this thread around the write, take back a SIGPIPE the
  * write raised (not one that was already pending: that one is the
  * application's) and restore the mask; the process's disposition is never
- * changed.
+ * changed.  `flush_only`: one write of what is queued, without hiredis's
+ * handling of the result (for a context about to be freed).
  */
-static void on_writable(evutil_socket_t fd, short what, void *arg)
+static void write_quietly(redisAsyncContext *ac, bool flush_only)
 {
     static const struct timespec zero = { 0, 0 };
-    struct redis_io *io = arg;
     sigset_t pipe_set, old, pending;
     bool was_pending = false;
+    int done;
 
-    (void)fd;
-    (void)what;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
     if (sigpending(&pending) == 0)
         was_pending = sigismember(&pending, SIGPIPE) == 1;
-    redisAsyncHandleWrite(io->ac);
+    if (flush_only)
+        redisBufferWrite(&ac->c, &done);
+    else
+        redisAsyncHandleWrite(ac);
     if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
         while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
             ;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_io *io = arg;
+
+    (void)fd;
+    (void)what;
+    write_quietly(io->ac, false);
 }
 
 static void io_add_read(void *p)
@@ -572,6 +584,53 @@ int ferry_redis_send(ferry_redis *r, int argc, const char **argv, const size_t *
     return rc == -ECONNRESET ? -ENOTCONN : rc;
 }
 
+/* A command sent with ferry__redis_send_cb(). */
+struct redis_cb {
+    ferry__redis_reply_fn fn;   /* gets the reply */
+    void                 *arg;  /* fn's argument */
+};
+
+static void on_cb_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    struct redis_cb cb = *(struct redis_cb *)priv;
+
+    free(priv);
+    cb.fn(ac->data, reply, cb.arg);
+}
+
+int ferry__redis_send_cb(ferry_redis *r, int argc, const char **argv, const size_t *argvlen,
+                         ferry__redis_reply_fn fn, void *arg)
+{
+    struct redis_cb *cb;
+    char *cmd = NULL;
+    int rc, len;
+
+    if (r->closing)
+        return -ENOTCONN;
+    rc = ensure_conn(r);
+    if (rc)
+        return rc;
+    cb = malloc(sizeof(*cb));
+    if (cb == NULL)
+        return -ENOMEM;
+    cb->fn = fn;
+    cb->arg = arg;
+    len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    rc = len < 0 ? format_error(len) : queue_command(r, on_cb_reply, cb, cmd, (size_t)len);
+    if (len >= 0)
+        redisFreeCommand(cmd);
+    if (rc) {
+        free(cb);
+        return rc == -ECONNRESET ? -ENOTCONN : rc;
+    }
+    return 0;
+}
+
+ferry_loop *ferry__redis_loop(const ferry_redis *r)
+{
+    return r->loop;
+}
+
 bool ferry_redis_connected(const ferry_redis *r)
 {
     return r != NULL && r->ac != NULL && (r->ac->c.flags & REDIS_CONNECTED);
@@ -736,6 +795,10 @@ void ferry_redis_close(ferry_redis *r)
     stop_connect_timer(r);
     ac = r->ac;
     if (ac != NULL) {
+        /* Commands sent without waiting (a release) go out if the socket
+         * takes them at once: closing right after them is common. */
+        if (ac->c.flags & REDIS_CONNECTED)
+            write_quietly(ac, true);
         /* Runs every queued callback with no reply (their callers get
          * -ESHUTDOWN; abandoned records are freed), then on_disconnect. */
         redisAsyncFree(ac);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -81,13 +82,18 @@ int tu_redis_start(struct tu_redis *s)
     if (s->pid == 0) {
         int null = open("/dev/null", O_RDWR);
 
+        /* The server dies with the test (a test that timed out never
+         * reaches its .fini), and keeps none of the test's output pipes
+         * open: its log goes to its directory. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (null >= 0) {
             dup2(null, 0);
             dup2(null, 1);
+            dup2(null, 2);
         }
         execlp(prog, prog, "--port", portbuf, "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", "--dir", s->dir, "--daemonize", "no",
-               "--loglevel", "warning", (char *)NULL);
+               "--loglevel", "warning", "--logfile", "redis.log", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 250; i++) {

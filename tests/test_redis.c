@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -351,4 +352,36 @@ T(connect_refused)
     cr_assert_eq(tu_run(refused_main, NULL), 0);
     cr_assert_eq(g_rc[0], -ECONNREFUSED, "%d", g_rc[0]);
     cr_assert(g_int[0]);
+}
+
+/* ---- close writes what was sent without waiting -------------------------- */
+
+static int send_close_main(void *arg)
+{
+    ferry_redis *r;
+    const char *argv[] = { "SET", "sent", "before-close" };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_redis_send(r, 3, argv, NULL);
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(close_writes_commands_sent_without_waiting)
+{
+    long long found = 0;
+
+    cr_assert_eq(tu_run(send_close_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], 0);
+    /* The server runs what it read before it saw the connection close. */
+    for (int i = 0; i < 50 && found != 1; i++) {
+        found = tu_redis_query(&g_srv, NULL, 0, "EXISTS sent");
+        if (found != 1)
+            usleep(20 * 1000);
+    }
+    cr_assert_eq(found, 1, "the command sent just before the close reached the server");
 }

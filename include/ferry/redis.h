@@ -104,8 +104,10 @@ int ferry_redis_connect(ferry_redis **out /* OUT */, const char *host, int port,
 int ferry_redis_connect_like(ferry_redis **out /* OUT */, const ferry_redis *r);
 
 /*
- * Close the connection and free `r`.  Tasks still waiting for replies on it
- * return -ESHUTDOWN.  Close every connection before its loop is freed, and
+ * Close the connection and free `r`.  Commands queued and not yet written
+ * (ferry_redis_send(), a permit's release) are written first if the socket
+ * takes them at once, without waiting for their replies.  Tasks still
+ * waiting for replies on it return -ESHUTDOWN.  Close every connection before its loop is freed, and
  * never from inside a late function (ferry_redis_late_fn).  NULL is
  * ignored.
  * Thread: loop (in a task or not).  Suspends: no.
@@ -203,6 +205,118 @@ bool ferry_redis_connected(const ferry_redis *r);
  * Returns: the id; 0 when not connected or not known yet.
  */
 int64_t ferry_redis_client_id(const ferry_redis *r);
+
+/* ---- Semaphore and lock across processes -------------------------------- */
+
+/*
+ * A semaphore of `limit` permits shared by every process (and every
+ * connection) that names the same key on the same server; a lock is the
+ * case limit 1.  The state lives on the server and changes only in Lua
+ * scripts, atomically: keys "{key}:holders" (a sorted set of the holders'
+ * tokens by lease expiry, server time), "{key}:queue" (waiters by arrival
+ * ticket), "{key}:alive" (waiters by heartbeat expiry), "{key}:ticket" and
+ * "{key}:fence" (counters).  docs/redis.md describes the scripts.
+ *
+ * Order.  A waiter is granted a permit only when it is among the first
+ * (limit - holders) waiters in arrival order, so no waiter is passed by one
+ * that came later, in any process.
+ *
+ * Leases.  A permit is a lease of opts.lease: while it is held, ferry
+ * renews it every lease/3 from the loop.  A process that dies (or a loop
+ * that stops running) holding a permit gives it back when the lease runs
+ * out.  A waiter is forgotten opts.waiter_ttl after its last poll, so a
+ * dead waiter does not hold up the queue.  If a renewal finds the lease
+ * gone (it ran out while the loop was stalled or the server was
+ * unreachable), the permit is lost: ferry_redis_permit_held() turns false
+ * and ferry_redis_permit_release() returns -ESTALE.  Another process may
+ * hold the permit by then: a lease is not a guarantee.  What protects a
+ * resource is the fencing token: every grant carries a number greater than
+ * every earlier grant's of the same key (ferry_redis_permit_fence()); pass
+ * it to the resource, and have the resource refuse a token lower than the
+ * highest it has seen.
+ *
+ * Waiting.  A waiter polls the server: at once when a task of the same
+ * ferry_redis_sem releases a permit, otherwise every opts.poll_min,
+ * doubling up to opts.poll_max, so a permit released by another process is
+ * taken up within poll_max.
+ */
+typedef struct ferry_redis_sem ferry_redis_sem;
+typedef struct ferry_redis_permit ferry_redis_permit;
+
+typedef struct ferry_redis_sem_opts {
+    /* A permit's lease; 0: 10 s; at least 30 ms (whole milliseconds). */
+    int64_t lease;
+    /* Polling while waiting; 0: 5 ms and 100 ms. */
+    int64_t poll_min;
+    int64_t poll_max;
+    /* How long the server keeps a waiter that stopped polling; 0: 1 s or
+     * 4 * poll_max, whichever is longer.  At least 2 * poll_max. */
+    int64_t waiter_ttl;
+} ferry_redis_sem_opts;
+
+/*
+ * A handle on the semaphore `key` with `limit` permits (every process
+ * naming the key must give the same limit), used through the connection
+ * `r`, which must outlive it.  Nothing is sent to the server here.
+ * Thread: loop.  Suspends: no.
+ * Owns:   the caller; free with ferry_redis_sem_free().
+ * Returns: 0 and *out; -ENOMEM; -EINVAL (NULL or empty key, limit 0,
+ * bad options); -EPERM (not on r's loop's thread).
+ */
+int ferry_redis_sem_new(ferry_redis_sem **out /* OUT */, ferry_redis *r, const char *key,
+                        unsigned limit, const ferry_redis_sem_opts *opts);
+
+/* ferry_redis_sem_new() with limit 1: a lock across processes.
+ * Thread: loop.  Suspends: no.  Returns: as ferry_redis_sem_new(). */
+int ferry_redis_lock_new(ferry_redis_sem **out /* OUT */, ferry_redis *r, const char *key,
+                         const ferry_redis_sem_opts *opts);
+
+/*
+ * Free the handle.  NULL is ignored.
+ * Thread: loop.  Suspends: no.
+ * Returns: 0; -EBUSY (a permit of it is held or a task is acquiring:
+ * nothing freed).
+ */
+int ferry_redis_sem_free(ferry_redis_sem *s);
+
+/*
+ * Wait for a permit, in arrival order across processes.  The wait
+ * suspends the task, never the thread.  An acquire that is cancelled or
+ * whose deadline passes removes its waiter (and a permit granted by a poll
+ * still in flight) from the server: the removal is sent on the connection
+ * at once and runs after that poll; if the connection is down, the
+ * server forgets the waiter after waiter_ttl (and a lease after lease).
+ * Thread: loop, in a task.  Suspends: yes.
+ * Owns:   *out is the caller's; give it back with
+ *         ferry_redis_permit_release().
+ * Returns: 0 and *out, held; -ECANCELED, -ETIMEDOUT; the connection's
+ * errors (ferry_redis_command()); -EPROTO (an unexpected reply, such as
+ * an error of the server: a key of another type); -ENOMEM; -EINVAL;
+ * -EPERM.  On every return but 0, *out is NULL and nothing is held.
+ */
+int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out /* OUT */);
+
+/*
+ * Give the permit back and free `p`.  The release is sent on the
+ * connection without waiting for the server's answer, so it works in a
+ * cancelled task too; tasks of the same handle waiting for a permit poll
+ * again at once.  If the connection is down, the lease runs out instead.
+ * Thread: loop (in a task or not).  Suspends: no.
+ * Returns: 0; -ESTALE (the lease was lost before the release: another
+ * holder may have had the permit meanwhile); -ENOTCONN (not sent: the
+ * lease runs out on the server); -EINVAL (NULL).  `p` is freed in every
+ * case but -EINVAL.
+ */
+int ferry_redis_permit_release(ferry_redis_permit *p);
+
+/* Thread: loop.  Suspends: no.
+ * Returns: the permit's fencing token (> 0); 0 for NULL. */
+int64_t ferry_redis_permit_fence(const ferry_redis_permit *p);
+
+/* Thread: loop.  Suspends: no.
+ * Returns: false once ferry knows the lease is lost (a renewal found it
+ * gone, or it ran out by the local clock without a renewal), else true. */
+bool ferry_redis_permit_held(const ferry_redis_permit *p);
 
 #ifdef __cplusplus
 }
