@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,6 +68,26 @@ static int connect_srv(ferry_redis **r)
     return ferry_redis_connect(r, "127.0.0.1", g_srv.port, NULL);
 }
 
+/* Wait until the sorted set `key` holds `n` members (the waiters queued on
+ * the server), asking through `r`; at most 10 s. */
+static int wait_zcard(ferry_redis *r, const char *key, long long n)
+{
+    for (int i = 0; i < 1000; i++) {
+        redisReply *rep;
+        int rc = ferry_redis_command(r, &rep, "ZCARD %s", key);
+        bool done;
+
+        if (rc)
+            return rc;
+        done = rep->type == REDIS_REPLY_INTEGER && rep->integer == n;
+        ferry_redis_reply_free(rep);
+        if (done)
+            return 0;
+        ferry_sleep(FERRY_MSEC(10));
+    }
+    return -ETIMEDOUT;
+}
+
 /* ---- FIFO and fences in one process --------------------------------------- */
 
 static ferry_redis *g_r;
@@ -102,7 +123,7 @@ static int fifo_main(void *arg)
     /* Each waiter queues (its first poll answered) before the next starts. */
     for (int i = 0; i < 6; i++) {
         t[i] = tu_spawn(fifo_task, (void *)(intptr_t)i);
-        ferry_sleep(FERRY_MSEC(10));
+        g_rc[6] |= wait_zcard(g_r, "{fifo}:queue", i + 1);
     }
     g_val[0] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {fifo}:queue");
     g_rc[3] = ferry_redis_permit_release(p);
@@ -116,7 +137,7 @@ static int fifo_main(void *arg)
 T(lock_grants_in_arrival_order_with_growing_fences)
 {
     cr_assert_eq(tu_run(fifo_main, NULL), 0);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
     cr_assert_eq(g_val[0], 6, "waiters queued on the server: %lld", (long long)g_val[0]);
     cr_assert_eq(g_order.n, 6);
@@ -162,9 +183,9 @@ static int across_main(void *arg)
               ferry_redis_lock_new(&g_sc, rc_, "across", &fast);
     g_rc[2] = ferry_redis_sem_acquire(sa, &p);
     tb = tu_spawn(conn_waiter, g_sb);
-    ferry_sleep(FERRY_MSEC(20));
+    g_rc[5] = wait_zcard(ra, "{across}:queue", 1);
     tc = tu_spawn(conn_waiter, g_sc);
-    ferry_sleep(FERRY_MSEC(20));
+    g_rc[5] |= wait_zcard(ra, "{across}:queue", 2);
     g_rc[3] = ferry_redis_permit_release(p);
     g_rc[4] = tu_join(tb) | tu_join(tc);
     ferry_redis_sem_free(sa);
@@ -179,7 +200,7 @@ static int across_main(void *arg)
 T(fifo_across_connections)
 {
     cr_assert_eq(tu_run(across_main, NULL), 0);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
     cr_assert_eq(g_order.n, 2);
     cr_assert_eq(g_order.who[0], 1, "the later waiter (polling more often) went first");
@@ -219,7 +240,7 @@ static int gone_main(void *arg)
     g_rc[2] = ferry_redis_sem_acquire(hs, &p);
     /* Cancelled while waiting. */
     t = tu_spawn(waiter_task, &never);
-    ferry_sleep(FERRY_MSEC(30));
+    wait_zcard(g_r, "{gone}:queue", 1);
     g_val[0] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:queue");
     ferry_task_cancel(t);
     g_rc[3] = tu_join(t);
@@ -265,7 +286,8 @@ T(cancelled_acquire_leaves_no_waiter)
 
 static int lost_main(void *arg)
 {
-    ferry_redis_sem_opts o = { .lease = FERRY_MSEC(90) };
+    /* Slow builds stall the loop longer: the lease grows with them. */
+    ferry_redis_sem_opts o = { .lease = tu_ms(90) };
     ferry_redis_permit *p;
     redisReply *rep = NULL;
 
@@ -276,13 +298,13 @@ static int lost_main(void *arg)
     if (g_rc[0] | g_rc[1] | g_rc[2])
         return 0;
     /* Renewals keep it past several leases. */
-    ferry_sleep(FERRY_MSEC(300));
+    ferry_sleep(tu_ms(300));
     g_val[0] = ferry_redis_permit_held(p);
     g_val[1] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {lost}:holders");
     /* Taken away on the server: the next renewal finds out. */
     g_rc[3] = ferry_redis_command(g_r, &rep, "DEL {lost}:holders");
     ferry_redis_reply_free(rep);
-    ferry_sleep(FERRY_MSEC(100));
+    ferry_sleep(tu_ms(100));
     g_val[2] = ferry_redis_permit_held(p);
     g_rc[4] = ferry_redis_permit_release(p);
     g_rc[5] = ferry_redis_sem_free(g_s);
