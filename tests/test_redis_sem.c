@@ -418,3 +418,35 @@ T(eight_processes_respect_a_limit_of_five)
     tu_redis_query(&g_srv, peak, sizeof(peak), "GET {uploads}:peak");
     cr_assert_str_eq(peak, "5", "peak concurrency on the server: %s", peak);
 }
+
+/* ---- the script cache emptied (as by a server restart) ------------------- */
+
+static int flushed_main(void *arg)
+{
+    ferry_redis_permit *p;
+    redisReply *rep = NULL;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "flushed", &fast);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2] == 0)
+        ferry_redis_permit_release(p);
+    g_rc[3] = ferry_redis_command(g_r, &rep, "SCRIPT FLUSH");
+    ferry_redis_reply_free(rep);
+    g_rc[4] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[4] == 0)
+        g_rc[5] = ferry_redis_permit_release(p);
+    g_rc[6] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(acquire_reloads_a_flushed_script)
+{
+    cr_assert_eq(tu_run(flushed_main, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+}
