@@ -697,10 +697,15 @@ static int resolve(ferry_redis *r, const char *host)
     return r->host != NULL ? 0 : -ENOMEM;
 }
 
-/* Make `r`'s first connection and wait until a PING is answered. */
+/*
+ * Make `r`'s first connection and wait until a PING is answered, for at
+ * most opts.connect_timeout in all: a server that accepts connections but
+ * does not answer (stopped, or not Redis) gives -ETIMEDOUT, not a hang.
+ */
 static int first_connect(ferry_redis *r)
 {
     redisReply *reply = NULL;
+    ferry_scope sc;
     int rc;
 
     r->loop = ferry_loop_current();
@@ -709,7 +714,11 @@ static int first_connect(ferry_redis *r)
     rc = start_attempt(r);
     if (rc)
         return rc;
+    rc = ferry_scope_enter(&sc, ferry_now() + r->opts.connect_timeout, 0);
+    if (rc)
+        return rc;
     rc = ferry_redis_command(r, &reply, "PING");
+    ferry_scope_exit(&sc);
     ferry_redis_reply_free(reply);
     return rc;
 }

@@ -6,11 +6,14 @@
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -384,4 +387,45 @@ T(close_writes_commands_sent_without_waiting)
             usleep(20 * 1000);
     }
     cr_assert_eq(found, 1, "the command sent just before the close reached the server");
+}
+
+/* ---- a server that accepts but never answers ----------------------------- */
+
+static int g_silent_port;
+
+static int silent_main(void *arg)
+{
+    ferry_redis_opts o = { .connect_timeout = FERRY_MSEC(100) };
+    ferry_redis *r = NULL;
+    ferry_scope outer;
+
+    (void)arg;
+    ferry_scope_enter(&outer, ferry_now() + tu_ms(3000), 0);
+    g_rc[0] = ferry_redis_connect(&r, "127.0.0.1", g_silent_port, &o);
+    g_int[0] = ferry_scope_fired(&outer);
+    ferry_scope_exit(&outer);
+    g_int[1] = r == NULL;
+    return 0;
+}
+
+T(connect_to_a_silent_server_times_out)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    /* Listening, so the TCP connect succeeds, but never accepting or
+     * answering. */
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 8), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    g_silent_port = ntohs(a.sin_port);
+    cr_assert_eq(tu_run(silent_main, NULL), 0);
+    close(fd);
+    cr_assert_eq(g_rc[0], -ETIMEDOUT, "%d", g_rc[0]);
+    cr_assert_not(g_int[0], "the connect's own timeout ended it, not the caller's deadline");
+    cr_assert(g_int[1]);
 }

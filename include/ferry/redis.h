@@ -45,7 +45,10 @@
  * back-off after a failed attempt runs (opts.retry_min doubling up to
  * opts.retry_max) commands fail at once with that same error: no call
  * hangs on a server that is down.  Nothing of the old connection (CLIENT
- * ID, loaded scripts, ...) carries over to the new one.
+ * ID, loaded scripts, ...) carries over to the new one.  A server that
+ * stops answering without closing the connection (a stopped process, a
+ * network that drops everything) is not detected: commands then wait for
+ * their callers' deadlines.
  */
 #ifndef FERRY_REDIS_H
 #define FERRY_REDIS_H
@@ -79,15 +82,16 @@ typedef struct ferry_redis_opts {
 
 /*
  * Connect to the server at `host` and `port`, and wait until the
- * connection is made.  `host` is an IP address, a name (resolved once, here,
+ * connection is made and the server has answered a PING, within
+ * opts.connect_timeout.  `host` is an IP address, a name (resolved once, here,
  * with ferry_getaddrinfo(); reconnections use the address found), or the
  * path of a Unix socket if it starts with '/' (then `port` is ignored).
  * `opts` may be NULL (defaults) and is copied.
  * Thread: loop, in a task.  Suspends: yes.
  * Owns:   the caller; close with ferry_redis_close().
  * Returns: 0 and *out; -ECONNREFUSED or another connect error (nothing
- * left open); -ETIMEDOUT (no answer within opts.connect_timeout, or a
- * deadline of the caller passed); -ECANCELED; -ENOMEM; FERRY_EAI_* (the
+ * left open); -ETIMEDOUT (no connection or no answer to the PING within
+ * opts.connect_timeout, or a deadline of the caller passed); -ECANCELED; -ENOMEM; FERRY_EAI_* (the
  * name did not resolve, see ferry/net.h); -EINVAL (bad arguments or
  * options); -EPERM (not in a task).
  */
