@@ -476,10 +476,16 @@ static int call(ferry_redis *r, redisReply **reply, char *cmd, int len,
      * wait on a set event only checks for that. */
     ferry_event_set(&c->done);
     rc = ferry_event_wait(&c->done);
-    if (rc == 0) {
-        ferry_event_clear(&c->done);
-        rc = ensure_conn(r);
+    if (rc) {
+        /* Given up before anything was sent: the late function learns it
+         * at once, with no reply. */
+        if (late != NULL)
+            late(r, NULL, late_arg);
+        free_call(c);
+        goto out_free_cmd;
     }
+    ferry_event_clear(&c->done);
+    rc = ensure_conn(r);
     if (rc == 0)
         rc = queue_command(r, on_reply, c, cmd, (size_t)len);
     redisFreeCommand(cmd);

@@ -429,3 +429,32 @@ T(connect_to_a_silent_server_times_out)
     cr_assert_not(g_int[0], "the connect's own timeout ended it, not the caller's deadline");
     cr_assert(g_int[1]);
 }
+
+/* ---- a late function when the caller gave up before sending -------------- */
+
+static int early_main(void *arg)
+{
+    ferry_redis *r;
+    redisReply *rep = NULL;
+    const char *argv[] = { "SET", "early", "x" };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    ferry_task_cancel(ferry_task_current());
+    g_rc[1] = ferry_redis_commandv_late(r, &rep, 3, argv, NULL, late_fn, "early");
+    g_int[0] = g_late_calls;
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(late_fn_called_when_given_up_before_sending)
+{
+    cr_assert_eq(tu_run(early_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], -ECANCELED, "%d", g_rc[1]);
+    cr_assert_eq(g_int[0], 1, "late function called %lld times", g_int[0]);
+    cr_assert_str_eq(g_late_str, "early|?");
+    cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "EXISTS early"), 0, "nothing was sent");
+}

@@ -155,11 +155,13 @@ int ferry_redis_commandv(ferry_redis *r, redisReply **reply /* OUT */, int argc,
                          const char **argv, const size_t *argvlen);
 
 /*
- * Called at most once, for a command whose caller gave up, when its reply
- * comes: `reply` is the reply (NULL if the connection dropped or was closed
- * first), which ferry frees after the call; `arg` is the one given with the
- * command and is the function's from then on.  It runs on the loop's thread
- * outside any task: it must not suspend, but it may send commands with
+ * Called once for a command whose caller gave up, when its reply comes:
+ * `reply` is the reply (NULL if the connection dropped or was closed
+ * first, or if the caller was interrupted before the command was sent, in
+ * which case the call comes at once, in the caller's task), which ferry
+ * frees after the call; `arg` is the one given with the command and is the
+ * function's from then on.  It runs on the loop's thread, usually outside
+ * any task: it must not suspend, but it may send commands with
  * ferry_redis_send() (to undo what the command did, for instance).
  */
 typedef void (*ferry_redis_late_fn)(ferry_redis *r, redisReply *reply, void *arg);
@@ -172,8 +174,7 @@ typedef void (*ferry_redis_late_fn)(ferry_redis *r, redisReply *reply, void *arg
  * ferry_redis_commandv().
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: as ferry_redis_commandv(); with -ECANCELED and -ETIMEDOUT,
- * `late` will be called (or already was, with NULL, if the connection
- * dropped meanwhile).
+ * `late` has been called or will be, exactly once.
  */
 int ferry_redis_commandv_late(ferry_redis *r, redisReply **reply /* OUT */, int argc,
                               const char **argv, const size_t *argvlen,
