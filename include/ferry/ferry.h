@@ -17,6 +17,10 @@
  *                   end, signal, time) and perform exactly one
  *   ferry/tls.h     TLS over a stream (OpenSSL), when FERRY_HAVE_TLS
  *                   (ferry/features.h) says this build has it
+ *
+ * Not included here, as it is a library of its own (ferry_redis):
+ *   ferry/redis.h   Redis for tasks (hiredis): a connection, a semaphore
+ *                   and lock across processes, when FERRY_HAVE_REDIS
  */
 #ifndef FERRY_FERRY_H
 #define FERRY_FERRY_H

@@ -65,6 +65,17 @@ fi
 # ldd die of SIGPIPE, which pipefail turns into a failure.)
 deps=$(ldd "$work/consumer/hello_shared")
 grep -q "$libdir/libferry.so" <<<"$deps"
+# The Redis part, when this build has it (hiredis found).
+if [ -f "$pcdir/ferry-redis.pc" ]; then
+    test -f "$prefix/include/ferry/redis.h"
+    "$work/consumer/redis_shared"
+    "$work/consumer/redis_static"
+    deps=$(ldd "$work/consumer/redis_shared")
+    grep -q "$libdir/libferry_redis.so" <<<"$deps"
+elif [ -e "$prefix/include/ferry/redis.h" ]; then
+    echo "install check: redis.h installed without the Redis part" >&2
+    exit 1
+fi
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$pcdir
@@ -77,4 +88,10 @@ LD_LIBRARY_PATH=$libdir "$work/hello_pc"
 $cc -o "$work/hello_pc_static" "$root/tests/install/main.c" $(pkg-config --cflags ferry) \
     $(pkg-config --static --libs ferry | sed "s#-lferry#$libdir/libferry.a#")
 "$work/hello_pc_static"
+if [ -f "$pcdir/ferry-redis.pc" ]; then
+    # shellcheck disable=SC2046
+    $cc -o "$work/redis_pc" "$root/tests/install/redis_main.c" \
+        $(pkg-config --cflags --libs ferry-redis)
+    LD_LIBRARY_PATH=$libdir "$work/redis_pc"
+fi
 echo "install check: passed"

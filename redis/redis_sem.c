@@ -1,0 +1,445 @@
+/* redis_sem.c - a semaphore (and lock) across processes on a Redis server:
+ * FIFO waiters, leases renewed from the loop, fencing tokens.
+ * Loop thread only.
+ *
+ * Every change of the shared state is one Lua script, so it is atomic on
+ * the server, and every time in it is the server's (TIME): the clocks of
+ * the processes never meet.  docs/redis.md gives the scripts' logic.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "ferry/redis.h"
+#include "ferry/sync.h"
+#include "redis_int.h"
+
+#define DEFAULT_LEASE      FERRY_SEC(10)
+#define DEFAULT_POLL_MIN   FERRY_MSEC(5)
+#define DEFAULT_POLL_MAX   FERRY_MSEC(100)
+#define MIN_LEASE          FERRY_MSEC(30)
+
+enum { K_HOLDERS, K_QUEUE, K_ALIVE, K_TICKET, K_FENCE, NKEYS };
+static const char *const key_suffix[NKEYS] = {
+    "holders", "queue", "alive", "ticket", "fence",
+};
+
+/*
+ * Acquire: KEYS holders, queue, alive, ticket, fence; ARGV token, limit,
+ * lease (ms), waiter ttl (ms).  Drops expired holders and waiters, queues
+ * the token if it is new, refreshes its heartbeat, and grants when the
+ * token is among the first (limit - holders) in the queue: the token moves
+ * to the holders with its lease, and the fence counter's next value is
+ * returned.  0: still waiting.  The three sorted sets expire a while after
+ * the last use (the counters never do: a fence must only grow).
+ */
+static const char acquire_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local limit, lease, wttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+    "local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)\n"
+    "for _, d in ipairs(dead) do\n"
+    "  redis.call('ZREM', KEYS[2], d)\n"
+    "  redis.call('ZREM', KEYS[3], d)\n"
+    "end\n"
+    "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"
+    "  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])\n"
+    "end\n"
+    "redis.call('ZADD', KEYS[3], now + wttl, ARGV[1])\n"
+    "local keep = 2 * math.max(lease, wttl)\n"
+    "local granted = 0\n"
+    "local free = limit - redis.call('ZCARD', KEYS[1])\n"
+    "if free > 0 and redis.call('ZRANK', KEYS[2], ARGV[1]) < free then\n"
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])\n"
+    "  granted = redis.call('INCR', KEYS[5])\n"
+    "end\n"
+    "for i = 1, 3 do\n"
+    "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
+    "end\n"
+    "return granted\n";
+
+/* Renew: KEYS holders; ARGV token, lease (ms).  1 if the token still held
+ * its lease (now extended), 0 if it was gone. */
+static const char renew_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\n"
+    "if not exp or tonumber(exp) <= now then\n"
+    "  redis.call('ZREM', KEYS[1], ARGV[1])\n"
+    "  return 0\n"
+    "end\n"
+    "local lease = tonumber(ARGV[2])\n"
+    "redis.call('ZADD', KEYS[1], now + lease, ARGV[1])\n"
+    "if redis.call('PTTL', KEYS[1]) < 2 * lease then redis.call('PEXPIRE', KEYS[1], 2 * lease) end\n"
+    "return 1\n";
+
+/* Release: KEYS holders, queue, alive; ARGV token.  Removes the token
+ * everywhere (a permit, or a waiter that gave up); 1 if it held a
+ * permit. */
+static const char release_lua[] =
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "return redis.call('ZREM', KEYS[1], ARGV[1])\n";
+
+struct ferry_redis_sem {
+    ferry_redis         *r;            /* the connection; outlives the handle */
+    char                *keys[NKEYS];  /* "{key}:holders", ... */
+    unsigned             limit;        /* permits */
+    ferry_redis_sem_opts opts;         /* with the defaults filled in */
+    char                 lease_ms[24]; /* opts.lease in ms, as text */
+    char                 wttl_ms[24];  /* opts.waiter_ttl in ms, as text */
+    char                 limit_s[16];  /* limit as text */
+    char                 sha[41];      /* SHA1 of acquire_lua once loaded; "" before */
+    ferry_event          wake;         /* pulsed when a permit of this handle is released */
+    size_t               busy;         /* permits held and acquires under way */
+};
+
+struct ferry_redis_permit {
+    ferry_redis_sem *s;          /* the semaphore */
+    char             token[64];  /* its name on the server */
+    int64_t          fence;      /* fencing token of the grant */
+    int64_t          lease_end;  /* local time by which the lease surely ends */
+    int64_t          lease_end_pending; /* lease_end if the renewal in flight succeeds */
+    ferry_timer     *timer;      /* the next renewal; NULL while one is in flight */
+    bool             renewing;   /* a renewal is in flight */
+    bool             released;   /* given back: the renewal in flight frees it */
+    bool             lost;       /* a renewal found the lease gone */
+};
+
+/* Unique tokens: the pid, a random number drawn once and a counter. */
+static __thread uint64_t token_seed;
+static __thread uint64_t token_count;
+
+static void make_token(char *buf, size_t n)
+{
+    if (token_seed == 0) {
+        if (getrandom(&token_seed, sizeof(token_seed), 0) != sizeof(token_seed))
+            token_seed = (uint64_t)ferry_now() ^ ((uint64_t)getpid() << 32);
+        token_seed |= 1;
+    }
+    snprintf(buf, n, "%ld:%016" PRIx64 ":%" PRIu64, (long)getpid(), token_seed, ++token_count);
+}
+
+static int64_t ms_of(int64_t ns)
+{
+    return ns / FERRY_MSEC(1);
+}
+
+static int check_opts(ferry_redis_sem_opts *o, const ferry_redis_sem_opts *in)
+{
+    if (in != NULL)
+        *o = *in;
+    else
+        memset(o, 0, sizeof(*o));
+    if (o->lease < 0 || o->poll_min < 0 || o->poll_max < 0 || o->waiter_ttl < 0)
+        return -EINVAL;
+    if (o->lease == 0)
+        o->lease = DEFAULT_LEASE;
+    if (o->poll_min == 0)
+        o->poll_min = DEFAULT_POLL_MIN;
+    if (o->poll_max == 0)
+        o->poll_max = o->poll_min > DEFAULT_POLL_MAX ? o->poll_min : DEFAULT_POLL_MAX;
+    if (o->waiter_ttl == 0)
+        o->waiter_ttl = 4 * o->poll_max > FERRY_SEC(1) ? 4 * o->poll_max : FERRY_SEC(1);
+    if (o->lease < MIN_LEASE || o->poll_max < o->poll_min || o->waiter_ttl < 2 * o->poll_max)
+        return -EINVAL;
+    return 0;
+}
+
+int ferry_redis_sem_new(ferry_redis_sem **out, ferry_redis *r, const char *key, unsigned limit,
+                        const ferry_redis_sem_opts *opts)
+{
+    ferry_redis_sem *s;
+    int rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (out == NULL || r == NULL || key == NULL || key[0] == '\0' || limit == 0)
+        return -EINVAL;
+    if (!ferry_loop_is_current(ferry__redis_loop(r)))
+        return -EPERM;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    rc = check_opts(&s->opts, opts);
+    for (int i = 0; rc == 0 && i < NKEYS; i++) {
+        size_t n = strlen(key) + strlen(key_suffix[i]) + 4;
+
+        s->keys[i] = malloc(n);
+        if (s->keys[i] == NULL)
+            rc = -ENOMEM;
+        else
+            snprintf(s->keys[i], n, "{%s}:%s", key, key_suffix[i]);
+    }
+    if (rc) {
+        for (int i = 0; i < NKEYS; i++)
+            free(s->keys[i]);
+        free(s);
+        return rc;
+    }
+    s->r = r;
+    s->limit = limit;
+    snprintf(s->lease_ms, sizeof(s->lease_ms), "%" PRId64, ms_of(s->opts.lease));
+    snprintf(s->wttl_ms, sizeof(s->wttl_ms), "%" PRId64, ms_of(s->opts.waiter_ttl));
+    snprintf(s->limit_s, sizeof(s->limit_s), "%u", limit);
+    ferry_event_init(&s->wake);
+    *out = s;
+    return 0;
+}
+
+int ferry_redis_lock_new(ferry_redis_sem **out, ferry_redis *r, const char *key,
+                         const ferry_redis_sem_opts *opts)
+{
+    return ferry_redis_sem_new(out, r, key, 1, opts);
+}
+
+int ferry_redis_sem_free(ferry_redis_sem *s)
+{
+    if (s == NULL)
+        return 0;
+    if (s->busy > 0)
+        return -EBUSY;
+    ferry_event_destroy(&s->wake);
+    for (int i = 0; i < NKEYS; i++)
+        free(s->keys[i]);
+    free(s);
+    return 0;
+}
+
+/* ---- Release and renewal (no waiting) ------------------------------------ */
+
+static void ignore_reply(ferry_redis *r, redisReply *reply, void *arg)
+{
+    (void)r;
+    (void)reply;
+    (void)arg;
+}
+
+/* Send the release script for `token` without waiting for its answer. */
+static int send_release(ferry_redis_sem *s, const char *token)
+{
+    const char *argv[] = {
+        "EVAL", release_lua, "3", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE], token,
+    };
+
+    return ferry__redis_send_cb(s->r, 7, argv, NULL, ignore_reply, NULL);
+}
+
+static void renew_due(void *arg);
+
+static void arm_renewal(ferry_redis_permit *p)
+{
+    if (ferry_call_later(ferry__redis_loop(p->s->r), p->s->opts.lease / 3, renew_due, p,
+                         &p->timer) != 0)
+        p->timer = NULL;
+}
+
+/* The reply of a renewal: the lease extended from when it was sent, or
+ * found gone. */
+static void on_renewed(ferry_redis *r, redisReply *reply, void *arg)
+{
+    ferry_redis_permit *p = arg;
+
+    (void)r;
+    p->renewing = false;
+    if (p->released) {
+        free(p);
+        return;
+    }
+    if (reply != NULL && reply->type == REDIS_REPLY_INTEGER) {
+        if (reply->integer == 1) {
+            p->lease_end = p->lease_end_pending;
+        } else {
+            p->lost = true;
+            return;
+        }
+    }
+    arm_renewal(p);
+}
+
+static void renew_due(void *arg)
+{
+    ferry_redis_permit *p = arg;
+    const char *argv[] = {
+        "EVAL", renew_lua, "1", p->s->keys[K_HOLDERS], p->token, p->s->lease_ms,
+    };
+
+    p->timer = NULL;
+    if (p->lost)
+        return;
+    if (ferry_now() >= p->lease_end) {
+        p->lost = true;
+        return;
+    }
+    p->lease_end_pending = ferry_now() + p->s->opts.lease;
+    if (ferry__redis_send_cb(p->s->r, 6, argv, NULL, on_renewed, p) == 0)
+        p->renewing = true;
+    else
+        arm_renewal(p);
+}
+
+int ferry_redis_permit_release(ferry_redis_permit *p)
+{
+    ferry_redis_sem *s;
+    int rc = 0;
+
+    if (p == NULL)
+        return -EINVAL;
+    s = p->s;
+    if (p->timer != NULL)
+        ferry_timer_cancel(p->timer);
+    p->timer = NULL;
+    if (p->lost || ferry_now() >= p->lease_end)
+        rc = -ESTALE;
+    if (send_release(s, p->token) != 0 && rc == 0)
+        rc = -ENOTCONN;
+    s->busy--;
+    /* Waiters of this handle poll at once: they come after the release on
+     * the same connection. */
+    ferry_event_set(&s->wake);
+    ferry_event_clear(&s->wake);
+    if (p->renewing)
+        p->released = true;
+    else
+        free(p);
+    return rc;
+}
+
+int64_t ferry_redis_permit_fence(const ferry_redis_permit *p)
+{
+    return p != NULL ? p->fence : 0;
+}
+
+bool ferry_redis_permit_held(const ferry_redis_permit *p)
+{
+    return p != NULL && !p->lost && ferry_now() < p->lease_end;
+}
+
+/* ---- Acquire -------------------------------------------------------------- */
+
+static bool is_noscript(const redisReply *rep)
+{
+    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+static int load_script(ferry_redis_sem *s)
+{
+    redisReply *rep;
+    int rc = ferry_redis_command(s->r, &rep, "SCRIPT LOAD %s", acquire_lua);
+
+    if (rc)
+        return rc;
+    if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
+        memcpy(s->sha, rep->str, 41);
+    else
+        rc = -EPROTO;
+    ferry_redis_reply_free(rep);
+    return rc;
+}
+
+/* One poll: *fence > 0 if granted, 0 if still waiting. */
+static int poll_once(ferry_redis_sem *s, const char *token, int64_t *fence)
+{
+    const char *argv[] = {
+        "EVALSHA", s->sha, "5", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
+        s->keys[K_TICKET], s->keys[K_FENCE], token, s->limit_s, s->lease_ms, s->wttl_ms,
+    };
+    redisReply *rep;
+    int rc;
+
+    for (int tries = 0; tries < 2; tries++) {
+        if (s->sha[0] == '\0') {
+            rc = load_script(s);
+            if (rc)
+                return rc;
+        }
+        rc = ferry_redis_commandv(s->r, &rep, 12, argv, NULL);
+        if (rc)
+            return rc;
+        if (rep->type == REDIS_REPLY_INTEGER) {
+            *fence = rep->integer;
+            ferry_redis_reply_free(rep);
+            return 0;
+        }
+        /* The server lost its script cache (a restart): load it again. */
+        rc = is_noscript(rep) ? -EAGAIN : -EPROTO;
+        ferry_redis_reply_free(rep);
+        if (rc != -EAGAIN)
+            return rc;
+        s->sha[0] = '\0';
+    }
+    return -EPROTO;
+}
+
+/*
+ * Wait for a release of this handle or `interval`, whichever comes first.
+ * Returns 0 when it is time to poll again, else the error that interrupts
+ * the acquire.
+ */
+static int pause_between_polls(ferry_redis_sem *s, int64_t interval)
+{
+    ferry_scope sc;
+    bool fired;
+    int rc;
+
+    rc = ferry_scope_enter(&sc, ferry_now() + interval, 0);
+    if (rc)
+        return rc;
+    rc = ferry_event_wait(&s->wake);
+    fired = ferry_scope_fired(&sc);
+    ferry_scope_exit(&sc);
+    if (rc == -ETIMEDOUT && fired)
+        return 0;
+    return rc;
+}
+
+int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out)
+{
+    ferry_redis_permit *p;
+    int64_t interval, fence = 0, sent;
+    int rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (s == NULL || out == NULL)
+        return -EINVAL;
+    if (!ferry_loop_is_current(ferry__redis_loop(s->r)) || ferry_task_current() == NULL)
+        return -EPERM;
+    p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    p->s = s;
+    make_token(p->token, sizeof(p->token));
+    s->busy++;
+    interval = s->opts.poll_min;
+    for (;;) {
+        sent = ferry_now();
+        rc = poll_once(s, p->token, &fence);
+        if (rc || fence > 0)
+            break;
+        rc = pause_between_polls(s, interval);
+        if (rc)
+            break;
+        interval = interval > s->opts.poll_max / 2 ? s->opts.poll_max : interval * 2;
+    }
+    if (rc) {
+        /* Take the waiter (or a grant of a poll still in flight, which
+         * runs before this on the server) off the server now. */
+        send_release(s, p->token);
+        s->busy--;
+        free(p);
+        return rc;
+    }
+    p->fence = fence;
+    p->lease_end = sent + s->opts.lease;
+    arm_renewal(p);
+    *out = p;
+    return 0;
+}

@@ -1,0 +1,460 @@
+/* test_redis.c - ferry_redis (redis.h): commands from tasks against a real
+ * redis-server started by each test (redis_server.c), replies in order to
+ * their own callers, a reply that comes after its caller gave up, the
+ * server killed and restarted under a connection.
+ *
+ * No cr_assert inside task bodies: tasks record what they saw into
+ * variables, and the test asserts on the main stack after tu_run().
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "ferry/redis.h"
+#include "redis_server.h"
+#include "testutil.h"
+
+static struct tu_redis g_srv;
+
+/* .init: a loop and a server of the test's own; no redis-server: skipped,
+ * loudly. */
+static void redis_setup(void)
+{
+    int rc;
+
+    tu_loop_setup();
+    memset(&g_srv, 0, sizeof(g_srv));
+    rc = tu_redis_start(&g_srv);
+    if (rc == -ENOENT) {
+        fprintf(stderr, "test_redis: SKIPPED: no redis-server in PATH (install redis-server)\n");
+        cr_skip_test("no redis-server");
+    }
+    cr_assert_eq(rc, 0, "redis-server did not start: %d", rc);
+}
+
+static void redis_teardown(void)
+{
+    tu_redis_stop(&g_srv);
+    tu_loop_teardown();
+}
+
+#define T(name) \
+    Test(redis, name, .init = redis_setup, .fini = redis_teardown, .timeout = 20.)
+
+/* A Lua script that keeps the server busy for ARGV[1] milliseconds (by the
+ * server's clock), then returns ARGV[2]. */
+static const char busy_lua[] =
+    "local t = redis.call('TIME') "
+    "local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000 "
+    "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop "
+    "return ARGV[2]";
+
+static int connect_srv(ferry_redis **r)
+{
+    return ferry_redis_connect(r, "127.0.0.1", g_srv.port, NULL);
+}
+
+/* ---- round trips -------------------------------------------------------- */
+
+static int g_rc[16];
+static char g_str[8][64];
+static long long g_int[8];
+
+static int roundtrip_main(void *arg)
+{
+    ferry_redis *r;
+    redisReply *rep;
+    const char *argv[] = { "SET", "bin", "a\0b" };
+    size_t lens[] = { 3, 3, 3 };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_redis_command(r, &rep, "SET %s %s", "k", "v");
+    if (rep) {
+        snprintf(g_str[0], sizeof(g_str[0]), "%s", rep->str);
+        ferry_redis_reply_free(rep);
+    }
+    g_rc[2] = ferry_redis_commandv(r, &rep, 3, argv, lens);
+    ferry_redis_reply_free(rep);
+    g_rc[3] = ferry_redis_command(r, &rep, "STRLEN bin");
+    if (rep) {
+        g_int[0] = rep->integer;
+        ferry_redis_reply_free(rep);
+    }
+    /* An error reply is a reply. */
+    g_rc[4] = ferry_redis_command(r, &rep, "INCR k");
+    if (rep) {
+        g_int[1] = rep->type;
+        ferry_redis_reply_free(rep);
+    }
+    g_rc[5] = ferry_redis_command(r, &rep, "SUBSCRIBE ch");
+    g_int[2] = rep == NULL;
+    g_int[3] = ferry_redis_client_id(r);
+    g_rc[6] = ferry_redis_command(r, &rep, "GET k");
+    if (rep) {
+        snprintf(g_str[1], sizeof(g_str[1]), "%s", rep->str);
+        ferry_redis_reply_free(rep);
+    }
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(command_roundtrip)
+{
+    cr_assert_eq(tu_run(roundtrip_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "connect: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_str_eq(g_str[0], "OK");
+    cr_assert_eq(g_rc[2], 0);
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_int[0], 3, "binary value of 3 bytes, got %lld", g_int[0]);
+    cr_assert_eq(g_rc[4], 0, "an error reply comes back as a reply: %d", g_rc[4]);
+    cr_assert_eq(g_int[1], REDIS_REPLY_ERROR);
+    cr_assert_eq(g_rc[5], -ENOTSUP, "SUBSCRIBE refused: %d", g_rc[5]);
+    cr_assert(g_int[2]);
+    cr_assert_gt(g_int[3], 0, "CLIENT ID known");
+    cr_assert_eq(g_rc[6], 0);
+    cr_assert_str_eq(g_str[1], "v");
+}
+
+/* ---- many tasks on one connection --------------------------------------- */
+
+#define NPIPE 16
+static ferry_redis *g_r;
+static int g_mismatch;
+
+static int pipe_task(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    char key[16], val[16];
+    redisReply *rep;
+
+    snprintf(key, sizeof(key), "k%d", id);
+    snprintf(val, sizeof(val), "v%d", id);
+    for (int i = 0; i < 20; i++) {
+        if (ferry_redis_command(g_r, &rep, "SET %s %s", key, val) != 0) {
+            g_mismatch++;
+            continue;
+        }
+        ferry_redis_reply_free(rep);
+        if (ferry_redis_command(g_r, &rep, "GET %s", key) != 0 ||
+            rep->type != REDIS_REPLY_STRING || strcmp(rep->str, val) != 0)
+            g_mismatch++;
+        ferry_redis_reply_free(rep);
+    }
+    return 0;
+}
+
+static int pipeline_main(void *arg)
+{
+    ferry_task *t[NPIPE];
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    if (g_rc[0])
+        return 0;
+    for (int i = 0; i < NPIPE; i++)
+        t[i] = tu_spawn(pipe_task, (void *)(intptr_t)i);
+    for (int i = 0; i < NPIPE; i++)
+        tu_join(t[i]);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(tasks_get_their_own_replies)
+{
+    cr_assert_eq(tu_run(pipeline_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_mismatch, 0, "%d replies went to the wrong task or failed", g_mismatch);
+}
+
+/* ---- a reply after its caller gave up ----------------------------------- */
+
+static int g_late_calls;
+static char g_late_str[32];
+
+static void late_fn(ferry_redis *r, redisReply *reply, void *arg)
+{
+    (void)r;
+    g_late_calls++;
+    snprintf(g_late_str, sizeof(g_late_str), "%s|%s", (const char *)arg,
+             reply && reply->type == REDIS_REPLY_STRING ? reply->str : "?");
+}
+
+static int late_main(void *arg)
+{
+    ferry_redis *r;
+    redisReply *rep = NULL;
+    ferry_scope sc;
+    const char *argv[] = { "EVAL", busy_lua, "0", "300", "slow" };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(50), 0);
+    g_rc[1] = ferry_redis_commandv_late(r, &rep, 5, argv, NULL, late_fn, "tag");
+    g_int[0] = rep == NULL;
+    ferry_scope_exit(&sc);
+    /* The next caller gets its own reply, not the slow one. */
+    g_rc[2] = ferry_redis_command(r, &rep, "ECHO %s", "next");
+    if (rep) {
+        snprintf(g_str[0], sizeof(g_str[0]), "%s", rep->str);
+        ferry_redis_reply_free(rep);
+    }
+    g_int[1] = g_late_calls;
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(late_reply_goes_to_late_fn_not_next_caller)
+{
+    cr_assert_eq(tu_run(late_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], -ETIMEDOUT, "slow command: %d", g_rc[1]);
+    cr_assert(g_int[0]);
+    cr_assert_eq(g_rc[2], 0);
+    cr_assert_str_eq(g_str[0], "next", "the next caller got '%s'", g_str[0]);
+    cr_assert_eq(g_int[1], 1, "late function called %lld times", g_int[1]);
+    cr_assert_str_eq(g_late_str, "tag|slow");
+}
+
+/* ---- cancelled while waiting -------------------------------------------- */
+
+static int slow_task(void *arg)
+{
+    redisReply *rep = NULL;
+    const char *argv[] = { "EVAL", busy_lua, "0", (const char *)arg, "slow" };
+    int rc = ferry_redis_commandv(g_r, &rep, 5, argv, NULL);
+
+    ferry_redis_reply_free(rep);
+    return rc;
+}
+
+static int cancel_main(void *arg)
+{
+    ferry_task *t;
+    redisReply *rep = NULL;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    if (g_rc[0])
+        return 0;
+    t = tu_spawn(slow_task, "200");
+    ferry_sleep(FERRY_MSEC(20));
+    ferry_task_cancel(t);
+    g_rc[1] = tu_join(t);
+    g_rc[2] = ferry_redis_command(g_r, &rep, "ECHO %s", "after");
+    if (rep) {
+        snprintf(g_str[0], sizeof(g_str[0]), "%s", rep->str);
+        ferry_redis_reply_free(rep);
+    }
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(cancelled_caller_returns_at_once)
+{
+    cr_assert_eq(tu_run(cancel_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], -ECANCELED, "%d", g_rc[1]);
+    cr_assert_eq(g_rc[2], 0);
+    cr_assert_str_eq(g_str[0], "after");
+}
+
+/* ---- the server killed and restarted ------------------------------------ */
+
+static int g_errs[64];
+static int g_nerrs;
+static int64_t g_longest;
+
+static int restart_main(void *arg)
+{
+    ferry_redis_opts o = { .retry_min = FERRY_MSEC(20), .retry_max = FERRY_MSEC(100) };
+    redisReply *rep = NULL;
+    ferry_task *t;
+    int rc;
+
+    (void)arg;
+    g_rc[0] = ferry_redis_connect(&g_r, "127.0.0.1", g_srv.port, &o);
+    if (g_rc[0])
+        return 0;
+    /* A command in flight when the server dies. */
+    t = tu_spawn(slow_task, "2000");
+    ferry_sleep(FERRY_MSEC(50));
+    tu_redis_kill(&g_srv);
+    g_rc[1] = tu_join(t);
+    /* While it is down: errors, each at once. */
+    for (int i = 0; i < 10; i++) {
+        int64_t t0 = ferry_now();
+
+        rc = ferry_redis_command(g_r, &rep, "PING");
+        if (ferry_now() - t0 > g_longest)
+            g_longest = ferry_now() - t0;
+        if (g_nerrs < 64)
+            g_errs[g_nerrs++] = rc;
+        ferry_redis_reply_free(rep);
+        ferry_sleep(FERRY_MSEC(10));
+    }
+    g_rc[2] = tu_redis_start(&g_srv);
+    /* Back: a command succeeds within the back-off. */
+    g_rc[3] = -1;
+    for (int i = 0; i < 100 && g_rc[3] != 0; i++) {
+        g_rc[3] = ferry_redis_command(g_r, &rep, "SET %s %s", "back", "yes");
+        ferry_redis_reply_free(rep);
+        rep = NULL;
+        if (g_rc[3])
+            ferry_sleep(FERRY_MSEC(20));
+    }
+    g_int[0] = ferry_redis_connected(g_r);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(restart_gives_errors_then_recovery)
+{
+    cr_assert_eq(tu_run(restart_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], -ECONNRESET, "in flight when the server died: %d", g_rc[1]);
+    for (int i = 0; i < g_nerrs; i++)
+        cr_assert(g_errs[i] == -ECONNREFUSED || g_errs[i] == -ECONNRESET,
+                  "command %d while down: %d", i, g_errs[i]);
+    cr_assert_lt(g_longest, tu_ms(1000), "a command while down took %lld ns",
+                 (long long)g_longest);
+    cr_assert_eq(g_rc[2], 0, "restart: %d", g_rc[2]);
+    cr_assert_eq(g_rc[3], 0, "after the restart: %d", g_rc[3]);
+    cr_assert(g_int[0]);
+    cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "EXISTS back"), 1);
+}
+
+/* ---- no server ---------------------------------------------------------- */
+
+static int refused_main(void *arg)
+{
+    ferry_redis *r = NULL;
+
+    (void)arg;
+    g_rc[0] = ferry_redis_connect(&r, "127.0.0.1", g_srv.port, NULL);
+    g_int[0] = r == NULL;
+    return 0;
+}
+
+T(connect_refused)
+{
+    tu_redis_kill(&g_srv);
+    cr_assert_eq(tu_run(refused_main, NULL), 0);
+    cr_assert_eq(g_rc[0], -ECONNREFUSED, "%d", g_rc[0]);
+    cr_assert(g_int[0]);
+}
+
+/* ---- close writes what was sent without waiting -------------------------- */
+
+static int send_close_main(void *arg)
+{
+    ferry_redis *r;
+    const char *argv[] = { "SET", "sent", "before-close" };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_redis_send(r, 3, argv, NULL);
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(close_writes_commands_sent_without_waiting)
+{
+    long long found = 0;
+
+    cr_assert_eq(tu_run(send_close_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], 0);
+    /* The server runs what it read before it saw the connection close. */
+    for (int i = 0; i < 50 && found != 1; i++) {
+        found = tu_redis_query(&g_srv, NULL, 0, "EXISTS sent");
+        if (found != 1)
+            usleep(20 * 1000);
+    }
+    cr_assert_eq(found, 1, "the command sent just before the close reached the server");
+}
+
+/* ---- a server that accepts but never answers ----------------------------- */
+
+static int g_silent_port;
+
+static int silent_main(void *arg)
+{
+    ferry_redis_opts o = { .connect_timeout = FERRY_MSEC(100) };
+    ferry_redis *r = NULL;
+    ferry_scope outer;
+
+    (void)arg;
+    ferry_scope_enter(&outer, ferry_now() + tu_ms(3000), 0);
+    g_rc[0] = ferry_redis_connect(&r, "127.0.0.1", g_silent_port, &o);
+    g_int[0] = ferry_scope_fired(&outer);
+    ferry_scope_exit(&outer);
+    g_int[1] = r == NULL;
+    return 0;
+}
+
+T(connect_to_a_silent_server_times_out)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    /* Listening, so the TCP connect succeeds, but never accepting or
+     * answering. */
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(fd, 8), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    g_silent_port = ntohs(a.sin_port);
+    cr_assert_eq(tu_run(silent_main, NULL), 0);
+    close(fd);
+    cr_assert_eq(g_rc[0], -ETIMEDOUT, "%d", g_rc[0]);
+    cr_assert_not(g_int[0], "the connect's own timeout ended it, not the caller's deadline");
+    cr_assert(g_int[1]);
+}
+
+/* ---- a late function when the caller gave up before sending -------------- */
+
+static int early_main(void *arg)
+{
+    ferry_redis *r;
+    redisReply *rep = NULL;
+    const char *argv[] = { "SET", "early", "x" };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    ferry_task_cancel(ferry_task_current());
+    g_rc[1] = ferry_redis_commandv_late(r, &rep, 3, argv, NULL, late_fn, "early");
+    g_int[0] = g_late_calls;
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(late_fn_called_when_given_up_before_sending)
+{
+    cr_assert_eq(tu_run(early_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], -ECANCELED, "%d", g_rc[1]);
+    cr_assert_eq(g_int[0], 1, "late function called %lld times", g_int[0]);
+    cr_assert_str_eq(g_late_str, "early|?");
+    cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "EXISTS early"), 0, "nothing was sent");
+}

@@ -1,0 +1,452 @@
+/* test_redis_sem.c - ferry_redis_sem (redis.h): the semaphore and lock
+ * across processes, against a real redis-server started by each test:
+ * FIFO grants, fencing tokens that only grow, a cancelled or timed-out
+ * acquire that leaves no waiter on the server, a lease lost and reported,
+ * a holder killed with SIGKILL whose permit comes back after its lease, and
+ * 8 processes of 4 tasks that never exceed a limit of 5 (peak measured on
+ * the server).  The processes are tests/redis_worker.c, spawned.
+ *
+ * No cr_assert inside task bodies: tasks record what they saw into
+ * variables, and the test asserts on the main stack after tu_run().
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "ferry/redis.h"
+#include "redis_server.h"
+#include "testutil.h"
+
+extern char **environ;
+
+static struct tu_redis g_srv;
+
+static void redis_setup(void)
+{
+    int rc;
+
+    tu_loop_setup();
+    memset(&g_srv, 0, sizeof(g_srv));
+    rc = tu_redis_start(&g_srv);
+    if (rc == -ENOENT) {
+        fprintf(stderr, "test_redis_sem: SKIPPED: no redis-server in PATH (install redis-server)\n");
+        cr_skip_test("no redis-server");
+    }
+    cr_assert_eq(rc, 0, "redis-server did not start: %d", rc);
+}
+
+static void redis_teardown(void)
+{
+    tu_redis_stop(&g_srv);
+    tu_loop_teardown();
+}
+
+#define T(name) \
+    Test(redis_sem, name, .init = redis_setup, .fini = redis_teardown, .timeout = 30.)
+
+static const ferry_redis_sem_opts fast = {
+    .lease = FERRY_SEC(5), .poll_min = FERRY_MSEC(2), .poll_max = FERRY_MSEC(20),
+};
+
+static int g_rc[16];
+static int64_t g_val[16];
+static struct tu_order g_order;
+static int64_t g_fences[16];
+static int g_nfences;
+
+static int connect_srv(ferry_redis **r)
+{
+    return ferry_redis_connect(r, "127.0.0.1", g_srv.port, NULL);
+}
+
+/* Wait until the sorted set `key` holds `n` members (the waiters queued on
+ * the server), asking through `r`; at most 10 s. */
+static int wait_zcard(ferry_redis *r, const char *key, long long n)
+{
+    for (int i = 0; i < 1000; i++) {
+        redisReply *rep;
+        int rc = ferry_redis_command(r, &rep, "ZCARD %s", key);
+        bool done;
+
+        if (rc)
+            return rc;
+        done = rep->type == REDIS_REPLY_INTEGER && rep->integer == n;
+        ferry_redis_reply_free(rep);
+        if (done)
+            return 0;
+        ferry_sleep(FERRY_MSEC(10));
+    }
+    return -ETIMEDOUT;
+}
+
+/* ---- FIFO and fences in one process --------------------------------------- */
+
+static ferry_redis *g_r;
+static ferry_redis_sem *g_s;
+
+static int fifo_task(void *arg)
+{
+    ferry_redis_permit *p;
+    int rc = ferry_redis_sem_acquire(g_s, &p);
+
+    if (rc)
+        return rc;
+    tu_order_add(&g_order, (int)(intptr_t)arg);
+    g_fences[g_nfences++] = ferry_redis_permit_fence(p);
+    ferry_sleep(FERRY_MSEC(2));
+    return ferry_redis_permit_release(p);
+}
+
+static int fifo_main(void *arg)
+{
+    ferry_redis_permit *p;
+    ferry_task *t[6];
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "fifo", &fast);
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[1] || g_rc[2])
+        return 0;
+    g_fences[g_nfences++] = ferry_redis_permit_fence(p);
+    /* Each waiter queues (its first poll answered) before the next starts. */
+    for (int i = 0; i < 6; i++) {
+        t[i] = tu_spawn(fifo_task, (void *)(intptr_t)i);
+        g_rc[6] |= wait_zcard(g_r, "{fifo}:queue", i + 1);
+    }
+    g_val[0] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {fifo}:queue");
+    g_rc[3] = ferry_redis_permit_release(p);
+    for (int i = 0; i < 6; i++)
+        g_rc[4] |= tu_join(t[i]);
+    g_rc[5] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(lock_grants_in_arrival_order_with_growing_fences)
+{
+    cr_assert_eq(tu_run(fifo_main, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_eq(g_val[0], 6, "waiters queued on the server: %lld", (long long)g_val[0]);
+    cr_assert_eq(g_order.n, 6);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(g_order.who[i], i, "grant %d went to waiter %d", i, g_order.who[i]);
+    cr_assert_eq(g_nfences, 7);
+    for (int i = 1; i < g_nfences; i++)
+        cr_assert_gt(g_fences[i], g_fences[i - 1], "fence %d: %lld after %lld", i,
+                     (long long)g_fences[i], (long long)g_fences[i - 1]);
+}
+
+/* ---- FIFO across connections (as across processes) ---------------------- */
+
+static ferry_redis_sem *g_sb, *g_sc;
+
+static int conn_waiter(void *arg)
+{
+    ferry_redis_sem *s = arg;
+    ferry_redis_permit *p;
+    int rc = ferry_redis_sem_acquire(s, &p);
+
+    if (rc)
+        return rc;
+    tu_order_add(&g_order, s == g_sb ? 1 : 2);
+    ferry_sleep(FERRY_MSEC(5));
+    return ferry_redis_permit_release(p);
+}
+
+static int across_main(void *arg)
+{
+    ferry_redis *ra, *rb, *rc_;
+    ferry_redis_sem *sa;
+    ferry_redis_permit *p;
+    ferry_task *tb, *tc;
+    /* C polls often, B seldom: B still goes first, having come first. */
+    ferry_redis_sem_opts slow = { .lease = FERRY_SEC(5), .poll_min = FERRY_MSEC(50),
+                                  .poll_max = FERRY_MSEC(50) };
+
+    (void)arg;
+    g_rc[0] = connect_srv(&ra) | connect_srv(&rb) | connect_srv(&rc_);
+    g_rc[1] = ferry_redis_lock_new(&sa, ra, "across", &fast) |
+              ferry_redis_lock_new(&g_sb, rb, "across", &slow) |
+              ferry_redis_lock_new(&g_sc, rc_, "across", &fast);
+    g_rc[2] = ferry_redis_sem_acquire(sa, &p);
+    tb = tu_spawn(conn_waiter, g_sb);
+    g_rc[5] = wait_zcard(ra, "{across}:queue", 1);
+    tc = tu_spawn(conn_waiter, g_sc);
+    g_rc[5] |= wait_zcard(ra, "{across}:queue", 2);
+    g_rc[3] = ferry_redis_permit_release(p);
+    g_rc[4] = tu_join(tb) | tu_join(tc);
+    ferry_redis_sem_free(sa);
+    ferry_redis_sem_free(g_sb);
+    ferry_redis_sem_free(g_sc);
+    ferry_redis_close(ra);
+    ferry_redis_close(rb);
+    ferry_redis_close(rc_);
+    return 0;
+}
+
+T(fifo_across_connections)
+{
+    cr_assert_eq(tu_run(across_main, NULL), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_eq(g_order.n, 2);
+    cr_assert_eq(g_order.who[0], 1, "the later waiter (polling more often) went first");
+    cr_assert_eq(g_order.who[1], 2);
+}
+
+/* ---- a cancelled or timed-out acquire leaves nothing behind -------------- */
+
+static int waiter_task(void *arg)
+{
+    ferry_redis_permit *p = NULL;
+    int64_t deadline = *(int64_t *)arg;
+    ferry_scope sc;
+    int rc;
+
+    ferry_scope_enter(&sc, deadline, 0);
+    rc = ferry_redis_sem_acquire(g_s, &p);
+    ferry_scope_exit(&sc);
+    if (rc == 0)
+        ferry_redis_permit_release(p);
+    return rc;
+}
+
+static int gone_main(void *arg)
+{
+    ferry_redis *holder_conn;
+    ferry_redis_sem *hs;
+    ferry_redis_permit *p;
+    redisReply *rep = NULL;
+    int64_t never = FERRY_NEVER, soon;
+    ferry_task *t;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&holder_conn) | connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&hs, holder_conn, "gone", &fast) |
+              ferry_redis_lock_new(&g_s, g_r, "gone", &fast);
+    g_rc[2] = ferry_redis_sem_acquire(hs, &p);
+    /* Cancelled while waiting. */
+    t = tu_spawn(waiter_task, &never);
+    wait_zcard(g_r, "{gone}:queue", 1);
+    g_val[0] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:queue");
+    ferry_task_cancel(t);
+    g_rc[3] = tu_join(t);
+    /* The removal went on g_r before this. */
+    g_rc[4] = ferry_redis_command(g_r, &rep, "PING");
+    ferry_redis_reply_free(rep);
+    g_val[1] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:queue");
+    g_val[2] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:alive");
+    /* Timed out while waiting. */
+    soon = ferry_now() + FERRY_MSEC(30);
+    t = tu_spawn(waiter_task, &soon);
+    g_rc[5] = tu_join(t);
+    g_rc[6] = ferry_redis_command(g_r, &rep, "PING");
+    ferry_redis_reply_free(rep);
+    g_val[3] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:queue");
+    g_val[4] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:alive");
+    g_val[5] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {gone}:holders");
+    ferry_redis_permit_release(p);
+    ferry_redis_sem_free(hs);
+    ferry_redis_sem_free(g_s);
+    ferry_redis_close(holder_conn);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(cancelled_acquire_leaves_no_waiter)
+{
+    cr_assert_eq(tu_run(gone_main, NULL), 0);
+    cr_assert_eq(g_rc[0] | g_rc[1] | g_rc[2], 0);
+    cr_assert_eq(g_val[0], 1, "the waiter was queued on the server");
+    cr_assert_eq(g_rc[3], -ECANCELED, "%d", g_rc[3]);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_val[1], 0, "queue after the cancel: %lld", (long long)g_val[1]);
+    cr_assert_eq(g_val[2], 0, "heartbeats after the cancel: %lld", (long long)g_val[2]);
+    cr_assert_eq(g_rc[5], -ETIMEDOUT, "%d", g_rc[5]);
+    cr_assert_eq(g_rc[6], 0);
+    cr_assert_eq(g_val[3], 0, "queue after the timeout: %lld", (long long)g_val[3]);
+    cr_assert_eq(g_val[4], 0, "heartbeats after the timeout: %lld", (long long)g_val[4]);
+    cr_assert_eq(g_val[5], 1, "only the holder holds");
+}
+
+/* ---- a lease lost is reported -------------------------------------------- */
+
+static int lost_main(void *arg)
+{
+    /* Slow builds stall the loop longer: the lease grows with them. */
+    ferry_redis_sem_opts o = { .lease = tu_ms(90) };
+    ferry_redis_permit *p;
+    redisReply *rep = NULL;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "lost", &o);
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[0] | g_rc[1] | g_rc[2])
+        return 0;
+    /* Renewals keep it past several leases. */
+    ferry_sleep(tu_ms(300));
+    g_val[0] = ferry_redis_permit_held(p);
+    g_val[1] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {lost}:holders");
+    /* Taken away on the server: the next renewal finds out. */
+    g_rc[3] = ferry_redis_command(g_r, &rep, "DEL {lost}:holders");
+    ferry_redis_reply_free(rep);
+    ferry_sleep(tu_ms(100));
+    g_val[2] = ferry_redis_permit_held(p);
+    g_rc[4] = ferry_redis_permit_release(p);
+    g_rc[5] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(lost_lease_is_reported)
+{
+    cr_assert_eq(tu_run(lost_main, NULL), 0);
+    cr_assert_eq(g_rc[0] | g_rc[1] | g_rc[2], 0);
+    cr_assert(g_val[0], "held after three leases' time");
+    cr_assert_eq(g_val[1], 1, "still the holder on the server");
+    cr_assert_not(g_val[2], "the renewal found the lease gone");
+    cr_assert_eq(g_rc[4], -ESTALE, "%d", g_rc[4]);
+    cr_assert_eq(g_rc[5], 0);
+}
+
+/* ---- other processes ----------------------------------------------------- */
+
+static pid_t spawn_worker(char *const argv[], int *out_fd)
+{
+    posix_spawn_file_actions_t fa;
+    int fds[2] = { -1, -1 };
+    pid_t pid;
+
+    posix_spawn_file_actions_init(&fa);
+    if (out_fd != NULL) {
+        cr_assert_eq(pipe(fds), 0);
+        posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+        posix_spawn_file_actions_addclose(&fa, fds[0]);
+    }
+    cr_assert_eq(posix_spawn(&pid, REDIS_WORKER, &fa, NULL, argv, environ), 0,
+                 "could not start %s", REDIS_WORKER);
+    posix_spawn_file_actions_destroy(&fa);
+    if (out_fd != NULL) {
+        close(fds[1]);
+        *out_fd = fds[0];
+    }
+    return pid;
+}
+
+static int64_t g_child_fence;
+
+static int after_kill_main(void *arg)
+{
+    ferry_redis_sem_opts o = { .lease = FERRY_MSEC(500) };
+    ferry_redis_permit *p;
+    ferry_scope sc;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "killed", &o);
+    ferry_scope_enter(&sc, ferry_now() + FERRY_SEC(10), 0);
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    ferry_scope_exit(&sc);
+    if (g_rc[2] == 0) {
+        g_val[0] = ferry_redis_permit_fence(p);
+        ferry_redis_permit_release(p);
+    }
+    ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(killed_holder_gives_permit_back_after_lease)
+{
+    char port[16], line[64] = "";
+    char *argv[] = { "redis_worker", "hold", port, "killed", "500", NULL };
+    int fd, status;
+    ssize_t n;
+    pid_t pid;
+
+    snprintf(port, sizeof(port), "%d", g_srv.port);
+    pid = spawn_worker(argv, &fd);
+    n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    cr_assert_gt(n, 0, "the holder printed no fence");
+    g_child_fence = strtoll(line, NULL, 10);
+    /* Renewed while it lives: held after more than two leases. */
+    usleep(1200 * 1000);
+    cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "ZCARD {killed}:holders"), 1,
+                 "the holder's lease was renewed");
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    cr_assert_eq(tu_run(after_kill_main, NULL), 0);
+    cr_assert_eq(g_rc[0] | g_rc[1], 0);
+    cr_assert_eq(g_rc[2], 0, "acquire after the holder died: %d", g_rc[2]);
+    cr_assert_gt(g_val[0], g_child_fence, "fence %lld after the dead holder's %lld",
+                 (long long)g_val[0], (long long)g_child_fence);
+}
+
+T(eight_processes_respect_a_limit_of_five)
+{
+    char port[16];
+    char *argv[] = { "redis_worker", "limit", port, "uploads", "5", "4", "3", "20", NULL };
+    pid_t pids[8];
+    int status;
+
+    snprintf(port, sizeof(port), "%d", g_srv.port);
+    for (int i = 0; i < 8; i++)
+        pids[i] = spawn_worker(argv, NULL);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d failed: %#x", i,
+                  status);
+    }
+    cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "GET {uploads}:cur"), 1,
+                 "everyone counted out (a string of length 1: \"0\")");
+    char peak[16];
+    tu_redis_query(&g_srv, peak, sizeof(peak), "GET {uploads}:peak");
+    cr_assert_str_eq(peak, "5", "peak concurrency on the server: %s", peak);
+}
+
+/* ---- the script cache emptied (as by a server restart) ------------------- */
+
+static int flushed_main(void *arg)
+{
+    ferry_redis_permit *p;
+    redisReply *rep = NULL;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "flushed", &fast);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2] == 0)
+        ferry_redis_permit_release(p);
+    g_rc[3] = ferry_redis_command(g_r, &rep, "SCRIPT FLUSH");
+    ferry_redis_reply_free(rep);
+    g_rc[4] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[4] == 0)
+        g_rc[5] = ferry_redis_permit_release(p);
+    g_rc[6] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(acquire_reloads_a_flushed_script)
+{
+    cr_assert_eq(tu_run(flushed_main, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+}
