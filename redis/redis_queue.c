@@ -32,6 +32,7 @@ struct ferry_redis_queue {
     ferry_redis_item *stash_tail;
     char              cursor[FERRY_REDIS_ID_MAX]; /* where the next reclaim scan starts */
     bool              getting;   /* a get is in progress */
+    bool              gave_up;   /* a get gave up: its read's reply may still come */
     int              *closed;    /* set to 1 by close, when a get is in progress */
 };
 
@@ -452,6 +453,11 @@ static int get_loop(ferry_redis_queue *q, ferry_redis_item **item, int64_t timeo
                     const int *closed)
 {
     int64_t deadline = timeout > 0 ? ferry_now() + timeout : 0;
+    /* After a get that gave up, the first read does not block: its reply
+     * comes after the old read's (one connection answers in order), so
+     * an item the old read brought is in the stash by then and is handed
+     * out without waiting for the new read's timeout. */
+    bool peek = q->gave_up;
     bool recreated = false;
     long long block;
     int rc;
@@ -471,27 +477,34 @@ static int get_loop(ferry_redis_queue *q, ferry_redis_item **item, int64_t timeo
                 return rc;
             q->bconn = b;
         }
-        if (timeout == 0)
+        q->gave_up = false;
+        if (peek || timeout == 0) {
             block = -1;
-        else if (timeout < 0)
+        } else if (timeout < 0) {
             block = BLOCK_MAX_MS;
-        else
+        } else {
             block = ms_left(deadline);
-        if (block == 0)
-            return -EAGAIN;
+            if (block == 0)
+                return -EAGAIN;
+        }
         rc = read_once(q, block, item, &nogroup);
         if (*closed)
             return -ESHUTDOWN;
         if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+            q->gave_up = true;
             end_read(q);
             return rc;
         }
         if (rc)
             return rc;
-        if (*item != NULL)
-            return 0;
-        /* Another get's reply may have come in meanwhile (late). */
-        *item = stash_pop(q);
+        /* The reply of an earlier get's read may have come meanwhile:
+         * its item is older and goes first. */
+        if (*item != NULL && q->stash != NULL) {
+            stash_push(q, *item);
+            *item = NULL;
+        }
+        if (*item == NULL)
+            *item = stash_pop(q);
         if (*item != NULL)
             return 0;
         if (nogroup) {
@@ -509,6 +522,7 @@ static int get_loop(ferry_redis_queue *q, ferry_redis_item **item, int64_t timeo
         }
         if (timeout == 0)
             return -EAGAIN;
+        peek = false;
         /* A nil reply before the deadline: the read was ended for an
          * earlier get that gave up, or it reached BLOCK_MAX_MS. */
     }

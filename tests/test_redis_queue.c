@@ -394,6 +394,7 @@ static int wait_blocked(int n)
 static int cancel_with_item_in_flight(void)
 {
     const char *xadd[] = { "XADD", "s", "*", "d", "in-flight" };
+    redisReply *rep = NULL;
     ferry_task *t;
     int rc;
 
@@ -406,12 +407,21 @@ static int cancel_with_item_in_flight(void)
     rc = ferry_redis_send(g_conn, 5, xadd, NULL);
     ferry_task_cancel(t);
     g_rc[9] = tu_join(t);
+    /* A round trip on the connection that carried the put and the end
+     * request: both have run on the server when it is answered, and the
+     * item is pending under the cancelled get's consumer. */
+    if (rc == 0)
+        rc = ferry_redis_command(g_conn, &rep, "PING");
+    ferry_redis_reply_free(rep);
+    g_int[9] = tu_redis_query(&g_srv, NULL, 0, "XPENDING s g - + 10 c1");
     return rc;
 }
 
 static int cancel_next_get_main(void *arg)
 {
     ferry_redis_item *it = NULL;
+    redisReply *rep = NULL;
+    ferry_task *t;
 
     (void)arg;
     g_rc[0] = open_q("c1");
@@ -425,9 +435,17 @@ static int cancel_next_get_main(void *arg)
         g_rc[3] = ferry_redis_queue_ack(g_q, it->id);
         ferry_redis_item_free(it);
     }
-    /* The queue's connection was freed by the end request: a new get
-     * blocks and times out as asked. */
+    /* A new get blocks and times out as asked. */
     g_rc[4] = ferry_redis_queue_get(g_q, &it, FERRY_MSEC(50));
+    /* A get cancelled with no item coming: the server ends its read
+     * (else the read would hold the queue's connection). */
+    t = tu_spawn(blocked_get_task, NULL);
+    g_rc[5] = wait_blocked(1);
+    ferry_task_cancel(t);
+    g_rc[6] = tu_join(t);
+    g_rc[7] = ferry_redis_command(g_conn, &rep, "PING");
+    ferry_redis_reply_free(rep);
+    g_rc[8] = wait_blocked(0);
     close_q();
     return 0;
 }
@@ -438,12 +456,17 @@ T(cancelled_get_item_goes_to_next_get)
     cr_assert_eq(g_rc[0], 0, "open: %d", g_rc[0]);
     cr_assert_eq(g_rc[1], 0, "set-up: %d", g_rc[1]);
     cr_assert_eq(g_rc[9], -ECANCELED, "the cancelled get: %d", g_rc[9]);
+    cr_assert_eq(g_int[9], 1, "pending under the cancelled get's consumer: %lld", g_int[9]);
     cr_assert_not(g_int[8], "the cancelled get returned an item");
     cr_assert_eq(g_rc[2], 0, "the next get: %d", g_rc[2]);
     cr_assert_str_eq(g_str[0], "in-flight");
     cr_assert_eq(g_int[0], 1);
     cr_assert_eq(g_rc[3], 0);
     cr_assert_eq(g_rc[4], -EAGAIN, "%d", g_rc[4]);
+    cr_assert_eq(g_rc[5], 0);
+    cr_assert_eq(g_rc[6], -ECANCELED, "%d", g_rc[6]);
+    cr_assert_eq(g_rc[7], 0);
+    cr_assert_eq(g_rc[8], 0, "the cancelled get's read still blocks on the server: %d", g_rc[8]);
 }
 
 static int cancel_reclaim_main(void *arg)
@@ -480,6 +503,7 @@ T(cancelled_get_item_reclaimed_after_close)
     cr_assert_eq(g_rc[0], 0, "open: %d", g_rc[0]);
     cr_assert_eq(g_rc[1], 0, "set-up: %d", g_rc[1]);
     cr_assert_eq(g_rc[9], -ECANCELED, "the cancelled get: %d", g_rc[9]);
+    cr_assert_eq(g_int[9], 1, "pending under the cancelled get's consumer: %lld", g_int[9]);
     cr_assert_eq(g_rc[2], 0);
     cr_assert_eq(g_rc[3], -EAGAIN, "the item is no new item: %d", g_rc[3]);
     cr_assert_eq(g_rc[4], 1, "reclaimed %d", g_rc[4]);
