@@ -368,11 +368,12 @@ static int blocked_get_task(void *arg)
  * there). */
 static int wait_blocked(int n)
 {
+    int64_t end = ferry_now() + tu_ms(2500);
     char want[32];
     redisReply *rep;
 
     snprintf(want, sizeof(want), "blocked_clients:%d\r", n);
-    for (int i = 0; i < 500; i++) {
+    while (ferry_now() < end) {
         if (ferry_redis_command(g_conn, &rep, "INFO clients") != 0)
             return -1;
         if (rep->type == REDIS_REPLY_STRING && strstr(rep->str, want) != NULL) {
