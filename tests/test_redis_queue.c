@@ -593,6 +593,36 @@ T(blocked_get_lets_other_tasks_run)
     cr_assert_str_eq(g_str[1], "wake");
 }
 
+/* ---- closed under a waiting get ---------------------------------------- */
+
+static int close_under_get_main(void *arg)
+{
+    ferry_task *t;
+
+    (void)arg;
+    g_rc[0] = open_q("c1");
+    if (g_rc[0])
+        return 0;
+    t = tu_spawn(blocked_get_task, NULL);
+    g_rc[1] = wait_blocked(1);
+    ferry_redis_queue_close(g_q);
+    g_q = NULL;
+    g_rc[2] = tu_join(t);
+    g_rc[3] = wait_blocked(0);
+    close_q();
+    return 0;
+}
+
+T(close_ends_a_waiting_get)
+{
+    cr_assert_eq(tu_run(close_under_get_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "open: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_rc[2], -ESHUTDOWN, "the waiting get: %d", g_rc[2]);
+    cr_assert_not(g_int[8]);
+    cr_assert_eq(g_rc[3], 0, "a read still blocks on the server: %d", g_rc[3]);
+}
+
 /* ---- the group lost on the server --------------------------------------- */
 
 static int nogroup_main(void *arg)
