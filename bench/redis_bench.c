@@ -14,6 +14,20 @@
  *             check=ok: every process ended well, the stream holds OPS
  *             entries and none is pending.
  *
+ *   redis_sem_1p, redis_sem_4p  one op = an acquire and a release of a
+ *             permit of a semaphore of 4 permits (so the processes never
+ *             wait for each other: the round trip is measured, not the
+ *             polling): ferry_redis_sem_acquire() and
+ *             ferry_redis_permit_release() in one task (system ferry); the
+ *             same Lua scripts with redisCommand() (EVALSHA for the
+ *             acquire, EVAL for the release, sent without waiting for its
+ *             answer: it is read with the next acquire's, as ferry's
+ *             release is not waited for either).  check=ok: every process
+ *             ended well, the fence counter is OPS, nothing is held, and
+ *             (system ferry) the scripts ferry loaded are this program's
+ *             copies (else the floor runs other scripts: FAIL).  Built
+ *             only with the semaphore (redis/redis_sem.c).
+ *
  * OPS (default 20,000) is the total over the processes.  Each
  * measurement runs in fresh processes (this program, run again with
  * --child): they connect and set up, say they are ready, and the timed part
@@ -33,6 +47,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +81,10 @@ struct workload {
 static const struct workload workloads[] = {
     { "redis_queue_1p", "queue", 1 },
     { "redis_queue_4p", "queue", 4 },
+#ifdef FERRY_BENCH_REDIS_SEM
+    { "redis_sem_1p", "sem", 1 },
+    { "redis_sem_4p", "sem", 4 },
+#endif
 };
 #define NWORK ((int)(sizeof(workloads) / sizeof(workloads[0])))
 
@@ -189,11 +208,146 @@ static int hiredis_queue(void)
     return 0;
 }
 
+#ifdef FERRY_BENCH_REDIS_SEM
+/*
+ * The semaphore's scripts as redis/redis_sem.c has them (acquire: KEYS
+ * holders, queue, alive, ticket, fence; ARGV token, limit, lease ms,
+ * waiter ttl ms; release: KEYS holders, queue, alive; ARGV token), for the
+ * floor.  The parent checks after each ferry measurement that the server's
+ * script cache holds no other script than these two.
+ */
+static const char acquire_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local limit, lease, wttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+    "local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)\n"
+    "for _, d in ipairs(dead) do\n"
+    "  redis.call('ZREM', KEYS[2], d)\n"
+    "  redis.call('ZREM', KEYS[3], d)\n"
+    "end\n"
+    "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"
+    "  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])\n"
+    "end\n"
+    "redis.call('ZADD', KEYS[3], now + wttl, ARGV[1])\n"
+    "local keep = 2 * math.max(lease, wttl)\n"
+    "local granted = 0\n"
+    "local free = limit - redis.call('ZCARD', KEYS[1])\n"
+    "if free > 0 and redis.call('ZRANK', KEYS[2], ARGV[1]) < free then\n"
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])\n"
+    "  granted = redis.call('INCR', KEYS[5])\n"
+    "end\n"
+    "for i = 1, 3 do\n"
+    "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
+    "end\n"
+    "return granted\n";
+
+static const char release_lua[] =
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "return redis.call('ZREM', KEYS[1], ARGV[1])\n";
+
+#define SEM_KEY    "bsem"
+#define SEM_LIMIT  "4"
+#define SEM_LEASE  "10000" /* ferry's default lease, ms */
+#define SEM_WTTL   "1000"  /* ferry's default waiter ttl, ms */
+
+static int ferry_sem_main(void *arg)
+{
+    ferry_redis *conn;
+    ferry_redis_sem *sem;
+    ferry_redis_permit *p;
+    int rc;
+
+    (void)arg;
+    rc = ferry_redis_connect(&conn, "127.0.0.1", g_child.port, NULL);
+    if (rc)
+        return rc;
+    rc = ferry_redis_sem_new(&sem, conn, SEM_KEY, (unsigned)atoi(SEM_LIMIT), NULL);
+    if (rc)
+        return rc;
+    ready_and_wait();
+    for (long i = 0; i < g_child.n && rc == 0; i++) {
+        rc = ferry_redis_sem_acquire(sem, &p);
+        if (rc == 0)
+            rc = ferry_redis_permit_release(p);
+    }
+    if (ferry_redis_sem_free(sem) != 0 && rc == 0)
+        rc = -EBUSY;
+    ferry_redis_close(conn);
+    return rc;
+}
+
+/* The reply to a command appended earlier; false on an error. */
+static bool hiredis_reply(redisContext *c, long long *integer)
+{
+    void *v = NULL;
+    redisReply *r;
+    bool ok;
+
+    if (redisGetReply(c, &v) != REDIS_OK || v == NULL)
+        return false;
+    r = v;
+    ok = r->type == REDIS_REPLY_INTEGER;
+    if (ok && integer != NULL)
+        *integer = r->integer;
+    freeReplyObject(r);
+    return ok;
+}
+
+static int hiredis_sem(void)
+{
+    static const char *const keys[] = {
+        "{" SEM_KEY "}:holders", "{" SEM_KEY "}:queue", "{" SEM_KEY "}:alive",
+        "{" SEM_KEY "}:ticket", "{" SEM_KEY "}:fence",
+    };
+    redisContext *c = redisConnect("127.0.0.1", g_child.port);
+    redisReply *r = NULL;
+    char sha[41], token[64];
+    long long granted;
+
+    if (c == NULL || c->err || !hiredis_do(c, &r, "SCRIPT LOAD %s", acquire_lua))
+        return 1;
+    snprintf(sha, sizeof(sha), "%s", r->str);
+    freeReplyObject(r);
+    ready_and_wait();
+    for (long i = 0; i < g_child.n; i++) {
+        /* The previous release goes out with this acquire. */
+        snprintf(token, sizeof(token), "%ld:%ld", (long)getpid(), i);
+        redisAppendCommand(c, "EVALSHA %s 5 %s %s %s %s %s %s %s %s %s", sha, keys[0], keys[1],
+                           keys[2], keys[3], keys[4], token, SEM_LIMIT, SEM_LEASE, SEM_WTTL);
+        if (i > 0 && !hiredis_reply(c, NULL))
+            return 1;
+        if (!hiredis_reply(c, &granted) || granted <= 0)
+            return 1;
+        redisAppendCommand(c, "EVAL %s 3 %s %s %s %s", release_lua, keys[0], keys[1], keys[2],
+                           token);
+    }
+    if (g_child.n > 0 && !hiredis_reply(c, NULL))
+        return 1;
+    redisFree(c);
+    return 0;
+}
+#endif
+
 static int child_main(const char *sys)
 {
-    if (strcmp(sys, SYS_FERRY) == 0)
+    bool sem = strcmp(g_child.kind, "sem") == 0;
+
+    if (strcmp(sys, SYS_FERRY) == 0) {
+#ifdef FERRY_BENCH_REDIS_SEM
+        if (sem)
+            return ferry_run(ferry_sem_main, NULL) == 0 ? 0 : 1;
+#endif
         return ferry_run(ferry_queue_main, NULL) == 0 ? 0 : 1;
-    return hiredis_queue();
+    }
+#ifdef FERRY_BENCH_REDIS_SEM
+    if (sem)
+        return hiredis_sem();
+#endif
+    return sem ? 1 : hiredis_queue();
 }
 
 /* ---- the parent -------------------------------------------------------- */
@@ -230,6 +384,55 @@ out:
     return v;
 }
 
+#ifdef FERRY_BENCH_REDIS_SEM
+/* The server's count of cached scripts; -1 if unknown. */
+static long cached_scripts(int port)
+{
+    struct tu_redis s = { .port = port };
+    char info[4096];
+    const char *p;
+
+    if (tu_redis_query(&s, info, sizeof(info), "INFO memory") <= 0)
+        return -1;
+    p = strstr(info, "number_of_cached_scripts:");
+    return p != NULL ? atol(p + strlen("number_of_cached_scripts:")) : -1;
+}
+#endif
+
+/* After a semaphore measurement: n grants, nothing held; after ferry's,
+ * its scripts were this program's copies (loading the copies adds no
+ * script to the cache, which SCRIPT FLUSH emptied before). */
+static bool sem_check(int port, long n, bool was_ferry)
+{
+#ifdef FERRY_BENCH_REDIS_SEM
+    struct tu_redis s = { .port = port };
+    char fence[32];
+    long before;
+    bool ok;
+
+    ok = tu_redis_query(&s, fence, sizeof(fence), "GET {" SEM_KEY "}:fence") > 0 &&
+         atol(fence) == n && tu_redis_query(&s, NULL, 0, "ZCARD {" SEM_KEY "}:holders") == 0;
+    if (!ok)
+        fprintf(stderr, "redis_bench: fence %s, expected %ld, or permits still held\n", fence, n);
+    if (ok && was_ferry) {
+        before = cached_scripts(port);
+        tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", acquire_lua);
+        tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", release_lua);
+        if (before != 2 || cached_scripts(port) != before) {
+            fprintf(stderr, "redis_bench: the scripts of this program differ from ferry's "
+                            "(redis/redis_sem.c): update them\n");
+            ok = false;
+        }
+    }
+    return ok;
+#else
+    (void)port;
+    (void)n;
+    (void)was_ferry;
+    return false;
+#endif
+}
+
 /* One measurement: `w` by `sys` in w->procs fresh processes. */
 static struct result measure(const char *self, const struct workload *w, const char *sys, int port,
                              long n)
@@ -243,6 +446,7 @@ static struct result measure(const char *self, const struct workload *w, const c
     double t0, secs;
 
     query(port, "FLUSHALL");
+    query(port, "SCRIPT FLUSH");
     if (pipe(ready) != 0 || pipe(go) != 0) {
         res.ok = false;
         return res;
@@ -278,8 +482,12 @@ static struct result measure(const char *self, const struct workload *w, const c
     close(ready[0]);
     if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
         rss = ru.ru_maxrss;
-    if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
+    if (strcmp(w->kind, "queue") == 0) {
+        if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
+            res.ok = false;
+    } else if (!sem_check(port, (n / w->procs) * w->procs, strcmp(sys, SYS_FERRY) == 0)) {
         res.ok = false;
+    }
     res.ops_per_s = (double)n / secs;
     printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ns_per_op=%.2f ops_per_s=%.0f "
            "rss_kb=%ld check=%s procs=%d\n",
