@@ -474,14 +474,14 @@ static struct result measure(const char *self, const struct workload *w, const c
     t0 = now_s();
     close(go[1]);
     for (int i = 0; i < w->procs; i++) {
-        if (pids[i] < 0 || waitpid(pids[i], &status, 0) != pids[i] || !WIFEXITED(status) ||
+        if (pids[i] < 0 || wait4(pids[i], &status, 0, &ru) != pids[i] || !WIFEXITED(status) ||
             WEXITSTATUS(status) != 0)
             res.ok = false;
+        else if (ru.ru_maxrss > rss)
+            rss = ru.ru_maxrss;
     }
     secs = now_s() - t0;
     close(ready[0]);
-    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
-        rss = ru.ru_maxrss;
     if (strcmp(w->kind, "queue") == 0) {
         if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
             res.ok = false;
