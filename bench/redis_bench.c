@@ -1,0 +1,613 @@
+/* redis_bench.c - the Redis part (ferry/redis.h, ferry/redis_queue.h)
+ * against a plain blocking hiredis client, the floor, in the same run.
+ *
+ *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]
+ *
+ * Workloads (default: all), each done by 1 and by 4 processes at once:
+ *
+ *   redis_queue_1p, redis_queue_4p  one op = a put, a get through the
+ *             consumer group and an ack: ferry_redis_queue_put(),
+ *             ferry_redis_queue_get(), ferry_redis_queue_ack() in one task
+ *             (system ferry); XADD, XREADGROUP ... BLOCK, XACK with
+ *             redisCommand() in a loop (system hiredis-blocking).  Every
+ *             process puts before it gets, so each get finds an item.
+ *             check=ok: every process ended well, the stream holds OPS
+ *             entries and none is pending.
+ *
+ *   redis_sem_1p, redis_sem_4p  one op = an acquire and a release of a
+ *             permit of a semaphore of 4 permits (so the processes never
+ *             wait for each other: the round trip is measured, not the
+ *             polling): ferry_redis_sem_acquire() and
+ *             ferry_redis_permit_release() in one task (system ferry); the
+ *             same Lua scripts with redisCommand() (EVALSHA for the
+ *             acquire, EVAL for the release, sent without waiting for its
+ *             answer: it is read with the next acquire's, as ferry's
+ *             release is not waited for either).  check=ok: every process
+ *             ended well, the fence counter is OPS, nothing is held, and
+ *             (system ferry) the scripts ferry loaded are this program's
+ *             copies (else the floor runs other scripts: FAIL).  Built
+ *             only with the semaphore (redis/redis_sem.c).
+ *
+ * OPS (default 20,000) is the total over the processes.  Each
+ * measurement runs in fresh processes (this program, run again with
+ * --child): they connect and set up, say they are ready, and the timed part
+ * runs from the moment all are released until the last has exited.  The
+ * server is flushed before each measurement.  Systems alternate which
+ * goes first from run to run, so that a drift of the machine's load
+ * spreads over both.
+ *
+ * The server is a redis-server started here on a free port of 127.0.0.1
+ * (as the tests start theirs), or the one at -p PORT on 127.0.0.1 (it is
+ * flushed: give a scratch server).  rss_kb is the largest peak RSS of the
+ * measurement's processes.
+ *
+ * stdout: a BENCH line per workload, system and run, then the medians and
+ * the ratios ferry / hiredis-blocking as a markdown table.  Exit status: 0
+ * if every check was ok, 1 otherwise, 2 on usage errors.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include <ferry/ferry.h>
+#include <ferry/redis.h>
+#include <ferry/redis_queue.h>
+
+#include "redis_server.h"
+
+#define SYS_FERRY   "ferry"
+#define SYS_HIREDIS "hiredis-blocking"
+#define MAX_RUNS    99
+#define MAX_PROCS   4
+#define PAYLOAD     "0123456789abcdef"  /* 16 bytes per item */
+
+struct workload {
+    const char *name;
+    const char *kind;  /* what the child does: "queue" */
+    int procs;
+};
+
+static const struct workload workloads[] = {
+    { "redis_queue_1p", "queue", 1 },
+    { "redis_queue_4p", "queue", 4 },
+#ifdef FERRY_BENCH_REDIS_SEM
+    { "redis_sem_1p", "sem", 1 },
+    { "redis_sem_4p", "sem", 4 },
+#endif
+};
+#define NWORK ((int)(sizeof(workloads) / sizeof(workloads[0])))
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- children ---------------------------------------------------------- */
+
+/* What a child was asked to do (argv after --child). */
+struct child {
+    const char *kind;
+    int port;
+    long n;
+    int idx;
+};
+
+static struct child g_child;
+
+/* Say ready on stdout, then wait for the release: stdin reaches its end. */
+static void ready_and_wait(void)
+{
+    char c;
+
+    if (write(1, "r", 1) != 1)
+        _exit(3);
+    while (read(0, &c, 1) > 0)
+        ;
+}
+
+static int ferry_queue_main(void *arg)
+{
+    ferry_redis *conn;
+    ferry_redis_queue *q;
+    ferry_redis_item *it;
+    char consumer[32];
+    int rc;
+
+    (void)arg;
+    snprintf(consumer, sizeof(consumer), "c%d", g_child.idx);
+    rc = ferry_redis_connect(&conn, "127.0.0.1", g_child.port, NULL);
+    if (rc)
+        return rc;
+    rc = ferry_redis_queue_open(&q, conn, "bq", "g", consumer);
+    if (rc)
+        return rc;
+    ready_and_wait();
+    for (long i = 0; i < g_child.n && rc == 0; i++) {
+        rc = ferry_redis_queue_put(q, PAYLOAD, sizeof(PAYLOAD) - 1, 0, NULL);
+        if (rc == 0)
+            rc = ferry_redis_queue_get(q, &it, FERRY_SEC(5));
+        if (rc == 0) {
+            rc = ferry_redis_queue_ack(q, it->id);
+            ferry_redis_item_free(it);
+        }
+    }
+    ferry_redis_queue_close(q);
+    ferry_redis_close(conn);
+    return rc;
+}
+
+/* One blocking command; false on an error or an error reply. */
+static bool hiredis_do(redisContext *c, redisReply **out, const char *fmt, ...)
+{
+    redisReply *r;
+    va_list ap;
+
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (r == NULL)
+        return false;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0) {
+        fprintf(stderr, "redis_bench: %s\n", r->str);
+        freeReplyObject(r);
+        return false;
+    }
+    if (out != NULL)
+        *out = r;
+    else
+        freeReplyObject(r);
+    return true;
+}
+
+static int hiredis_queue(void)
+{
+    redisContext *c = redisConnect("127.0.0.1", g_child.port);
+    redisReply *r = NULL;
+    char consumer[32], id[FERRY_REDIS_ID_MAX];
+    bool ok;
+
+    if (c == NULL || c->err)
+        return 1;
+    snprintf(consumer, sizeof(consumer), "c%d", g_child.idx);
+    if (!hiredis_do(c, NULL, "XGROUP CREATE bq g 0 MKSTREAM"))
+        return 1;
+    ready_and_wait();
+    for (long i = 0; i < g_child.n; i++) {
+        if (!hiredis_do(c, NULL, "XADD bq * d %s", PAYLOAD))
+            return 1;
+        if (!hiredis_do(c, &r, "XREADGROUP GROUP g %s COUNT 1 BLOCK 5000 STREAMS bq >", consumer))
+            return 1;
+        /* [[key, [[id, fields]]]] */
+        ok = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+             r->element[0]->element[1]->elements == 1;
+        if (ok)
+            snprintf(id, sizeof(id), "%s", r->element[0]->element[1]->element[0]->element[0]->str);
+        freeReplyObject(r);
+        if (!ok || !hiredis_do(c, &r, "XACK bq g %s", id))
+            return 1;
+        ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        freeReplyObject(r);
+        if (!ok)
+            return 1;
+    }
+    redisFree(c);
+    return 0;
+}
+
+#ifdef FERRY_BENCH_REDIS_SEM
+/*
+ * The semaphore's scripts as redis/redis_sem.c has them (acquire: KEYS
+ * holders, queue, alive, ticket, fence; ARGV token, limit, lease ms,
+ * waiter ttl ms; release: KEYS holders, queue, alive; ARGV token), for the
+ * floor.  The parent checks after each ferry measurement that the server's
+ * script cache holds no other script than these two.
+ */
+static const char acquire_lua[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local limit, lease, wttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+    "local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)\n"
+    "for _, d in ipairs(dead) do\n"
+    "  redis.call('ZREM', KEYS[2], d)\n"
+    "  redis.call('ZREM', KEYS[3], d)\n"
+    "end\n"
+    "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"
+    "  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])\n"
+    "end\n"
+    "redis.call('ZADD', KEYS[3], now + wttl, ARGV[1])\n"
+    "local keep = 2 * math.max(lease, wttl)\n"
+    "local granted = 0\n"
+    "local free = limit - redis.call('ZCARD', KEYS[1])\n"
+    "if free > 0 and redis.call('ZRANK', KEYS[2], ARGV[1]) < free then\n"
+    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])\n"
+    "  granted = redis.call('INCR', KEYS[5])\n"
+    "end\n"
+    "for i = 1, 3 do\n"
+    "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
+    "end\n"
+    "return granted\n";
+
+static const char release_lua[] =
+    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "return redis.call('ZREM', KEYS[1], ARGV[1])\n";
+
+#define SEM_KEY    "bsem"
+#define SEM_LIMIT  "4"
+#define SEM_LEASE  "10000" /* ferry's default lease, ms */
+#define SEM_WTTL   "1000"  /* ferry's default waiter ttl, ms */
+
+static int ferry_sem_main(void *arg)
+{
+    ferry_redis *conn;
+    ferry_redis_sem *sem;
+    ferry_redis_permit *p;
+    int rc;
+
+    (void)arg;
+    rc = ferry_redis_connect(&conn, "127.0.0.1", g_child.port, NULL);
+    if (rc)
+        return rc;
+    rc = ferry_redis_sem_new(&sem, conn, SEM_KEY, (unsigned)atoi(SEM_LIMIT), NULL);
+    if (rc)
+        return rc;
+    ready_and_wait();
+    for (long i = 0; i < g_child.n && rc == 0; i++) {
+        rc = ferry_redis_sem_acquire(sem, &p);
+        if (rc == 0)
+            rc = ferry_redis_permit_release(p);
+    }
+    if (ferry_redis_sem_free(sem) != 0 && rc == 0)
+        rc = -EBUSY;
+    ferry_redis_close(conn);
+    return rc;
+}
+
+/* The reply to a command appended earlier; false on an error. */
+static bool hiredis_reply(redisContext *c, long long *integer)
+{
+    void *v = NULL;
+    redisReply *r;
+    bool ok;
+
+    if (redisGetReply(c, &v) != REDIS_OK || v == NULL)
+        return false;
+    r = v;
+    ok = r->type == REDIS_REPLY_INTEGER;
+    if (ok && integer != NULL)
+        *integer = r->integer;
+    freeReplyObject(r);
+    return ok;
+}
+
+static int hiredis_sem(void)
+{
+    static const char *const keys[] = {
+        "{" SEM_KEY "}:holders", "{" SEM_KEY "}:queue", "{" SEM_KEY "}:alive",
+        "{" SEM_KEY "}:ticket", "{" SEM_KEY "}:fence",
+    };
+    redisContext *c = redisConnect("127.0.0.1", g_child.port);
+    redisReply *r = NULL;
+    char sha[41], token[64];
+    long long granted;
+
+    if (c == NULL || c->err || !hiredis_do(c, &r, "SCRIPT LOAD %s", acquire_lua))
+        return 1;
+    snprintf(sha, sizeof(sha), "%s", r->str);
+    freeReplyObject(r);
+    ready_and_wait();
+    for (long i = 0; i < g_child.n; i++) {
+        /* The previous release goes out with this acquire. */
+        snprintf(token, sizeof(token), "%ld:%ld", (long)getpid(), i);
+        redisAppendCommand(c, "EVALSHA %s 5 %s %s %s %s %s %s %s %s %s", sha, keys[0], keys[1],
+                           keys[2], keys[3], keys[4], token, SEM_LIMIT, SEM_LEASE, SEM_WTTL);
+        if (i > 0 && !hiredis_reply(c, NULL))
+            return 1;
+        if (!hiredis_reply(c, &granted) || granted <= 0)
+            return 1;
+        redisAppendCommand(c, "EVAL %s 3 %s %s %s %s", release_lua, keys[0], keys[1], keys[2],
+                           token);
+    }
+    if (g_child.n > 0 && !hiredis_reply(c, NULL))
+        return 1;
+    redisFree(c);
+    return 0;
+}
+#endif
+
+static int child_main(const char *sys)
+{
+    bool sem = strcmp(g_child.kind, "sem") == 0;
+
+    if (strcmp(sys, SYS_FERRY) == 0) {
+#ifdef FERRY_BENCH_REDIS_SEM
+        if (sem)
+            return ferry_run(ferry_sem_main, NULL) == 0 ? 0 : 1;
+#endif
+        return ferry_run(ferry_queue_main, NULL) == 0 ? 0 : 1;
+    }
+#ifdef FERRY_BENCH_REDIS_SEM
+    if (sem)
+        return hiredis_sem();
+#endif
+    return sem ? 1 : hiredis_queue();
+}
+
+/* ---- the parent -------------------------------------------------------- */
+
+struct result {
+    double ops_per_s;
+    bool ok;
+};
+
+static long long query(int port, const char *cmd /* no arguments */)
+{
+    struct tu_redis s = { .port = port };
+
+    return tu_redis_query(&s, NULL, 0, cmd);
+}
+
+static long long query_pending(int port)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    redisReply *r;
+    long long v = -1;
+
+    if (c == NULL || c->err)
+        goto out;
+    r = redisCommand(c, "XPENDING bq g");
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER)
+        v = r->element[0]->integer;
+    if (r)
+        freeReplyObject(r);
+out:
+    if (c)
+        redisFree(c);
+    return v;
+}
+
+#ifdef FERRY_BENCH_REDIS_SEM
+/* The server's count of cached scripts; -1 if unknown. */
+static long cached_scripts(int port)
+{
+    struct tu_redis s = { .port = port };
+    char info[4096];
+    const char *p;
+
+    if (tu_redis_query(&s, info, sizeof(info), "INFO memory") <= 0)
+        return -1;
+    p = strstr(info, "number_of_cached_scripts:");
+    return p != NULL ? atol(p + strlen("number_of_cached_scripts:")) : -1;
+}
+#endif
+
+/* After a semaphore measurement: n grants, nothing held; after ferry's,
+ * its scripts were this program's copies (loading the copies adds no
+ * script to the cache, which SCRIPT FLUSH emptied before). */
+static bool sem_check(int port, long n, bool was_ferry)
+{
+#ifdef FERRY_BENCH_REDIS_SEM
+    struct tu_redis s = { .port = port };
+    char fence[32];
+    long before;
+    bool ok;
+
+    ok = tu_redis_query(&s, fence, sizeof(fence), "GET {" SEM_KEY "}:fence") > 0 &&
+         atol(fence) == n && tu_redis_query(&s, NULL, 0, "ZCARD {" SEM_KEY "}:holders") == 0;
+    if (!ok)
+        fprintf(stderr, "redis_bench: fence %s, expected %ld, or permits still held\n", fence, n);
+    if (ok && was_ferry) {
+        before = cached_scripts(port);
+        tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", acquire_lua);
+        tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", release_lua);
+        if (before != 2 || cached_scripts(port) != before) {
+            fprintf(stderr, "redis_bench: the scripts of this program differ from ferry's "
+                            "(redis/redis_sem.c): update them\n");
+            ok = false;
+        }
+    }
+    return ok;
+#else
+    (void)port;
+    (void)n;
+    (void)was_ferry;
+    return false;
+#endif
+}
+
+/* One measurement: `w` by `sys` in w->procs fresh processes. */
+static struct result measure(const char *self, const struct workload *w, const char *sys, int port,
+                             long n)
+{
+    struct result res = { 0, true };
+    pid_t pids[MAX_PROCS];
+    int ready[2], go[2], status;
+    char portbuf[16], nbuf[24], idxbuf[8], c;
+    struct rusage ru;
+    long rss = 0;
+    double t0, secs;
+
+    query(port, "FLUSHALL");
+    query(port, "SCRIPT FLUSH");
+    if (pipe(ready) != 0 || pipe(go) != 0) {
+        res.ok = false;
+        return res;
+    }
+    snprintf(portbuf, sizeof(portbuf), "%d", port);
+    snprintf(nbuf, sizeof(nbuf), "%ld", n / w->procs);
+    for (int i = 0; i < w->procs; i++) {
+        snprintf(idxbuf, sizeof(idxbuf), "%d", i);
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            dup2(go[0], 0);
+            dup2(ready[1], 1);
+            close(go[1]);
+            close(ready[0]);
+            execl(self, self, "--child", w->kind, sys, portbuf, nbuf, idxbuf, (char *)NULL);
+            _exit(127);
+        }
+    }
+    close(ready[1]);
+    close(go[0]);
+    for (int i = 0; i < w->procs; i++) {
+        if (read(ready[0], &c, 1) != 1)
+            res.ok = false;
+    }
+    t0 = now_s();
+    close(go[1]);
+    for (int i = 0; i < w->procs; i++) {
+        if (pids[i] < 0 || wait4(pids[i], &status, 0, &ru) != pids[i] || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            res.ok = false;
+        else if (ru.ru_maxrss > rss)
+            rss = ru.ru_maxrss;
+    }
+    secs = now_s() - t0;
+    close(ready[0]);
+    if (strcmp(w->kind, "queue") == 0) {
+        if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
+            res.ok = false;
+    } else if (!sem_check(port, (n / w->procs) * w->procs, strcmp(sys, SYS_FERRY) == 0)) {
+        res.ok = false;
+    }
+    res.ops_per_s = (double)n / secs;
+    printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ns_per_op=%.2f ops_per_s=%.0f "
+           "rss_kb=%ld check=%s procs=%d\n",
+           w->name, sys, (n / w->procs) * w->procs, secs, secs * 1e9 / (double)n, res.ops_per_s,
+           rss, res.ok ? "ok" : "FAIL", w->procs);
+    fflush(stdout);
+    return res;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void usage(const char *prog)
+{
+    fprintf(stderr, "usage: %s [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]\n", prog);
+}
+
+int main(int argc, char **argv)
+{
+    static double fer[NWORK][MAX_RUNS], hir[NWORK][MAX_RUNS];
+    bool want[NWORK], any = false, all_ok = true;
+    struct tu_redis srv;
+    int runs = 3, port = 0, opt;
+    long n = 20000;
+
+    if (argc == 7 && strcmp(argv[1], "--child") == 0) {
+        g_child.kind = argv[2];
+        g_child.port = atoi(argv[4]);
+        g_child.n = atol(argv[5]);
+        g_child.idx = atoi(argv[6]);
+        return child_main(argv[3]);
+    }
+    while ((opt = getopt(argc, argv, "r:n:p:h")) != -1) {
+        switch (opt) {
+        case 'r':
+            runs = atoi(optarg);
+            break;
+        case 'n':
+            n = atol(optarg);
+            break;
+        case 'p':
+            port = atoi(optarg);
+            break;
+        default:
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    if (runs < 1 || runs > MAX_RUNS || n < MAX_PROCS) {
+        usage(argv[0]);
+        return 2;
+    }
+    for (int i = 0; i < NWORK; i++)
+        want[i] = optind == argc;
+    for (int a = optind; a < argc; a++) {
+        bool found = false;
+
+        for (int i = 0; i < NWORK; i++) {
+            if (strcmp(argv[a], workloads[i].name) == 0)
+                want[i] = found = true;
+        }
+        if (!found) {
+            fprintf(stderr, "redis_bench: no workload %s\n", argv[a]);
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    memset(&srv, 0, sizeof(srv));
+    if (port == 0) {
+        int rc = tu_redis_start(&srv);
+
+        if (rc) {
+            fprintf(stderr, "redis_bench: could not start redis-server: %d\n", rc);
+            return 1;
+        }
+        port = srv.port;
+    }
+    for (int r = 0; r < runs; r++) {
+        for (int i = 0; i < NWORK; i++) {
+            struct result a, b;
+
+            if (!want[i])
+                continue;
+            any = true;
+            if (r % 2 == 0) {
+                a = measure("/proc/self/exe", &workloads[i], SYS_FERRY, port, n);
+                b = measure("/proc/self/exe", &workloads[i], SYS_HIREDIS, port, n);
+            } else {
+                b = measure("/proc/self/exe", &workloads[i], SYS_HIREDIS, port, n);
+                a = measure("/proc/self/exe", &workloads[i], SYS_FERRY, port, n);
+            }
+            fer[i][r] = a.ops_per_s;
+            hir[i][r] = b.ops_per_s;
+            all_ok = all_ok && a.ok && b.ok;
+        }
+    }
+    if (any) {
+        printf("\n| workload | ferry ops/s | hiredis-blocking ops/s | ferry / hiredis |\n");
+        printf("| --- | ---: | ---: | ---: |\n");
+        for (int i = 0; i < NWORK; i++) {
+            double f, h;
+
+            if (!want[i])
+                continue;
+            f = median(fer[i], runs);
+            h = median(hir[i], runs);
+            printf("| %s | %.0f | %.0f | %.2f |\n", workloads[i].name, f, h, f / h);
+        }
+    }
+    if (srv.pid > 0)
+        tu_redis_stop(&srv);
+    return all_ok ? 0 : 1;
+}
