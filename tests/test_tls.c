@@ -1204,3 +1204,97 @@ T(bytes_read_before_the_handshake_are_its_start)
     close_ab();
     done();
 }
+
+/* ---- a broken stream, a busy or cancelled start, a name OpenSSL refuses ---- */
+
+struct brk {
+    int    rc[8];
+    size_t n[2];
+};
+
+static int broken_task(void *arg)
+{
+    struct brk *b = arg;
+    char buf[8];
+
+    b->rc[0] = ferry_stream_read(A, buf, sizeof buf, &b->n[0]);
+    b->rc[1] = ferry_stream_write(A, "x", 1, &b->n[1]);
+    b->rc[2] = ferry_stream_write(A, NULL, 0, NULL);
+    b->rc[3] = ferry_stream_shutdown(A);
+    return 0;
+}
+
+/* After a handshake that failed, the stream is broken: its reads and
+ * writes return -EPROTO at once, without touching the descriptor. */
+T(a_stream_whose_handshake_failed_reads_and_writes_eproto)
+{
+    ferry_tls_ctx *wrong = server_with(F.wrong, F.wrong_key);
+    struct brk b;
+
+    memset(&b, 0x55, sizeof b);
+    pair();
+    connect_ab(CLI, "localhost", wrong);
+    cr_assert_eq(HC.rc, -EKEYREJECTED, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(tu_run(broken_task, &b), 0);
+    cr_assert_eq(b.rc[0], -EPROTO, "read: %d", b.rc[0]);
+    cr_assert_eq(b.n[0], 0);
+    cr_assert_eq(b.rc[1], -EPROTO, "write: %d", b.rc[1]);
+    cr_assert_eq(b.n[1], 0);
+    cr_assert_eq(b.rc[2], -EPROTO, "write of 0 bytes: %d", b.rc[2]);
+    cr_assert_eq(b.rc[3], -EPROTO, "shutdown: %d", b.rc[3]);
+    close_ab();
+    ferry_tls_ctx_free(wrong);
+    done();
+}
+
+static int reader_of_a(void *arg)
+{
+    char buf[4];
+    size_t n;
+
+    (void)arg;
+    return ferry_stream_read(A, buf, sizeof buf, &n);
+}
+
+static int start_refusals_task(void *arg)
+{
+    int *r = arg;
+    ferry_stream *o = (ferry_stream *)1;
+    ferry_task *t = tu_spawn(reader_of_a, NULL);
+    char host[300];
+
+    tu_settle();
+    /* A task is inside a read on A. */
+    r[0] = ferry_tls_client(&o, A, CLI, "localhost");
+    r[1] = o == NULL;
+    ferry_task_cancel(t);
+    r[2] = tu_join(t);
+    /* A name longer than SNI allows: OpenSSL refuses it. */
+    memset(host, 'a', sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    r[3] = ferry_tls_client(&o, B, CLI, host);
+    /* A cancelled task: a cancellation point, nothing begun. */
+    ferry_task_cancel(ferry_task_current());
+    r[4] = ferry_tls_client(&o, B, CLI, "localhost");
+    return 0;
+}
+
+T(a_start_is_ebusy_during_a_read_einval_for_a_name_openssl_refuses_and_a_cancellation_point)
+{
+    int r[8];
+    char buf[8] = { 0 };
+
+    memset(r, 0x55, sizeof r);
+    pair();
+    cr_assert_eq(tu_run(start_refusals_task, r), 0);
+    cr_assert_eq(r[0], -EBUSY, "during a read: %d", r[0]);
+    cr_assert_eq(r[1], 1);
+    cr_assert_eq(r[2], -ECANCELED);
+    cr_assert_eq(r[3], -EINVAL, "a 299-byte name: %d", r[3]);
+    cr_assert_eq(r[4], -ECANCELED, "cancelled: %d", r[4]);
+    /* Nothing of a handshake was written to B's peer. */
+    cr_assert_eq(recv(sp[0], buf, sizeof buf, MSG_DONTWAIT), -1);
+    cr_assert_eq(errno, EAGAIN);
+    close_ab();
+    done();
+}
