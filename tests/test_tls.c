@@ -1298,3 +1298,42 @@ T(a_start_is_ebusy_during_a_read_einval_for_a_name_openssl_refuses_and_a_cancell
     close_ab();
     done();
 }
+
+struct shw { int rc[4]; size_t n[2]; };
+
+static int shut_then_write_task(void *arg)
+{
+    struct shw *k = arg;
+    char buf[8];
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    k->rc[0] = ferry_stream_shutdown(A);
+    k->rc[1] = ferry_stream_write(A, "late", 4, &k->n[0]);
+    /* The server reads close_notify: the end, nothing of the late write. */
+    k->rc[2] = ferry_stream_read(B, buf, sizeof buf, &k->n[1]);
+    return 0;
+}
+
+/* After ferry_stream_shutdown() (close_notify sent) a write is -EPIPE, as
+ * on a socket whose write side is shut, and sends nothing. */
+T(a_write_after_shutdown_is_epipe_and_sends_nothing)
+{
+    struct shw k;
+
+    memset(&k, 0x55, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    cr_assert_eq(tu_run(shut_then_write_task, &k), 0);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(k.rc[0], 0);
+    cr_assert_eq(k.rc[1], -EPIPE, "write after shutdown: %d", k.rc[1]);
+    cr_assert_eq(k.n[0], 0);
+    cr_assert_eq(k.rc[2], 0);
+    cr_assert_eq(k.n[1], 0);
+    close_ab();
+    done();
+}
