@@ -1136,3 +1136,68 @@ T(stream_cases_ready_at_once_and_a_stream_closed_under_a_waiting_case)
     close(fds[7]);
     queues_destroy();
 }
+
+/* ---- objects of another loop ---------------------------------------------- */
+
+static ferry_event g_fev = FERRY_EVENT_INIT;
+static ferry_task *g_ftask;
+static atomic_int g_fready, g_fdone;
+static int g_frc[3];
+
+static int foreign_loop_main(void *arg)
+{
+    (void)arg;
+    g_frc[0] = ferry_event_set(&g_fev);            /* binds it to this loop */
+    g_frc[1] = ferry_task_spawn(&g_ftask, NULL, tu_ret42, NULL, NULL);
+    ferry_yield();
+    atomic_store(&g_fready, 1);
+    tu_task_wait_flag(&g_fdone);
+    g_frc[2] = tu_join(g_ftask);
+    return 0;
+}
+
+static void *foreign_loop_thread(void *arg)
+{
+    ferry_loop *loop2;
+
+    (void)arg;
+    if (ferry_loop_new(&loop2, NULL) != 0) {
+        atomic_store(&g_fready, -1);
+        return NULL;
+    }
+    tu_run_on(loop2, foreign_loop_main, NULL);
+    ferry_event_destroy(&g_fev);
+    ferry_loop_free(loop2);
+    return NULL;
+}
+
+static int foreign_select_main(void *arg)
+{
+    ferry_case c[1];
+
+    (void)arg;
+    c[0] = FERRY_CASE_EVENT_INIT(&g_fev);
+    g_rc[0] = ferry_select(c, 1, 0);
+    c[0] = FERRY_CASE_JOIN_INIT(g_ftask);
+    g_rc[1] = ferry_select(c, 1, FERRY_SELECT_TRY);
+    return 0;
+}
+
+/* An event bound to another loop, a task of another loop: -EPERM, and
+ * nothing performed (the other loop's task is still joinable there). */
+T(objects_of_another_loop_are_eperm)
+{
+    pthread_t th = tu_start_thread(foreign_loop_thread, NULL);
+
+    while (atomic_load(&g_fready) == 0)
+        usleep(200);
+    cr_assert_eq(atomic_load(&g_fready), 1);
+    cr_assert_eq(tu_run(foreign_select_main, NULL), 0);
+    atomic_store(&g_fdone, 1);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_frc[0], 0);
+    cr_assert_eq(g_frc[1], 0);
+    cr_assert_eq(g_rc[0], -EPERM);
+    cr_assert_eq(g_rc[1], -EPERM);
+    cr_assert_eq(g_frc[2], 42);
+}
