@@ -671,6 +671,8 @@ static int close_under_accept_task(void *arg)
     return 0;
 }
 
+static ferry_stream *g_closed_out = (ferry_stream *)1;
+
 static int close_under_accept_main(void *arg)
 {
     ferry_task *t;
@@ -683,6 +685,7 @@ static int close_under_accept_main(void *arg)
     g.rc[2] = ferry_listener_close(old);
     g.rc[3] = ferry_listener_port(old);
     g.rc[4] = ferry_listener_fd(old);
+    g.rc[5] = ferry_listener_accept(old, &g_closed_out, NULL);
     ferry_task_join(t, NULL);
     return 0;
 }
@@ -697,6 +700,9 @@ T(closing_a_listener_wakes_its_acceptor_with_ebadf)
     cr_assert_eq(g.rc[2], -EBADF);
     cr_assert_eq(g.rc[3], -EBADF);
     cr_assert_eq(g.rc[4], -EBADF);
+    /* An accept while the woken acceptor has not left yet. */
+    cr_assert_eq(g.rc[5], -EBADF);
+    cr_assert_null(g_closed_out);
 }
 
 /* The lowest descriptor number not in use. */
