@@ -1433,3 +1433,22 @@ T(too_many_threads_or_a_stack_too_small_is_einval_and_default_shutdown_from_its_
     cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);   /* a new default pool */
     cr_assert_eq(ferry_pool_default_shutdown(0), 0);
 }
+
+/* The default pool cannot be started (no memory): the calls that would
+ * use it are -ENOMEM and leave nothing behind; with memory, it starts. */
+TL(default_pool_that_cannot_start_is_enomem)
+{
+    ferry_pool_stats st;
+
+    ferry__fault_arm(1, true);
+    cr_assert_null(ferry_pool_default());
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), -ENOMEM);
+    cr_assert_eq(ferry_pool_submit(NULL, job42, NULL, NULL, on_done, NULL), -ENOMEM);
+    cr_assert_gt(ferry__fault_hits(), 0);
+    ferry__fault_reset();
+    cr_assert_eq(tu_leaks(), 0);
+    cr_assert_eq(atomic_load(&done_calls), 0);
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
+    cr_assert_geq(st.threads, 1);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
+}
