@@ -552,3 +552,45 @@ T(element_sends_without_an_element_are_einval_and_a_parked_send_times_out)
     cr_assert_eq(src[4], 1);
     ferry_chan_free(sch[0]);
 }
+
+/* A select whose receive case was woken by a send and that is cancelled
+ * before it ran hands the wake on: it performs nothing (-ECANCELED), and a
+ * plain receiver waiting behind it gets the item. */
+static int ps_select(void *arg)
+{
+    struct pw *p = arg;
+    void *v = NULL;
+    ferry_case c[1] = { FERRY_CASE_RECV_INIT(p->ch, &v) };
+
+    p->rc_a = ferry_select(c, 1, 0);
+    return 0;
+}
+
+static int ps_main(void *arg)
+{
+    struct pw *p = arg;
+
+    ferry_task_spawn(&p->a, NULL, ps_select, p, NULL);
+    ferry_yield();
+    ferry_task_spawn(&p->b, NULL, pw_b, p, NULL);
+    ferry_yield();
+    ferry_yield();
+    ferry_call_soon(tu_loop, pw_block, p);
+    ferry_task_join(p->a, NULL);
+    ferry_task_join(p->b, NULL);
+    return 0;
+}
+
+T(cancelled_woken_select_passes_the_wake_on)
+{
+    struct pw p = {0};
+
+    pw_cur = &p;
+    cr_assert_eq(ferry_chan_new(&p.ch, 1), 0);
+    cr_assert_eq(tu_run(ps_main, &p), 0);
+    cr_assert_eq(p.rc_a, -ECANCELED);
+    cr_assert_eq(p.rc_b, 0);
+    cr_assert_eq(p.got_b, (void *)77);
+    cr_assert_eq(ferry_chan_len(p.ch), 0);
+    ferry_chan_free(p.ch);
+}
