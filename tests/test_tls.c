@@ -1346,3 +1346,36 @@ T(a_write_after_shutdown_is_epipe_and_sends_nothing)
     close_ab();
     done();
 }
+
+static int reset_then_start_task(void *arg)
+{
+    int *r = arg;
+    ferry_stream *o = (ferry_stream *)1;
+    char buf[8];
+    size_t n;
+
+    r[0] = ferry_stream_read(A, buf, sizeof buf, &n);
+    r[1] = ferry_tls_client(&o, A, CLI, "localhost");
+    r[2] = o == NULL;
+    return 0;
+}
+
+/* A plain stream whose descriptor failed (the peer reset it) cannot start
+ * TLS: the start returns the descriptor's error. */
+T(a_start_on_a_stream_whose_peer_reset_returns_the_error)
+{
+    int r[3];
+
+    memset(r, 0x55, sizeof r);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(ferry_stream_open(&A, tu_loop, sp[0], NULL), 0);
+    /* The peer closes with our bytes unread: a reset for A. */
+    cr_assert_eq(write(sp[0], "zz", 2), 2);
+    cr_assert_eq(close(sp[1]), 0);
+    cr_assert_eq(tu_run(reset_then_start_task, r), 0);
+    cr_assert_eq(r[0], -ECONNRESET, "read: %d", r[0]);
+    cr_assert_eq(r[1], -ECONNRESET, "start: %d", r[1]);
+    cr_assert_eq(r[2], 1);
+    cr_assert_eq(ferry_stream_close(A), 0);
+    done();
+}
