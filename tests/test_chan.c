@@ -444,3 +444,153 @@ T(elements_of_any_size_go_through_whole_and_in_order)
     cr_assert_eq(out.a, 5);
     ferry_chan_free(ech);
 }
+
+/* ---- select cases that wait, element bad arguments, a send's deadline ---- */
+
+static ferry_chan *sch[3];
+static int src[12];
+static void *sgot;
+
+/* A select whose only case is a send on a full channel, or a receive on an
+ * empty one: it parks on the channel's node. */
+static int sel_send_0(void *arg)
+{
+    ferry_case c[1] = { FERRY_CASE_SEND_INIT(sch[(intptr_t)arg], (void *)(intptr_t)0x5) };
+    int rc = ferry_select(c, 1, 0);
+
+    return rc == 0 ? c[0].result : 1000 + rc;
+}
+
+static int sel_recv_2(void *arg)
+{
+    ferry_case c[1] = { FERRY_CASE_RECV_INIT(sch[2], &sgot) };
+    int rc;
+
+    (void)arg;
+    rc = ferry_select(c, 1, 0);
+    return rc == 0 ? c[0].result : 1000 + rc;
+}
+
+static int sel_wait_main(void *arg)
+{
+    ferry_task *a, *b, *r;
+    void *it = NULL;
+
+    (void)arg;
+    a = tu_spawn(sel_send_0, (void *)(intptr_t)0);
+    b = tu_spawn(sel_send_0, (void *)(intptr_t)1);
+    r = tu_spawn(sel_recv_2, NULL);
+    tu_settle();
+    /* Room in sch[0]: the parked send case puts its item. */
+    src[0] = ferry_chan_try_recv(sch[0], &it);
+    src[1] = (int)(intptr_t)it;
+    src[2] = tu_join(a);
+    src[3] = ferry_chan_try_recv(sch[0], &it);
+    src[4] = (int)(intptr_t)it;
+    /* Close: the parked send case and the parked receive case are
+     * performed with -ESHUTDOWN. */
+    ferry_chan_close(sch[1]);
+    ferry_chan_close(sch[2]);
+    src[5] = tu_join(b);
+    src[6] = tu_join(r);
+    src[7] = (int)ferry_chan_len(sch[1]);
+    return 0;
+}
+
+T(select_cases_parked_on_a_channel_are_performed_by_room_and_by_close)
+{
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(ferry_chan_new(&sch[i], 1), 0);
+    cr_assert_eq(ferry_chan_try_send(sch[0], (void *)(intptr_t)0x1), 0);
+    cr_assert_eq(ferry_chan_try_send(sch[1], (void *)(intptr_t)0x2), 0);
+    cr_assert_eq(tu_run(sel_wait_main, NULL), 0);
+    cr_assert_eq(src[0], 0);
+    cr_assert_eq(src[1], 0x1);
+    cr_assert_eq(src[2], 0);               /* the send case, result 0 */
+    cr_assert_eq(src[3], 0);
+    cr_assert_eq(src[4], 0x5);             /* its item went in */
+    cr_assert_eq(src[5], -ESHUTDOWN);
+    cr_assert_eq(src[6], -ESHUTDOWN);
+    cr_assert_null(sgot);
+    cr_assert_eq(src[7], 1);               /* the item left is not lost */
+    for (int i = 0; i < 3; i++)
+        ferry_chan_free(sch[i]);
+}
+
+static int elem_bad_main(void *arg)
+{
+    ferry_case c[1] = { FERRY_CASE_SEND_INIT(sch[0], NULL) };
+    ferry_scope sc;
+    struct rec r = { .a = 1 };
+
+    (void)arg;
+    /* A send case of an element channel without the element. */
+    src[0] = ferry_select(c, 1, 0);
+    src[1] = ferry_chan_send_elem(sch[0], NULL);
+    src[2] = ferry_chan_send_elem(sch[0], &r);           /* fills it */
+    /* Full, and the scope's deadline passes while the send is parked. */
+    ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(2), 0);
+    src[3] = ferry_chan_send_elem(sch[0], &r);
+    ferry_scope_exit(&sc);
+    src[4] = (int)ferry_chan_len(sch[0]);
+    return 0;
+}
+
+T(element_sends_without_an_element_are_einval_and_a_parked_send_times_out)
+{
+    struct rec r = { .a = 1 };
+
+    cr_assert_eq(ferry_chan_new_elem(&sch[0], 1, sizeof(struct rec)), 0);
+    cr_assert_eq(ferry_chan_send_elem_blocking(NULL, &r, 0), -EINVAL);
+    cr_assert_eq(ferry_chan_send_elem_blocking(sch[0], NULL, 0), -EINVAL);
+    cr_assert_eq(ferry_chan_send_elem(sch[0], NULL), -EINVAL);
+    cr_assert_eq(tu_run(elem_bad_main, NULL), 0);
+    cr_assert_eq(src[0], -EINVAL);
+    cr_assert_eq(src[1], -EINVAL);
+    cr_assert_eq(src[2], 0);
+    cr_assert_eq(src[3], -ETIMEDOUT);
+    cr_assert_eq(src[4], 1);
+    ferry_chan_free(sch[0]);
+}
+
+/* A select whose receive case was woken by a send and that is cancelled
+ * before it ran hands the wake on: it performs nothing (-ECANCELED), and a
+ * plain receiver waiting behind it gets the item. */
+static int ps_select(void *arg)
+{
+    struct pw *p = arg;
+    void *v = NULL;
+    ferry_case c[1] = { FERRY_CASE_RECV_INIT(p->ch, &v) };
+
+    p->rc_a = ferry_select(c, 1, 0);
+    return 0;
+}
+
+static int ps_main(void *arg)
+{
+    struct pw *p = arg;
+
+    ferry_task_spawn(&p->a, NULL, ps_select, p, NULL);
+    ferry_yield();
+    ferry_task_spawn(&p->b, NULL, pw_b, p, NULL);
+    ferry_yield();
+    ferry_yield();
+    ferry_call_soon(tu_loop, pw_block, p);
+    ferry_task_join(p->a, NULL);
+    ferry_task_join(p->b, NULL);
+    return 0;
+}
+
+T(cancelled_woken_select_passes_the_wake_on)
+{
+    struct pw p = {0};
+
+    pw_cur = &p;
+    cr_assert_eq(ferry_chan_new(&p.ch, 1), 0);
+    cr_assert_eq(tu_run(ps_main, &p), 0);
+    cr_assert_eq(p.rc_a, -ECANCELED);
+    cr_assert_eq(p.rc_b, 0);
+    cr_assert_eq(p.got_b, (void *)77);
+    cr_assert_eq(ferry_chan_len(p.ch), 0);
+    ferry_chan_free(p.ch);
+}

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1190,4 +1191,73 @@ T(the_resolver_belongs_to_its_loop_thread)
 
     pthread_join(th, &ret);
     cr_expect_eq((int)(intptr_t)ret, -EPERM);
+}
+
+/* nsswitch.conf read safely: an action whose bracket never closes ends
+ * the line; a file too large to be a configuration is not read (a
+ * warning, and glibc's default sources). */
+T(nsswitch_with_an_unclosed_action_or_of_an_absurd_size)
+{
+    char nss[64];
+    bool files = false, dns = true, other = true;
+    int fd;
+
+    snprintf(nss, sizeof nss, "%s", temp_file("hosts: files [NOTFOUND=return dns\n"));
+    ferry__dns_set_files(NULL, nss);
+    cr_assert_eq(ferry__nss_read(&files, &dns, &other), 0);
+    cr_assert(files);
+    cr_assert_not(dns);
+    cr_assert_not(other);
+
+    /* Sparse: 64 MiB and a byte, without writing them. */
+    fd = open(nss, O_WRONLY | O_TRUNC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, ((off_t)64 << 20) + 1), 0);
+    close(fd);
+    files = dns = false;
+    other = true;
+    tu_log_capture_start();
+    cr_assert_eq(ferry__nss_read(&files, &dns, &other), 0);
+    tu_log_capture_stop();
+    cr_assert(files);
+    cr_assert(dns);
+    cr_assert_not(other);
+    cr_assert_eq(tu_log_lines(), 1);
+    cr_assert(strstr(tu_log_text(), "larger than"), "the warning: '%s'", tu_log_text());
+    ferry__dns_set_files(NULL, NULL);
+    unlink(nss);
+}
+
+static int cancelled_lookup_task(void *arg)
+{
+    struct lk *l = arg;
+
+    ferry_task_cancel(ferry_task_current());
+    l->res = (struct addrinfo *)1;
+    l->rc = ferry_getaddrinfo(l->host, l->service, &l->hints, &l->res);
+    return 0;
+}
+
+/* Every lookup is a cancellation point, also one answered at once; the
+ * nameserver list may end with separators. */
+T(a_cancelled_lookup_is_ecanceled_and_a_nameserver_list_may_end_with_separators)
+{
+    struct fakedns *s = fakedns_start();
+    char ns[96];
+    struct lk l;
+
+    snprintf(ns, sizeof ns, "%s, \t", fakedns_addr(s));
+    fakedns_add(s, "www.example.test", "192.0.2.10");
+    cr_assert_eq(ferry_loop_set_resolver(tu_loop, &(ferry_resolver_opts){
+        .mode = FERRY_RESOLVE_NO_THREADS, .nameservers = ns, .hosts = "" }), 0);
+    l = lk_stream("127.0.0.1", "80", AF_INET);
+    cr_assert_eq(tu_run(cancelled_lookup_task, &l), 0);
+    cr_assert_eq(l.rc, -ECANCELED, "rc %d", l.rc);
+    cr_assert_null(l.res);
+    l = lk_stream("www.example.test", "80", AF_INET);
+    lookup(&l);
+    cr_assert_eq(l.rc, 0, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    cr_expect_str_eq(show(l.res), "192.0.2.10:80");
+    ferry_freeaddrinfo(l.res);
+    fakedns_stop(s);
 }

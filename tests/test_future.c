@@ -538,3 +538,47 @@ T(task_that_cannot_be_spawned_completes_the_future_with_the_error)
     ferry_future_free(f);
 }
 
+
+/* A cancel that reaches a task spawned but not yet run (its start and the
+ * cancel in one drain of the inbox): the task never calls fn, and the
+ * status is -ECANCELED. */
+struct sc_run { ferry_future *task, *canceller; int prep; };
+static struct sc_run *sc_cur;
+
+static int cancel_the_task_fn(void *arg)
+{
+    (void)arg;
+    /* On the loop's thread, after the task's start: it is spawned, and
+     * runs only after this drain. */
+    return ferry_future_cancel(sc_cur->task);
+}
+
+static void *sc_prep_thread(void *arg)
+{
+    struct sc_run *r = arg;
+
+    r->prep |= ferry_loop_spawn_threadsafe(tu_loop, counted_fn, NULL, NULL, &r->task);
+    r->prep |= ferry_loop_call_threadsafe(tu_loop, cancel_the_task_fn, NULL, &r->canceller);
+    return NULL;
+}
+
+T(cancel_of_a_task_spawned_but_not_yet_run_skips_fn)
+{
+    struct sc_run r = {0};
+    int st = 1;
+    pthread_t t;
+
+    sc_cur = &r;
+    atomic_store(&fn_calls, 0);
+    t = tu_start_thread(sc_prep_thread, &r);
+    pthread_join(t, NULL);                     /* both posted, loop idle */
+    cr_assert_eq(r.prep, 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(wait_elsewhere(r.canceller, FERRY_NEVER, &st), 0);
+    cr_assert_eq(st, 0);                       /* the cancel call's return */
+    cr_assert_eq(wait_elsewhere(r.task, FERRY_NEVER, &st), 0);
+    cr_assert_eq(st, -ECANCELED);
+    cr_assert_eq(atomic_load(&fn_calls), 0);
+    ferry_future_free(r.task);
+    ferry_future_free(r.canceller);
+}

@@ -13,7 +13,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -22,6 +24,7 @@
 
 #include "testutil.h"
 #include "fault.h"
+#include "wakefd.h"
 #include "ferry/bridge.h"
 
 /* Tests on tu_loop, and tests that make their own loops. */
@@ -434,4 +437,52 @@ TL(attached_base_posts_run_in_order)
     cr_assert_eq(st.write_errors, 0);
     ferry_loop_free(att_loop);
     event_base_free(base);
+}
+
+/* ---- the wake descriptor: a full counter, a bad descriptor, no descriptor left ---- */
+
+static bool readable(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+TL(wakefd_full_counter_is_a_wake_a_bad_fd_its_errno_and_no_descriptor_emfile)
+{
+    struct ferry__wakefd w;
+    struct rlimit old, low;
+    int fds[64], nfd = 0;
+    uint64_t max = UINT64_MAX - 1;
+
+    cr_assert_eq(ferry__wakefd_open(&w), 0);
+    /* The counter at its largest: a write would block, and the read end
+     * is readable, so it counts as done. */
+    cr_assert_eq(write(w.wfd, &max, sizeof max), (ssize_t)sizeof max);
+    cr_assert_eq(ferry__wakefd_write(w.wfd), 0);
+    cr_assert(readable(w.rfd));
+    ferry__wakefd_drain(w.rfd);
+    cr_assert_not(readable(w.rfd));
+    ferry__wakefd_close(&w);
+    cr_assert_eq(w.rfd, -1);
+    cr_assert_eq(w.wfd, -1);
+    cr_assert_eq(ferry__wakefd_write(-1), EBADF);
+
+    /* Every descriptor the limit allows in use: -EMFILE, both ends -1. */
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = 64;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    while (nfd < 64 && (fds[nfd] = dup(0)) >= 0)
+        nfd++;
+    cr_assert_lt(nfd, 64);
+    w.rfd = w.wfd = 7;
+    cr_assert_eq(ferry__wakefd_open(&w), -EMFILE);
+    cr_assert_eq(w.rfd, -1);
+    cr_assert_eq(w.wfd, -1);
+    while (nfd > 0)
+        close(fds[--nfd]);
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    cr_assert_eq(ferry__wakefd_open(&w), 0);
+    ferry__wakefd_close(&w);
 }

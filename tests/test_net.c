@@ -671,6 +671,8 @@ static int close_under_accept_task(void *arg)
     return 0;
 }
 
+static ferry_stream *g_closed_out = (ferry_stream *)1;
+
 static int close_under_accept_main(void *arg)
 {
     ferry_task *t;
@@ -683,6 +685,7 @@ static int close_under_accept_main(void *arg)
     g.rc[2] = ferry_listener_close(old);
     g.rc[3] = ferry_listener_port(old);
     g.rc[4] = ferry_listener_fd(old);
+    g.rc[5] = ferry_listener_accept(old, &g_closed_out, NULL);
     ferry_task_join(t, NULL);
     return 0;
 }
@@ -697,6 +700,9 @@ T(closing_a_listener_wakes_its_acceptor_with_ebadf)
     cr_assert_eq(g.rc[2], -EBADF);
     cr_assert_eq(g.rc[3], -EBADF);
     cr_assert_eq(g.rc[4], -EBADF);
+    /* An accept while the woken acceptor has not left yet. */
+    cr_assert_eq(g.rc[5], -EBADF);
+    cr_assert_null(g_closed_out);
 }
 
 /* The lowest descriptor number not in use. */
@@ -886,4 +892,49 @@ T(freeing_the_loop_closes_listeners_left_open)
     ferry_loop_free(tu_loop);
     tu_loop = NULL;
     cr_assert_eq(fcntl(fd, F_GETFD), -1);
+}
+
+/* ---- a unix listener without a loop, cancelled accept and connects ---------- */
+
+static void *unix_listen_from_thread(void *arg)
+{
+    ferry_listener *l;
+
+    *(int *)arg = ferry_unix_listen(&l, NULL, "@ferry-test-no-loop", NULL);
+    return NULL;
+}
+
+static int cancelled_calls_task(void *arg)
+{
+    ferry_listener *l = arg;
+    ferry_stream *s = (ferry_stream *)1, *c = (ferry_stream *)1, *u = (ferry_stream *)1;
+
+    ferry_task_cancel(ferry_task_current());
+    /* Cancellation points that had nothing to wait for yet: nothing
+     * accepted, nothing connected, *out NULL. */
+    return (ferry_listener_accept(l, &s, NULL) == -ECANCELED && s == NULL) |
+           (ferry_tcp_connect(&c, "127.0.0.1", ferry_listener_port(l), NULL) == -ECANCELED &&
+            c == NULL) << 1 |
+           (ferry_unix_connect(&u, "@ferry-test-nobody", NULL) == -ECANCELED && u == NULL) << 2;
+}
+
+T(a_unix_listen_without_a_loop_is_eperm_and_cancelled_tasks_accept_and_connect_nothing)
+{
+    ferry_listener *l = (ferry_listener *)1;
+    int rc = 0;
+    pthread_t th;
+
+    cr_assert_eq(ferry_unix_listen(&l, tu_loop, "@ferry-test-backlog",
+                                   &(ferry_listen_opts){ .backlog = -1 }), -EINVAL);
+    cr_assert_null(l);
+    th = tu_start_thread(unix_listen_from_thread, &rc);
+    pthread_join(th, NULL);
+    cr_assert_eq(rc, -EPERM);
+
+    cr_assert_eq(ferry_tcp_listen(&l, tu_loop, "127.0.0.1", 0, NULL), 0);
+    cr_assert_eq(tu_run(cancelled_calls_task, l), 7);
+    /* The cancelled connect made no connection: the queue is empty. */
+    cr_assert_eq(accept4(ferry_listener_fd(l), NULL, NULL, SOCK_NONBLOCK), -1);
+    cr_assert_eq(errno, EAGAIN);
+    cr_assert_eq(ferry_listener_close(l), 0);
 }

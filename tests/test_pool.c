@@ -1335,3 +1335,120 @@ T(free_leaving_abandoned_jobs_returns_before_they_end)
     cr_assert_eq(tu_alloc_settle(live), 0);
     cr_assert_eq(ferry_pool_free_ex(NULL, FERRY_POOL_FREE_LEAVE_ABANDONED), 0);
 }
+
+/* ---- jobs waiting beyond the queue's capacity when the pool is freed -------- */
+
+/* A pool of one thread and a queue of one: job 0 runs, job 1 is queued,
+ * jobs 2 and 3 wait for room.  Freeing the pool completes the queued job
+ * with -ECANCELED and refuses the two that never got into the queue with
+ * -ESHUTDOWN; none of them runs. */
+static int of_worker(void *arg)
+{
+    struct pf_arg *a = arg;
+
+    a->s->rc[a->i] = ferry_to_thread(a->s->p, a->i == 0 ? gated_job : never_job, NULL);
+    atomic_fetch_add(&a->s->returned, 1);
+    return 0;
+}
+
+static void *of_freer(void *arg)
+{
+    struct pf *s = arg;
+
+    ferry_pool_free(s->p);                   /* blocks until job 0 ends */
+    return NULL;
+}
+
+static int of_main(void *arg)
+{
+    struct pf *s = arg;
+    struct pf_arg a[4];
+    ferry_task *t[4];
+    pthread_t freer;
+    ferry_pool_stats st;
+
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct pf_arg){ s, i };
+        ferry_task_spawn(&t[i], NULL, of_worker, &a[i], NULL);
+        if (i == 0)
+            tu_task_wait_flag(&gate_entered);
+    }
+    /* Until job 1 holds the queue's one place (jobs 2 and 3 reach the
+     * pool at the end of the same turn, behind it). */
+    do {
+        ferry_sleep(FERRY_USEC(200));
+        ferry_pool_stats_get(s->p, &st);
+    } while (st.queued < 1);
+    pthread_create(&freer, NULL, of_freer, s);
+    while (atomic_load(&s->returned) < 3)
+        ferry_sleep(FERRY_USEC(200));
+    atomic_store(&gate, 1);
+    for (int i = 0; i < 4; i++)
+        ferry_task_join(t[i], NULL);
+    pthread_join(freer, NULL);
+    return 0;
+}
+
+T(free_refuses_jobs_waiting_for_room_and_cancels_the_queued_one)
+{
+    struct pf s = {0};
+
+    cr_assert_eq(ferry_pool_new(&s.p, &(ferry_pool_opts){ .threads = 1, .capacity = 1 }), 0);
+    cr_assert_eq(tu_run(of_main, &s), 0);
+    cr_assert_eq(s.rc[0], 7);
+    cr_assert_eq(s.rc[1], -ECANCELED, "the queued job: %d", s.rc[1]);
+    cr_assert_eq(s.rc[2], -ESHUTDOWN, "job 2: %d", s.rc[2]);
+    cr_assert_eq(s.rc[3], -ESHUTDOWN, "job 3: %d", s.rc[3]);
+    cr_assert_eq(atomic_load(&never_ran), 0);
+}
+
+/* ---- options a pool refuses, the default pool shut down from its own job ---- */
+
+static int shutdown_default_job(void *arg)
+{
+    (void)arg;
+    return ferry_pool_default_shutdown(0);
+}
+
+static int shutdown_default_task(void *arg)
+{
+    (void)arg;
+    return ferry_to_thread(NULL, shutdown_default_job, NULL);
+}
+
+T(too_many_threads_or_a_stack_too_small_is_einval_and_default_shutdown_from_its_job_edeadlk)
+{
+    ferry_pool *p = (ferry_pool *)1;
+    ferry_pool_stats st;
+
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 5000 }), -EINVAL);
+    cr_assert_null(p);
+    cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 1, .stack_size = 1 }),
+                 -EINVAL);
+    cr_assert_null(p);
+    /* Nothing done: the default pool still runs jobs. */
+    cr_assert_eq(tu_run(shutdown_default_task, NULL), -EDEADLK);
+    cr_assert_eq(tu_run(to_thread_basic_task, NULL), 42);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);   /* a new default pool */
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
+}
+
+/* The default pool cannot be started (no memory): the calls that would
+ * use it are -ENOMEM and leave nothing behind; with memory, it starts. */
+TL(default_pool_that_cannot_start_is_enomem)
+{
+    ferry_pool_stats st;
+
+    ferry__fault_arm(1, true);
+    cr_assert_null(ferry_pool_default());
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), -ENOMEM);
+    cr_assert_eq(ferry_pool_submit(NULL, job42, NULL, NULL, on_done, NULL), -ENOMEM);
+    cr_assert_gt(ferry__fault_hits(), 0);
+    ferry__fault_reset();
+    cr_assert_eq(tu_leaks(), 0);
+    cr_assert_eq(atomic_load(&done_calls), 0);
+    cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
+    cr_assert_geq(st.threads, 1);
+    cr_assert_eq(ferry_pool_default_shutdown(0), 0);
+}

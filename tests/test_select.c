@@ -986,3 +986,218 @@ T(writable_cases)
     close(pipe_fds[1]);
     queues_destroy();
 }
+
+/* ---- a stream case for both directions, a descriptor that is not open, an
+ * fd case for both directions waiting next to a disabled case ------------- */
+
+static int pipe2_fds[2];
+
+static int pipe_write_later(void *arg)
+{
+    (void)arg;
+    settle();
+    return write(pipe2_fds[1], "x", 1) == 1 ? 0 : -1;
+}
+
+static int fd_more_main(void *arg)
+{
+    int closed_fd = (int)(intptr_t)arg;
+    ferry_case c[2];
+    ferry_task *t;
+
+    if (ferry_stream_open(&g_stream, tu_loop, sock_fds[0], NULL) != 0)
+        return -1;
+    /* A stream case waits for one direction only. */
+    c[0] = FERRY_CASE_STREAM_INIT(g_stream, FERRY_READ | FERRY_WRITE);
+    g_rc[0] = ferry_select(c, 1, 0);
+    /* A descriptor that is not open is a ready case with -EBADF. */
+    c[0] = FERRY_CASE_FD_INIT(closed_fd, FERRY_READ);
+    g_rc[1] = ferry_select(c, 1, 0);
+    g_rc[2] = c[0].result;
+    /* The read end of a pipe never becomes writable: the case waits for
+     * both directions, and reports the one that came.  The disabled case
+     * next to it is skipped while the select waits. */
+    c[0] = FERRY_CASE_EVENT_INIT(&g_ev);
+    c[0].flags = FERRY_CASE_OFF;
+    c[1] = FERRY_CASE_FD_INIT(pipe2_fds[0], FERRY_READ | FERRY_WRITE);
+    ferry_event_set(&g_ev);
+    t = spawn(pipe_write_later, NULL);
+    g_rc[3] = ferry_select(c, 2, 0);
+    g_rc[4] = c[1].result;
+    g_rc[5] = c[1].value;
+    g_rc[6] = join(t);
+    return ferry_stream_close(g_stream);
+}
+
+T(fd_and_stream_cases_for_both_directions_and_a_descriptor_not_open)
+{
+    int closed_fd;
+
+    queues_init(0);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sock_fds), 0);
+    cr_assert_eq(pipe(pipe2_fds), 0);
+    /* A descriptor number that no file holds, high enough that no
+     * descriptor the test opens meanwhile takes it. */
+    closed_fd = 900;
+    cr_assert_eq(fcntl(closed_fd, F_GETFD), -1);
+    cr_assert_eq(errno, EBADF);
+    cr_assert_eq(tu_run(fd_more_main, (void *)(intptr_t)closed_fd), 0);
+    cr_assert_eq(g_rc[0], -EINVAL);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_rc[2], -EBADF);
+    cr_assert_eq(g_rc[3], 1);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_rc[5], FERRY_READ);
+    cr_assert_eq(g_rc[6], 0);
+    close(sock_fds[1]);
+    close(pipe2_fds[0]);
+    close(pipe2_fds[1]);
+    queues_destroy();
+}
+
+/* ---- a stream case that is ready at once: bytes already buffered, the
+ * peer's end, the peer's reset; a stream closed under a waiting case ------ */
+
+static ferry_stream *g_st[4];
+
+static int close_stream_later(void *arg)
+{
+    (void)arg;
+    settle();
+    return ferry_stream_close(g_st[3]);
+}
+
+static int stream_ready_main(void *arg)
+{
+    int *fds = arg;    /* four socketpairs, [2 * i] is stream i's end */
+    ferry_case c[1];
+    char buf[8];
+    size_t n = 99;
+    ferry_task *t;
+
+    (void)arg;
+    for (int i = 0; i < 4; i++)
+        if (ferry_stream_open(&g_st[i], tu_loop, fds[2 * i], NULL) != 0)
+            return -1;
+    /* 0: a line read leaves "cd" in the stream's buffer. */
+    if (write(fds[1], "ab\ncd", 5) != 5 ||
+        ferry_stream_read_until(g_st[0], "\n", 1, buf, sizeof buf, &n) != 0)
+        return -2;
+    c[0] = FERRY_CASE_STREAM_INIT(g_st[0], FERRY_READ);
+    g_rc[0] = ferry_select(c, 1, 0);
+    g_val[0] = c[0].value;
+    /* 1: the peer has gone without a byte: the end is ready to read. */
+    close(fds[3]);
+    c[0] = FERRY_CASE_STREAM_INIT(g_st[1], FERRY_READ);
+    g_rc[1] = ferry_select(c, 1, 0);
+    g_val[1] = c[0].value;
+    g_rc[2] = ferry_stream_read(g_st[1], buf, sizeof buf, &n);
+    g_val[2] = (int)n;
+    /* 2: the peer closed with our bytes unread: a reset, ready to read. */
+    if (write(fds[4], "zz", 2) != 2)
+        return -3;
+    close(fds[5]);
+    c[0] = FERRY_CASE_STREAM_INIT(g_st[2], FERRY_READ);
+    g_rc[3] = ferry_select(c, 1, 0);
+    g_val[3] = c[0].value;
+    g_rc[4] = ferry_stream_read(g_st[2], buf, sizeof buf, &n);
+    /* 3: closed while the case waits: performed with -EBADF. */
+    t = spawn(close_stream_later, NULL);
+    c[0] = FERRY_CASE_STREAM_INIT(g_st[3], FERRY_READ);
+    g_rc[5] = ferry_select(c, 1, 0);
+    g_val[5] = c[0].result;
+    g_rc[6] = join(t);
+    for (int i = 0; i < 3; i++)
+        ferry_stream_close(g_st[i]);
+    return 0;
+}
+
+T(stream_cases_ready_at_once_and_a_stream_closed_under_a_waiting_case)
+{
+    int fds[8];
+
+    queues_init(0);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, &fds[2 * i]), 0);
+    cr_assert_eq(tu_run(stream_ready_main, fds), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_val[0], FERRY_READ);
+    cr_assert_eq(g_rc[1], 0);
+    cr_assert_eq(g_val[1], FERRY_READ);
+    cr_assert_eq(g_rc[2], 0);              /* the end: 0 bytes */
+    cr_assert_eq(g_val[2], 0);
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_val[3], FERRY_READ);
+    cr_assert_eq(g_rc[4], -ECONNRESET, "read after the reset: %d", g_rc[4]);
+    cr_assert_eq(g_rc[5], 0);
+    cr_assert_eq(g_val[5], -EBADF);
+    cr_assert_eq(g_rc[6], 0);
+    close(fds[1]);
+    close(fds[7]);
+    queues_destroy();
+}
+
+/* ---- objects of another loop ---------------------------------------------- */
+
+static ferry_event g_fev = FERRY_EVENT_INIT;
+static ferry_task *g_ftask;
+static atomic_int g_fready, g_fdone;
+static int g_frc[3];
+
+static int foreign_loop_main(void *arg)
+{
+    (void)arg;
+    g_frc[0] = ferry_event_set(&g_fev);            /* binds it to this loop */
+    g_frc[1] = ferry_task_spawn(&g_ftask, NULL, tu_ret42, NULL, NULL);
+    ferry_yield();
+    atomic_store(&g_fready, 1);
+    tu_task_wait_flag(&g_fdone);
+    g_frc[2] = tu_join(g_ftask);
+    return 0;
+}
+
+static void *foreign_loop_thread(void *arg)
+{
+    ferry_loop *loop2;
+
+    (void)arg;
+    if (ferry_loop_new(&loop2, NULL) != 0) {
+        atomic_store(&g_fready, -1);
+        return NULL;
+    }
+    tu_run_on(loop2, foreign_loop_main, NULL);
+    ferry_event_destroy(&g_fev);
+    ferry_loop_free(loop2);
+    return NULL;
+}
+
+static int foreign_select_main(void *arg)
+{
+    ferry_case c[1];
+
+    (void)arg;
+    c[0] = FERRY_CASE_EVENT_INIT(&g_fev);
+    g_rc[0] = ferry_select(c, 1, 0);
+    c[0] = FERRY_CASE_JOIN_INIT(g_ftask);
+    g_rc[1] = ferry_select(c, 1, FERRY_SELECT_TRY);
+    return 0;
+}
+
+/* An event bound to another loop, a task of another loop: -EPERM, and
+ * nothing performed (the other loop's task is still joinable there). */
+T(objects_of_another_loop_are_eperm)
+{
+    pthread_t th = tu_start_thread(foreign_loop_thread, NULL);
+
+    while (atomic_load(&g_fready) == 0)
+        usleep(200);
+    cr_assert_eq(atomic_load(&g_fready), 1);
+    cr_assert_eq(tu_run(foreign_select_main, NULL), 0);
+    atomic_store(&g_fdone, 1);
+    pthread_join(th, NULL);
+    cr_assert_eq(g_frc[0], 0);
+    cr_assert_eq(g_frc[1], 0);
+    cr_assert_eq(g_rc[0], -EPERM);
+    cr_assert_eq(g_rc[1], -EPERM);
+    cr_assert_eq(g_frc[2], 42);
+}

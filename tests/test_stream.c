@@ -372,6 +372,9 @@ T(bad_input_is_einval)
     cr_assert_eq(n, 0);
     cr_assert_eq(ferry_stream_write(S, "x", 1, NULL), -EPERM);
     cr_assert_eq(ferry_stream_close(NULL), -EINVAL);
+    n = 7;
+    cr_assert_eq(ferry_stream_discard(NULL, 1, &n), -EINVAL);
+    cr_assert_eq(n, 0);
     cr_assert_eq(ferry_stream_shutdown(NULL), -EINVAL);
     cr_assert_eq(ferry_stream_fd(NULL), -EINVAL);
     cr_assert_eq(ferry_stream_buffered(NULL), 0);

@@ -1204,3 +1204,178 @@ T(bytes_read_before_the_handshake_are_its_start)
     close_ab();
     done();
 }
+
+/* ---- a broken stream, a busy or cancelled start, a name OpenSSL refuses ---- */
+
+struct brk {
+    int    rc[8];
+    size_t n[2];
+};
+
+static int broken_task(void *arg)
+{
+    struct brk *b = arg;
+    char buf[8];
+
+    b->rc[0] = ferry_stream_read(A, buf, sizeof buf, &b->n[0]);
+    b->rc[1] = ferry_stream_write(A, "x", 1, &b->n[1]);
+    b->rc[2] = ferry_stream_write(A, NULL, 0, NULL);
+    b->rc[3] = ferry_stream_shutdown(A);
+    return 0;
+}
+
+/* After a handshake that failed, the stream is broken: its reads and
+ * writes return -EPROTO at once, without touching the descriptor. */
+T(a_stream_whose_handshake_failed_reads_and_writes_eproto)
+{
+    ferry_tls_ctx *wrong = server_with(F.wrong, F.wrong_key);
+    struct brk b;
+
+    memset(&b, 0x55, sizeof b);
+    pair();
+    connect_ab(CLI, "localhost", wrong);
+    cr_assert_eq(HC.rc, -EKEYREJECTED, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(tu_run(broken_task, &b), 0);
+    cr_assert_eq(b.rc[0], -EPROTO, "read: %d", b.rc[0]);
+    cr_assert_eq(b.n[0], 0);
+    cr_assert_eq(b.rc[1], -EPROTO, "write: %d", b.rc[1]);
+    cr_assert_eq(b.n[1], 0);
+    cr_assert_eq(b.rc[2], -EPROTO, "write of 0 bytes: %d", b.rc[2]);
+    cr_assert_eq(b.rc[3], -EPROTO, "shutdown: %d", b.rc[3]);
+    close_ab();
+    ferry_tls_ctx_free(wrong);
+    done();
+}
+
+static int reader_of_a(void *arg)
+{
+    char buf[4];
+    size_t n;
+
+    (void)arg;
+    return ferry_stream_read(A, buf, sizeof buf, &n);
+}
+
+static int start_refusals_task(void *arg)
+{
+    int *r = arg;
+    ferry_stream *o = (ferry_stream *)1;
+    ferry_task *t = tu_spawn(reader_of_a, NULL);
+    char host[300], buf[8];
+
+    tu_settle();
+    /* A task is inside a read on A. */
+    r[0] = ferry_tls_client(&o, A, CLI, "localhost");
+    r[1] = o == NULL;
+    ferry_task_cancel(t);
+    r[2] = tu_join(t);
+    /* A name longer than SNI allows: OpenSSL refuses it. */
+    memset(host, 'a', sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    r[3] = ferry_tls_client(&o, B, CLI, host);
+    /* Nothing of a handshake went out of A or B. */
+    r[4] = recv(sp[0], buf, sizeof buf, MSG_DONTWAIT) == -1 && errno == EAGAIN &&
+           recv(sp[1], buf, sizeof buf, MSG_DONTWAIT) == -1 && errno == EAGAIN;
+    /* Closed, while a woken reader has not left it yet. */
+    t = tu_spawn(reader_of_a, NULL);
+    tu_settle();
+    r[5] = ferry_stream_close(A);
+    r[6] = ferry_tls_client(&o, A, CLI, "localhost");
+    r[7] = tu_join(t);
+    /* A cancelled task: a cancellation point, nothing begun. */
+    ferry_task_cancel(ferry_task_current());
+    r[8] = ferry_tls_client(&o, B, CLI, "localhost");
+    return 0;
+}
+
+T(a_start_is_ebusy_ebadf_or_einval_for_a_name_openssl_refuses_and_is_a_cancellation_point)
+{
+    int r[9];
+
+    memset(r, 0x55, sizeof r);
+    pair();
+    cr_assert_eq(tu_run(start_refusals_task, r), 0);
+    cr_assert_eq(r[0], -EBUSY, "during a read: %d", r[0]);
+    cr_assert_eq(r[1], 1);
+    cr_assert_eq(r[2], -ECANCELED);
+    cr_assert_eq(r[3], -EINVAL, "a 299-byte name: %d", r[3]);
+    cr_assert_eq(r[4], 1, "bytes went out");
+    cr_assert_eq(r[5], 0);
+    cr_assert_eq(r[6], -EBADF, "a closed stream: %d", r[6]);
+    cr_assert_eq(r[7], -EBADF);
+    cr_assert_eq(r[8], -ECANCELED, "cancelled: %d", r[8]);
+    cr_assert_eq(ferry_stream_close(B), 0);
+    done();
+}
+
+struct shw { int rc[4]; size_t n[2]; };
+
+static int shut_then_write_task(void *arg)
+{
+    struct shw *k = arg;
+    char buf[8];
+
+    handshake_both(&HC, &HS);
+    if (HC.rc || HS.rc)
+        return 0;
+    k->rc[0] = ferry_stream_shutdown(A);
+    k->rc[1] = ferry_stream_write(A, "late", 4, &k->n[0]);
+    /* The server reads close_notify: the end, nothing of the late write. */
+    k->rc[2] = ferry_stream_read(B, buf, sizeof buf, &k->n[1]);
+    return 0;
+}
+
+/* After ferry_stream_shutdown() (close_notify sent) a write is -EPIPE, as
+ * on a socket whose write side is shut, and sends nothing. */
+T(a_write_after_shutdown_is_epipe_and_sends_nothing)
+{
+    struct shw k;
+
+    memset(&k, 0x55, sizeof k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = CLI, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = SRV, .ms = 10000 };
+    cr_assert_eq(tu_run(shut_then_write_task, &k), 0);
+    cr_assert_eq(HC.rc, 0, "client: %d (%s)", HC.rc, HC.why);
+    cr_assert_eq(HS.rc, 0, "server: %d (%s)", HS.rc, HS.why);
+    cr_assert_eq(k.rc[0], 0);
+    cr_assert_eq(k.rc[1], -EPIPE, "write after shutdown: %d", k.rc[1]);
+    cr_assert_eq(k.n[0], 0);
+    cr_assert_eq(k.rc[2], 0);
+    cr_assert_eq(k.n[1], 0);
+    close_ab();
+    done();
+}
+
+static int reset_then_start_task(void *arg)
+{
+    int *r = arg;
+    ferry_stream *o = (ferry_stream *)1;
+    char buf[8];
+    size_t n;
+
+    r[0] = ferry_stream_read(A, buf, sizeof buf, &n);
+    r[1] = ferry_tls_client(&o, A, CLI, "localhost");
+    r[2] = o == NULL;
+    return 0;
+}
+
+/* A plain stream whose descriptor failed (the peer reset it) cannot start
+ * TLS: the start returns the descriptor's error. */
+T(a_start_on_a_stream_whose_peer_reset_returns_the_error)
+{
+    int r[3];
+
+    memset(r, 0x55, sizeof r);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(ferry_stream_open(&A, tu_loop, sp[0], NULL), 0);
+    /* The peer closes with our bytes unread: a reset for A. */
+    cr_assert_eq(write(sp[0], "zz", 2), 2);
+    cr_assert_eq(close(sp[1]), 0);
+    cr_assert_eq(tu_run(reset_then_start_task, r), 0);
+    cr_assert_eq(r[0], -ECONNRESET, "read: %d", r[0]);
+    cr_assert_eq(r[1], -ECONNRESET, "start: %d", r[1]);
+    cr_assert_eq(r[2], 1);
+    cr_assert_eq(ferry_stream_close(A), 0);
+    done();
+}
