@@ -25,8 +25,7 @@
  *             release is not waited for either).  check=ok: every process
  *             ended well, the fence counter is OPS, nothing is held, and
  *             (system ferry) the scripts ferry loaded are this program's
- *             copies (else the floor runs other scripts: FAIL).  Built
- *             only with the semaphore (redis/redis_sem.c).
+ *             copies (else the floor runs other scripts: FAIL).
  *
  * OPS (default 20,000) is the total over the processes.  Each
  * measurement runs in fresh processes (this program, run again with
@@ -81,10 +80,8 @@ struct workload {
 static const struct workload workloads[] = {
     { "redis_queue_1p", "queue", 1 },
     { "redis_queue_4p", "queue", 4 },
-#ifdef FERRY_BENCH_REDIS_SEM
     { "redis_sem_1p", "sem", 1 },
     { "redis_sem_4p", "sem", 4 },
-#endif
 };
 #define NWORK ((int)(sizeof(workloads) / sizeof(workloads[0])))
 
@@ -208,7 +205,6 @@ static int hiredis_queue(void)
     return 0;
 }
 
-#ifdef FERRY_BENCH_REDIS_SEM
 /*
  * The semaphore's scripts as redis/redis_sem.c has them (acquire: KEYS
  * holders, queue, alive, ticket, fence; ARGV token, limit, lease ms,
@@ -330,24 +326,19 @@ static int hiredis_sem(void)
     redisFree(c);
     return 0;
 }
-#endif
 
 static int child_main(const char *sys)
 {
     bool sem = strcmp(g_child.kind, "sem") == 0;
 
     if (strcmp(sys, SYS_FERRY) == 0) {
-#ifdef FERRY_BENCH_REDIS_SEM
         if (sem)
             return ferry_run(ferry_sem_main, NULL) == 0 ? 0 : 1;
-#endif
         return ferry_run(ferry_queue_main, NULL) == 0 ? 0 : 1;
     }
-#ifdef FERRY_BENCH_REDIS_SEM
     if (sem)
         return hiredis_sem();
-#endif
-    return sem ? 1 : hiredis_queue();
+    return hiredis_queue();
 }
 
 /* ---- the parent -------------------------------------------------------- */
@@ -384,7 +375,6 @@ out:
     return v;
 }
 
-#ifdef FERRY_BENCH_REDIS_SEM
 /* The server's count of cached scripts; -1 if unknown. */
 static long cached_scripts(int port)
 {
@@ -397,14 +387,12 @@ static long cached_scripts(int port)
     p = strstr(info, "number_of_cached_scripts:");
     return p != NULL ? atol(p + strlen("number_of_cached_scripts:")) : -1;
 }
-#endif
 
 /* After a semaphore measurement: n grants, nothing held; after ferry's,
  * its scripts were this program's copies (loading the copies adds no
  * script to the cache, which SCRIPT FLUSH emptied before). */
 static bool sem_check(int port, long n, bool was_ferry)
 {
-#ifdef FERRY_BENCH_REDIS_SEM
     struct tu_redis s = { .port = port };
     char fence[32];
     long before;
@@ -425,12 +413,6 @@ static bool sem_check(int port, long n, bool was_ferry)
         }
     }
     return ok;
-#else
-    (void)port;
-    (void)n;
-    (void)was_ferry;
-    return false;
-#endif
 }
 
 /* One measurement: `w` by `sys` in w->procs fresh processes. */
