@@ -64,6 +64,7 @@
 #include <ferry/redis_queue.h>
 
 #include "redis_server.h"
+#include "redis_sem_lua.h"
 
 #define SYS_FERRY   "ferry"
 #define SYS_HIREDIS "hiredis-blocking"
@@ -205,45 +206,9 @@ static int hiredis_queue(void)
     return 0;
 }
 
-/*
- * The semaphore's scripts as redis/redis_sem.c has them (acquire: KEYS
- * holders, queue, alive, ticket, fence; ARGV token, limit, lease ms,
- * waiter ttl ms; release: KEYS holders, queue, alive; ARGV token), for the
- * floor.  The parent checks after each ferry measurement that the server's
- * script cache holds no other script than these two.
- */
-static const char acquire_lua[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local limit, lease, wttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
-    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
-    "local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)\n"
-    "for _, d in ipairs(dead) do\n"
-    "  redis.call('ZREM', KEYS[2], d)\n"
-    "  redis.call('ZREM', KEYS[3], d)\n"
-    "end\n"
-    "if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"
-    "  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), ARGV[1])\n"
-    "end\n"
-    "redis.call('ZADD', KEYS[3], now + wttl, ARGV[1])\n"
-    "local keep = 2 * math.max(lease, wttl)\n"
-    "local granted = 0\n"
-    "local free = limit - redis.call('ZCARD', KEYS[1])\n"
-    "if free > 0 and redis.call('ZRANK', KEYS[2], ARGV[1]) < free then\n"
-    "  redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
-    "  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])\n"
-    "  granted = redis.call('INCR', KEYS[5])\n"
-    "end\n"
-    "for i = 1, 3 do\n"
-    "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
-    "end\n"
-    "return granted\n";
-
-static const char release_lua[] =
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
-    "return redis.call('ZREM', KEYS[1], ARGV[1])\n";
+/* The floor runs the library's own scripts (acquire_lua, release_lua).
+ * The parent checks after each ferry measurement that the server's script
+ * cache holds no other script than these two. */
 
 #define SEM_KEY    "bsem"
 #define SEM_LIMIT  "4"
