@@ -19,34 +19,11 @@
 #include <criterion/criterion.h>
 
 #include "ferry/redis_queue.h"
-#include "redis_server.h"
+#define REDIS_SUITE test_redis_queue
+#include "redis_fixture.h"
 #include "testutil.h"
 
 extern char **environ;
-
-static struct tu_redis g_srv;
-
-/* .init: a loop and a server of the test's own; no redis-server: skipped,
- * loudly. */
-static void redis_setup(void)
-{
-    int rc;
-
-    tu_loop_setup();
-    memset(&g_srv, 0, sizeof(g_srv));
-    rc = tu_redis_start(&g_srv);
-    if (rc == -ENOENT) {
-        fprintf(stderr, "test_redis_queue: SKIPPED: no redis-server in PATH (install redis-server)\n");
-        cr_skip_test("no redis-server");
-    }
-    cr_assert_eq(rc, 0, "redis-server did not start: %d", rc);
-}
-
-static void redis_teardown(void)
-{
-    tu_redis_stop(&g_srv);
-    tu_loop_teardown();
-}
 
 #define T(name) \
     Test(redis_queue, name, .init = redis_setup, .fini = redis_teardown, .timeout = 30.)

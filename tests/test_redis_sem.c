@@ -23,32 +23,11 @@
 #include <criterion/criterion.h>
 
 #include "ferry/redis.h"
-#include "redis_server.h"
+#define REDIS_SUITE test_redis_sem
+#include "redis_fixture.h"
 #include "testutil.h"
 
 extern char **environ;
-
-static struct tu_redis g_srv;
-
-static void redis_setup(void)
-{
-    int rc;
-
-    tu_loop_setup();
-    memset(&g_srv, 0, sizeof(g_srv));
-    rc = tu_redis_start(&g_srv);
-    if (rc == -ENOENT) {
-        fprintf(stderr, "test_redis_sem: SKIPPED: no redis-server in PATH (install redis-server)\n");
-        cr_skip_test("no redis-server");
-    }
-    cr_assert_eq(rc, 0, "redis-server did not start: %d", rc);
-}
-
-static void redis_teardown(void)
-{
-    tu_redis_stop(&g_srv);
-    tu_loop_teardown();
-}
 
 #define T(name) \
     Test(redis_sem, name, .init = redis_setup, .fini = redis_teardown, .timeout = 30.)
