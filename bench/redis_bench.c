@@ -1,5 +1,6 @@
 /* redis_bench.c - the Redis part (ferry/redis.h, ferry/redis_queue.h)
- * against a plain blocking hiredis client, the floor, in the same run.
+ * against a plain blocking hiredis client, the floor, and a small asyncio
+ * program with redis-py's asyncio client, in the same run.
  *
  *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]
  *
@@ -9,7 +10,9 @@
  *             consumer group and an ack: ferry_redis_queue_put(),
  *             ferry_redis_queue_get(), ferry_redis_queue_ack() in one task
  *             (system ferry); XADD, XREADGROUP ... BLOCK, XACK with
- *             redisCommand() in a loop (system hiredis-blocking).  Every
+ *             redisCommand() in a loop (system hiredis-blocking); the
+ *             same three commands awaited in turn with redis.asyncio
+ *             (system asyncio-redispy, bench/redis_asyncio.py).  Every
  *             process puts before it gets, so each get finds an item.
  *             check=ok: every process ended well, the stream holds OPS
  *             entries and none is pending.
@@ -22,18 +25,25 @@
  *             same Lua scripts with redisCommand() (EVALSHA for the
  *             acquire, EVAL for the release, sent without waiting for its
  *             answer: it is read with the next acquire's, as ferry's
- *             release is not waited for either).  check=ok: every process
- *             ended well, the fence counter is OPS, nothing is held, and
- *             (system ferry) the scripts ferry loaded are this program's
- *             copies (else the floor runs other scripts: FAIL).
+ *             release is not waited for either); the same with
+ *             redis.asyncio, the release and the next acquire sent in one
+ *             pipeline (system asyncio-redispy, which reads the scripts
+ *             from redis/redis_sem_lua.h).  check=ok: every process ended
+ *             well, the fence counter is OPS, nothing is held, and
+ *             (systems ferry and asyncio-redispy) the scripts they loaded
+ *             are this program's copies (else the floor runs other
+ *             scripts: FAIL).
  *
  * OPS (default 20,000) is the total over the processes.  Each
  * measurement runs in fresh processes (this program, run again with
- * --child): they connect and set up, say they are ready, and the timed part
- * runs from the moment all are released until the last has exited.  The
- * server is flushed before each measurement.  Systems alternate which
- * goes first from run to run, so that a drift of the machine's load
- * spreads over both.
+ * --child, or python3 running bench/redis_asyncio.py): they connect and
+ * set up, say they are ready, and the timed part runs from the moment all
+ * are released until the last has exited.  The server is flushed before
+ * each measurement.  Systems take turns at going first from run to run,
+ * so that a drift of the machine's load spreads over all.  The asyncio
+ * row runs when the python3 of PATH can import redis.asyncio (redis-py 4.2
+ * or later); otherwise one line says it is left out, and the other two
+ * systems run.
  *
  * The server is a redis-server started here on a free port of 127.0.0.1
  * (as the tests start theirs), or the one at -p PORT on 127.0.0.1 (it is
@@ -41,7 +51,8 @@
  * measurement's processes.
  *
  * stdout: a BENCH line per workload, system and run, then the medians and
- * the ratios ferry / hiredis-blocking as a markdown table.  Exit status: 0
+ * the ratios ferry / hiredis-blocking and ferry / asyncio-redispy as a
+ * markdown table.  Exit status: 0
  * if every check was ok, 1 otherwise, 2 on usage errors.
  */
 #include <errno.h>
@@ -68,6 +79,8 @@
 
 #define SYS_FERRY   "ferry"
 #define SYS_HIREDIS "hiredis-blocking"
+#define SYS_ASYNCIO "asyncio-redispy"
+#define NSYS        3
 #define MAX_RUNS    99
 #define MAX_PROCS   4
 #define PAYLOAD     "0123456789abcdef"  /* 16 bytes per item */
@@ -353,10 +366,11 @@ static long cached_scripts(int port)
     return p != NULL ? atol(p + strlen("number_of_cached_scripts:")) : -1;
 }
 
-/* After a semaphore measurement: n grants, nothing held; after ferry's,
- * its scripts were this program's copies (loading the copies adds no
- * script to the cache, which SCRIPT FLUSH emptied before). */
-static bool sem_check(int port, long n, bool was_ferry)
+/* After a semaphore measurement: n grants, nothing held; after ferry's
+ * and the asyncio program's, their scripts were this program's copies
+ * (loading the copies adds no script to the cache, which SCRIPT FLUSH
+ * emptied before). */
+static bool sem_check(int port, long n, bool check_scripts)
 {
     struct tu_redis s = { .port = port };
     char fence[32];
@@ -367,13 +381,13 @@ static bool sem_check(int port, long n, bool was_ferry)
          atol(fence) == n && tu_redis_query(&s, NULL, 0, "ZCARD {" SEM_KEY "}:holders") == 0;
     if (!ok)
         fprintf(stderr, "redis_bench: fence %s, expected %ld, or permits still held\n", fence, n);
-    if (ok && was_ferry) {
+    if (ok && check_scripts) {
         before = cached_scripts(port);
         tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", acquire_lua);
         tu_redis_query(&s, NULL, 0, "SCRIPT LOAD %s", release_lua);
         if (before != 2 || cached_scripts(port) != before) {
-            fprintf(stderr, "redis_bench: the scripts of this program differ from ferry's "
-                            "(redis/redis_sem.c): update them\n");
+            fprintf(stderr, "redis_bench: the scripts of this program differ from the ones "
+                            "the measured system ran (redis/redis_sem.c, redis_sem_lua.h)\n");
             ok = false;
         }
     }
@@ -408,7 +422,11 @@ static struct result measure(const char *self, const struct workload *w, const c
             dup2(ready[1], 1);
             close(go[1]);
             close(ready[0]);
-            execl(self, self, "--child", w->kind, sys, portbuf, nbuf, idxbuf, (char *)NULL);
+            if (strcmp(sys, SYS_ASYNCIO) == 0)
+                execlp("python3", "python3", FERRY_REDIS_ASYNCIO_PY, w->kind, portbuf, nbuf,
+                       idxbuf, FERRY_SEM_SCRIPTS_HEADER, (char *)NULL);
+            else
+                execl(self, self, "--child", w->kind, sys, portbuf, nbuf, idxbuf, (char *)NULL);
             _exit(127);
         }
     }
@@ -432,7 +450,7 @@ static struct result measure(const char *self, const struct workload *w, const c
     if (strcmp(w->kind, "queue") == 0) {
         if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
             res.ok = false;
-    } else if (!sem_check(port, (n / w->procs) * w->procs, strcmp(sys, SYS_FERRY) == 0)) {
+    } else if (!sem_check(port, (n / w->procs) * w->procs, strcmp(sys, SYS_HIREDIS) != 0)) {
         res.ok = false;
     }
     res.ops_per_s = (double)n / secs;
@@ -464,8 +482,10 @@ static void usage(const char *prog)
 
 int main(int argc, char **argv)
 {
-    static double fer[NWORK][MAX_RUNS], hir[NWORK][MAX_RUNS];
-    bool want[NWORK], any = false, all_ok = true;
+    static const char *const systems[NSYS] = { SYS_FERRY, SYS_HIREDIS, SYS_ASYNCIO };
+    static double ops[NSYS][NWORK][MAX_RUNS];
+    bool want[NWORK], any = false, all_ok = true, have_py;
+    int nsys;
     struct tu_redis srv;
     int runs = 3, port = 0, opt;
     long n = 20000;
@@ -522,35 +542,49 @@ int main(int argc, char **argv)
         }
         port = srv.port;
     }
+    /* The asyncio row needs the python3 of PATH with redis-py 4.2 or later
+     * (redis.asyncio); without it the other two systems still run. */
+    have_py = system("python3 -c 'import redis.asyncio' >/dev/null 2>&1") == 0;
+    if (!have_py)
+        printf("redis_bench: system %s left out: python3 -c 'import redis.asyncio' failed "
+               "(redis-py 4.2 or later is needed)\n",
+               SYS_ASYNCIO);
+    nsys = have_py ? NSYS : NSYS - 1;
     for (int r = 0; r < runs; r++) {
         for (int i = 0; i < NWORK; i++) {
-            struct result a, b;
-
             if (!want[i])
                 continue;
             any = true;
-            if (r % 2 == 0) {
-                a = measure("/proc/self/exe", &workloads[i], SYS_FERRY, port, n);
-                b = measure("/proc/self/exe", &workloads[i], SYS_HIREDIS, port, n);
-            } else {
-                b = measure("/proc/self/exe", &workloads[i], SYS_HIREDIS, port, n);
-                a = measure("/proc/self/exe", &workloads[i], SYS_FERRY, port, n);
+            /* The systems take turns at going first. */
+            for (int k = 0; k < nsys; k++) {
+                int s = (r + k) % nsys;
+                struct result res = measure("/proc/self/exe", &workloads[i], systems[s], port, n);
+
+                ops[s][i][r] = res.ops_per_s;
+                all_ok = all_ok && res.ok;
             }
-            fer[i][r] = a.ops_per_s;
-            hir[i][r] = b.ops_per_s;
-            all_ok = all_ok && a.ok && b.ok;
         }
     }
-    if (any) {
+    if (any && have_py) {
+        printf("\n| workload | ferry ops/s | hiredis-blocking ops/s | asyncio-redispy ops/s "
+               "| ferry / hiredis | ferry / asyncio |\n");
+        printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    } else if (any) {
         printf("\n| workload | ferry ops/s | hiredis-blocking ops/s | ferry / hiredis |\n");
         printf("| --- | ---: | ---: | ---: |\n");
-        for (int i = 0; i < NWORK; i++) {
-            double f, h;
+    }
+    for (int i = 0; any && i < NWORK; i++) {
+        double f, h, a;
 
-            if (!want[i])
-                continue;
-            f = median(fer[i], runs);
-            h = median(hir[i], runs);
+        if (!want[i])
+            continue;
+        f = median(ops[0][i], runs);
+        h = median(ops[1][i], runs);
+        if (have_py) {
+            a = median(ops[2][i], runs);
+            printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", workloads[i].name, f, h, a, f / h,
+                   f / a);
+        } else {
             printf("| %s | %.0f | %.0f | %.2f |\n", workloads[i].name, f, h, f / h);
         }
     }
