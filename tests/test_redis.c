@@ -8,13 +8,18 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <event2/event.h>
 
 #include <criterion/criterion.h>
 
@@ -434,4 +439,165 @@ T(late_fn_called_when_given_up_before_sending)
     cr_assert_eq(g_int[0], 1, "late function called %lld times", g_int[0]);
     cr_assert_str_eq(g_late_str, "early|?");
     cr_assert_eq(tu_redis_query(&g_srv, NULL, 0, "EXISTS early"), 0, "nothing was sent");
+}
+
+/* ---- a command's write needs no write event ------------------------------ */
+
+static int incr_task(void *arg)
+{
+    ferry_redis *r = arg;
+    redisReply *rep = NULL;
+    int rc = 0;
+
+    for (int i = 0; i < 20 && rc == 0; i++) {
+        rc = ferry_redis_command(r, &rep, "INCR %s", "counted");
+        ferry_redis_reply_free(rep);
+        rep = NULL;
+    }
+    return rc;
+}
+
+static int write_event_main(void *arg)
+{
+    struct event_base *base = ferry_loop_base(ferry_loop_current());
+    ferry_task *t[4];
+    ferry_redis *r;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&r);
+    if (g_rc[0])
+        return 0;
+    /* At rest the loop's own events and the connection's read event are
+     * added; the most ever added starts again from there. */
+    g_int[0] = event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED);
+    event_base_get_max_events(base, EVENT_BASE_COUNT_ADDED, 1);
+    for (int i = 0; i < 4; i++)
+        t[i] = tu_spawn(incr_task, r);
+    for (int i = 0; i < 4; i++)
+        g_rc[1 + i] = tu_join(t[i]);
+    g_int[1] = event_base_get_max_events(base, EVENT_BASE_COUNT_ADDED, 0);
+    g_int[2] = event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED);
+    ferry_redis_close(r);
+    return 0;
+}
+
+T(commands_add_no_write_event)
+{
+    char count[16];
+
+    cr_assert_eq(tu_run(write_event_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "connect: %d", g_rc[0]);
+    for (int i = 1; i <= 4; i++)
+        cr_assert_eq(g_rc[i], 0, "task %d: %d", i, g_rc[i]);
+    cr_assert_eq(tu_redis_query(&g_srv, count, sizeof(count), "GET counted"), 2);
+    cr_assert_str_eq(count, "80");
+    /* libevent counts an event that is both added and active twice.  The
+     * socket always took the commands at once, so during them the count
+     * rose only by the read event being active while it ran: no write
+     * event was added (or made active). */
+    cr_assert_leq(g_int[1], g_int[0] + 1,
+                  "events counted at most during the commands: %lld, at rest: %lld", g_int[1],
+                  g_int[0]);
+    cr_assert_eq(g_int[2], g_int[0], "events added after the commands: %lld, at rest: %lld",
+                 g_int[2], g_int[0]);
+}
+
+/* ---- SIGPIPE from a peer that stopped reading --------------------------- */
+
+/*
+ * A peer on a Unix socket that answers the connection's first commands,
+ * then shuts its reading side: the client's next write fails with EPIPE
+ * and raises SIGPIPE, while the client sees nothing to read.
+ */
+static int g_peer_listen = -1;
+static int g_peer_shut;
+static int g_peer_done;
+
+static void *peer_main(void *arg)
+{
+    static const char answers[] = ":7\r\n+PONG\r\n";
+    char buf[512];
+    size_t got = 0;
+    ssize_t n;
+    int fd;
+
+    (void)arg;
+    fd = accept(g_peer_listen, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    buf[0] = '\0';
+    while (strstr(buf, "PING") == NULL && got < sizeof(buf) - 1) {
+        n = read(fd, buf + got, sizeof(buf) - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = '\0';
+    }
+    if (write(fd, answers, sizeof(answers) - 1) < 0)
+        perror("peer write");
+    shutdown(fd, SHUT_RD);
+    __atomic_store_n(&g_peer_shut, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&g_peer_done, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    close(fd);
+    return NULL;
+}
+
+static int sigpipe_main(void *arg)
+{
+    const char *path = arg;
+    ferry_redis *r = NULL;
+    redisReply *rep = NULL;
+    sigset_t pending;
+
+    g_rc[0] = ferry_redis_connect(&r, path, 0, NULL);
+    if (g_rc[0])
+        return 0;
+    for (int i = 0; i < 2000 && !__atomic_load_n(&g_peer_shut, __ATOMIC_ACQUIRE); i++)
+        ferry_sleep(FERRY_MSEC(1));
+    g_int[0] = __atomic_load_n(&g_peer_shut, __ATOMIC_ACQUIRE);
+    g_rc[1] = ferry_redis_command(r, &rep, "PING");
+    ferry_redis_reply_free(rep);
+    sigemptyset(&pending);
+    sigpending(&pending);
+    g_int[1] = sigismember(&pending, SIGPIPE);
+    ferry_redis_close(r);
+    return 0;
+}
+
+static void check_sigpipe(void (*disposition)(int))
+{
+    struct sockaddr_un a;
+    pthread_t th;
+
+    cr_assert_neq(signal(SIGPIPE, disposition), SIG_ERR);
+    memset(&a, 0, sizeof(a));
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof(a.sun_path), "/tmp/ferry-test-redis-pipe-%d.sock", (int)getpid());
+    unlink(a.sun_path);
+    g_peer_listen = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_geq(g_peer_listen, 0);
+    cr_assert_eq(bind(g_peer_listen, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(g_peer_listen, 4), 0);
+    cr_assert_eq(pthread_create(&th, NULL, peer_main, NULL), 0);
+    cr_assert_eq(tu_run(sigpipe_main, a.sun_path), 0);
+    __atomic_store_n(&g_peer_done, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    close(g_peer_listen);
+    unlink(a.sun_path);
+    cr_assert_eq(g_rc[0], 0, "connect: %d", g_rc[0]);
+    cr_assert(g_int[0], "the peer shut its reading side");
+    /* The process is alive to get here; the command learns the loss. */
+    cr_assert_eq(g_rc[1], -ECONNRESET, "the command after the peer stopped reading: %d", g_rc[1]);
+    cr_assert_eq(g_int[1], 0, "no SIGPIPE left pending");
+}
+
+T(write_to_a_peer_that_stopped_reading_raises_no_sigpipe)
+{
+    check_sigpipe(SIG_DFL);
+}
+
+T(write_to_a_peer_that_stopped_reading_with_sigpipe_ignored)
+{
+    check_sigpipe(SIG_IGN);
 }
