@@ -617,8 +617,9 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
     struct tls *t;
     int rc;
 
-    if (out)
-        *out = NULL;
+    /* *out is written on success only: in the in-place form,
+     * ferry_tls_server(&s, s, ctx), a failure must leave the caller its
+     * stream to read the reason from and to close. */
     if (!out || !s || !ctx || ctx->role != role)
         return -EINVAL;
     if (role == FERRY_TLS_CLIENT && !(ctx->flags & FERRY_TLS_NO_VERIFY) && (!host || !*host))

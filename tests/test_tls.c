@@ -11,6 +11,7 @@
  * hanging runs under a deadline scope.  No cr_assert inside task bodies
  * (see testutil.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -882,7 +883,7 @@ static int bad_task(void *arg)
 
     r[i++] = ferry_tls_client(NULL, A, CLI, "localhost");
     r[i++] = ferry_tls_client(&o, NULL, CLI, "localhost");
-    r[i++] = o == NULL ? -EINVAL : 0;
+    r[i++] = o == (ferry_stream *)1 ? -EINVAL : 0;    /* *out not written */
     r[i++] = ferry_tls_client(&o, A, NULL, "localhost");
     r[i++] = ferry_tls_client(&o, A, SRV, "localhost");      /* a server context */
     r[i++] = ferry_tls_client(&o, A, CLI, NULL);             /* verifying, no name */
@@ -1266,7 +1267,7 @@ static int start_refusals_task(void *arg)
     tu_settle();
     /* A task is inside a read on A. */
     r[0] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[1] = o == NULL;
+    r[1] = o == (ferry_stream *)1;    /* *out not written */
     ferry_task_cancel(t);
     r[2] = tu_join(t);
     /* A name longer than SNI allows: OpenSSL refuses it. */
@@ -1356,7 +1357,7 @@ static int reset_then_start_task(void *arg)
 
     r[0] = ferry_stream_read(A, buf, sizeof buf, &n);
     r[1] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[2] = o == NULL;
+    r[2] = o == (ferry_stream *)1;    /* *out not written */
     return 0;
 }
 
@@ -1377,5 +1378,126 @@ T(a_start_on_a_stream_whose_peer_reset_returns_the_error)
     cr_assert_eq(r[1], -ECONNRESET, "start: %d", r[1]);
     cr_assert_eq(r[2], 1);
     cr_assert_eq(ferry_stream_close(A), 0);
+    done();
+}
+
+/* ---- the in-place form ------------------------------------------------------------------ */
+
+/* Descriptors the process has open now. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+#define FLOOD 100
+
+struct flood {
+    int  port;
+    int  fds_before, fds_after;   /* with the listener open, both times */
+    int  accepted;
+    int  eproto;                  /* handshakes that failed with -EPROTO */
+    int  same;                    /* ... that left s as it was */
+    int  why;                     /* ... whose s still had the reason */
+    int  closed;                  /* ferry_stream_close(s) == 0 after it */
+    char first_why[200];
+};
+
+/* A client that speaks plain HTTP to a TLS port, then goes. */
+static int plain_client(void *arg)
+{
+    struct flood *k = arg;
+    static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+    ferry_stream *c;
+
+    if (ferry_tcp_connect(&c, "127.0.0.1", k->port, NULL) != 0)
+        return -1;
+    ferry_stream_write(c, req, sizeof req - 1, NULL);
+    ferry_stream_close(c);
+    return 0;
+}
+
+/* An acceptor written with the in-place form, ferry_tls_server(&s, s, ctx):
+ * every failed handshake must leave `s` for the caller to close. */
+static int flood_task(void *arg)
+{
+    struct flood *k = arg;
+    ferry_listener *l;
+    ferry_scope sc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(30000), 0);
+    if (ferry_tcp_listen(&l, NULL, "127.0.0.1", 0, NULL) != 0)
+        goto out;
+    k->port = ferry_listener_port(l);
+    /* Round 0 is not counted: the first connect makes the loop's resolver,
+     * whose socket stays. */
+    for (int i = 0; i <= FLOOD; i++) {
+        ferry_stream *s, *was;
+        ferry_task *t;
+        const char *why;
+        int rc;
+
+        if (i == 1)
+            k->fds_before = open_fds();
+        t = tu_spawn(plain_client, k);
+        if (ferry_listener_accept(l, &s, NULL) != 0) {
+            tu_join(t);
+            break;
+        }
+        if (i == 0) {
+            ferry_stream_close(s);
+            tu_join(t);
+            continue;
+        }
+        k->accepted++;
+        was = s;
+        rc = ferry_tls_server(&s, s, SRV);
+        if (rc == -EPROTO)
+            k->eproto++;
+        if (s == was)
+            k->same++;
+        why = ferry_tls_last_error(s);
+        if (why && *why) {
+            k->why++;
+            if (!k->first_why[0])
+                snprintf(k->first_why, sizeof k->first_why, "%s", why);
+        }
+        if (ferry_stream_close(s) == 0)
+            k->closed++;
+        tu_join(t);
+    }
+    k->fds_after = open_fds();
+    ferry_listener_close(l);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+/* A flood of plain-text clients at an acceptor that writes the handshake
+ * in place: each failed handshake leaves the stream where it was, with its
+ * reason, and closing it gives the descriptor back. */
+T(the_in_place_form_keeps_the_stream_when_the_handshake_fails)
+{
+    struct flood k;
+
+    memset(&k, 0, sizeof k);
+    cr_assert_eq(tu_run(flood_task, &k), 0);
+    cr_assert_eq(k.accepted, FLOOD, "accepted %d of %d", k.accepted, FLOOD);
+    cr_expect_eq(k.eproto, FLOOD, "%d of %d handshakes were -EPROTO", k.eproto, FLOOD);
+    cr_expect_eq(k.same, FLOOD, "%d of %d failed handshakes left s as it was", k.same, FLOOD);
+    cr_expect_eq(k.why, FLOOD, "%d of %d had a reason (the first: '%s')", k.why, FLOOD,
+                 k.first_why);
+    cr_expect_eq(k.closed, FLOOD, "%d of %d closed", k.closed, FLOOD);
+    cr_expect_eq(k.fds_after, k.fds_before, "%d descriptors open before the flood, %d after",
+                 k.fds_before, k.fds_after);
     done();
 }

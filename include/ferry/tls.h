@@ -139,10 +139,12 @@ void ferry_tls_ctx_free(ferry_tls_ctx *ctx);
  * Thread: loop, in a task of the stream's loop.  Suspends: yes.
  * Owns: `s` stays the caller's in every case.  On success *out is `s`
  * itself, converted in place (so that other pointers to it stay valid):
- * close it once, with ferry_stream_close().  On an error after the
- * handshake began (any but -EINVAL, -EPERM, -EBUSY, -EBADF and -ENOMEM),
- * `s` is left broken: its reads and writes return -EPROTO, and the caller
- * closes it.
+ * close it once, with ferry_stream_close().  On an error *out is not
+ * written, so the in-place form ferry_tls_client(&s, s, ...) keeps `s`
+ * to read ferry_tls_last_error() from and to close.  On an error after
+ * the handshake began (any but -EINVAL, -EPERM, -EBUSY, -EBADF and
+ * -ENOMEM), `s` is left broken: its reads and writes return -EPROTO, and
+ * the caller closes it.
  * Returns: 0; -EKEYREJECTED (the certificate did not verify);
  * -EPROTO (a protocol error or a fatal alert from the server);
  * -ECONNABORTED (the server closed during the handshake);
