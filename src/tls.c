@@ -665,6 +665,15 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
     }
     if (rc == 0) {
         t->state = TLS_OPEN;
+        /* The handshake received without looking at the readable bit,
+         * and its last receive may have taken records beyond the
+         * handshake (a client's first request right behind its
+         * Finished).  If the bit was clear (a short plain read before
+         * STARTTLS, a fresh connect), no edge will announce those
+         * records: epoll reports an edge only for a descriptor that is
+         * still readable when it looks.  So the first read asks the
+         * transport (stream_int.h, the seam). */
+        s->reg.ready |= FERRY_READ;
         *out = s;
     } else {
         /* Broken: every later call says so at once, without waiting for

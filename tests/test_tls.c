@@ -14,10 +14,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -1499,5 +1502,170 @@ T(the_in_place_form_keeps_the_stream_when_the_handshake_fails)
     cr_expect_eq(k.closed, FLOOD, "%d of %d closed", k.closed, FLOOD);
     cr_expect_eq(k.fds_after, k.fds_before, "%d descriptors open before the flood, %d after",
                  k.fds_before, k.fds_after);
+    done();
+}
+
+/* ---- a line that comes with the last handshake flight ----------------------------------- */
+
+/*
+ * STARTTLS, with the client's first line in the same receive as its
+ * Finished.  The plain read of "STARTTLS\n" (with the client hello behind
+ * it) is short, so the stream clears its readable bit and counts on the
+ * next edge.  The handshake then receives without looking at that bit;
+ * when its last receive also takes the line, the socket is empty again by
+ * the time epoll looks, so the edge for those bytes is never reported,
+ * and the line waits inside the TLS transport for a read that waits for
+ * the descriptor.
+ *
+ * To get that order every time, the server's transport is wrapped: its
+ * first receive after it has sent its flight waits until the client, on a
+ * loop of its own on another thread, has finished its handshake and
+ * written the line.
+ */
+static struct ferry__stream_io hold_io;   /* ferry__sock_io, with the two below */
+static bool hold_sent;                    /* the server sent (loop thread) */
+static bool hold_done;                    /* the hold happened (loop thread) */
+static atomic_int hold_client_wrote;      /* set by the client's thread */
+
+static ssize_t hold_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        hold_sent = true;
+    return k;
+}
+
+static ssize_t hold_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    if (hold_sent && !hold_done) {
+        struct timespec ms = { 0, 1000000 };
+
+        hold_done = true;
+        for (int i = 0; i < 20000 && !atomic_load(&hold_client_wrote); i++)
+            nanosleep(&ms, NULL);
+    }
+    return ferry__sock_io.recv(s, buf, len, want);
+}
+
+struct late {
+    int  fd;              /* the client's end of the socketpair */
+    int  crc[4];          /* client: open, write, start, write */
+    int  creply;          /* client: the reply's read */
+    char reply[16];
+    int  cmd_rc;          /* server: the plain read */
+    char cmd[16];
+    bool cleared;         /* the plain read left the readable bit clear */
+    int  src;             /* server: the handshake */
+    int  lrc;             /* server: the read of the line */
+    char line[16];
+};
+
+static int late_client_task(void *arg)
+{
+    struct late *k = arg;
+    ferry_stream *c;
+    ferry_scope sc;
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20000), 0);
+    k->crc[0] = ferry_stream_open(&c, NULL, k->fd, NULL);
+    if (k->crc[0]) {
+        close(k->fd);
+        atomic_store(&hold_client_wrote, 1);
+        goto out;
+    }
+    k->crc[1] = ferry_stream_write(c, "STARTTLS\n", 9, NULL);
+    k->crc[2] = ferry_tls_client(&c, c, CLI, "localhost");
+    if (!k->crc[2])
+        k->crc[3] = ferry_stream_write(c, "hello\n", 6, NULL);
+    atomic_store(&hold_client_wrote, 1);
+    if (!k->crc[2] && !k->crc[3]) {
+        k->creply = ferry_stream_read_until(c, "\n", 1, k->reply, sizeof k->reply - 1, &n);
+        k->reply[n] = 0;
+    }
+    ferry_stream_close(c);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+static void *late_client_thread(void *arg)
+{
+    ferry_loop *loop;
+
+    if (ferry_loop_new(&loop, NULL) != 0) {
+        atomic_store(&hold_client_wrote, 1);
+        return NULL;
+    }
+    ferry_task_spawn(NULL, loop, late_client_task, arg, NULL);
+    ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop);
+    return NULL;
+}
+
+static int late_server_task(void *arg)
+{
+    struct late *k = arg;
+    ferry_scope sc;
+    size_t n;
+    int avail = 0;
+
+    /* The command and the client hello behind it, before the plain read. */
+    for (int i = 0; i < 10000 && avail <= 9; i++) {
+        if (ioctl(sp[1], FIONREAD, &avail) != 0)
+            break;
+        if (avail <= 9)
+            ferry_sleep(tu_ms(1));
+    }
+    k->cmd_rc = ferry_stream_read_until(B, "\n", 1, k->cmd, sizeof k->cmd - 1, &n);
+    k->cmd[n] = 0;
+    k->cleared = !(B->reg.ready & FERRY_READ) || B->reg.mode != FERRY__IO_EPOLL;
+    hold_io = ferry__sock_io;
+    hold_io.send = hold_send;
+    hold_io.recv = hold_recv;
+    B->io = &hold_io;
+    k->src = ferry_tls_server(&B, B, SRV);
+    if (k->src)
+        return 0;
+    /* The line is in: a read must not wait for the descriptor. */
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(2000), 0);
+    k->lrc = ferry_stream_read_until(B, "\n", 1, k->line, sizeof k->line - 1, &n);
+    k->line[n] = 0;
+    ferry_scope_exit(&sc);
+    if (!k->lrc)
+        ferry_stream_write(B, "ok\n", 3, NULL);
+    return 0;
+}
+
+T(after_starttls_a_line_that_came_with_the_handshake_is_read_at_once)
+{
+    struct late k;
+    pthread_t th;
+
+    memset(&k, 0, sizeof k);
+    hold_sent = hold_done = false;
+    atomic_store(&hold_client_wrote, 0);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(ferry_stream_open(&B, tu_loop, sp[1], NULL), 0);
+    k.fd = sp[0];
+    th = tu_start_thread(late_client_thread, &k);
+    cr_assert_eq(tu_run(late_server_task, &k), 0);
+    /* Unblocks the client if the server gave up on the line. */
+    cr_assert_eq(ferry_stream_close(B), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(k.cmd_rc, 0);
+    cr_assert_str_eq(k.cmd, "STARTTLS\n");
+    cr_assert(k.cleared, "the plain read left the readable bit set: the test shows nothing");
+    cr_assert(hold_done, "the server's handshake never received after sending");
+    cr_assert_eq(k.src, 0, "server handshake: %d", k.src);
+    cr_assert_eq(k.crc[0], 0);
+    cr_assert_eq(k.crc[1], 0);
+    cr_assert_eq(k.crc[2], 0, "client handshake: %d", k.crc[2]);
+    cr_assert_eq(k.crc[3], 0);
+    cr_expect_eq(k.lrc, 0, "the line that came with the handshake: %d", k.lrc);
+    cr_expect_str_eq(k.line, "hello\n");
+    cr_expect_eq(k.creply, 0, "the client's read of the reply: %d", k.creply);
+    cr_expect_str_eq(k.reply, "ok\n");
     done();
 }
