@@ -3,13 +3,16 @@
  * record boundaries, backpressure, verification (wrong host, untrusted
  * authority, the system's store by default), SNI, cancellation and
  * deadlines in the handshake and in reads, closing while a task waits,
- * a peer that ends without close_notify, bad input, another loop, and
- * allocation failures (ferry's and OpenSSL's).
+ * a peer that ends without close_notify, bad input, another loop,
+ * allocation failures (ferry's and OpenSSL's), the in-place form under a
+ * flood of failed handshakes, and records that came with the last
+ * handshake flight.
  *
  * The certificates are made at run time (tls_certs.c).  Client and server
- * are tasks of one loop.  Every wait that a broken stream could leave
- * hanging runs under a deadline scope.  No cr_assert inside task bodies
- * (see testutil.h).
+ * are tasks of one loop, except where a peer must act while the loop is
+ * held inside a transport call: that peer runs a loop on a thread.  Every
+ * wait that a broken stream could leave hanging runs under a deadline
+ * scope.  No cr_assert inside task bodies (see testutil.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
 #include <criterion/criterion.h>
 
 #include "testutil.h"
@@ -1667,5 +1671,192 @@ T(after_starttls_a_line_that_came_with_the_handshake_is_read_at_once)
     cr_expect_str_eq(k.line, "hello\n");
     cr_expect_eq(k.creply, 0, "the client's read of the reply: %d", k.creply);
     cr_expect_str_eq(k.reply, "ok\n");
+    done();
+}
+
+/*
+ * The same shape without STARTTLS, on the client's side: right after a
+ * connect the readable bit is clear (only writability said the connect
+ * was done).  A TLS 1.2 server that greets as soon as its handshake is
+ * done (as IMAPS and SMTPS servers do) sends its greeting right behind
+ * its Finished, and the client's last handshake receive takes both.
+ * Every receive of the client's transport after it has sent waits until
+ * all that the server has sent by then (its flight; then its Finished and
+ * greeting) is in the client's socket.
+ */
+struct greet {
+    atomic_int  port;          /* the server's, once it listens */
+    atomic_long srv_sent;      /* bytes the server's transport sent */
+    atomic_int  greeted;       /* the server's greeting was written */
+    long        cli_got;       /* bytes the client's transport received */
+    bool        cli_sent;      /* the client's transport sent */
+    int         holds;         /* receives held so far */
+    int         src, swrc, srrc;
+    char        bye[16];
+    int         crc[3];
+    char        greeting[32];
+};
+
+static struct greet *G;
+static struct ferry__stream_io greet_srv_io, greet_cli_io;
+
+static ssize_t greet_srv_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        atomic_fetch_add(&G->srv_sent, k);
+    return k;
+}
+
+static ssize_t greet_cli_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        G->cli_sent = true;
+    return k;
+}
+
+/* Wait (10 s at most) until every byte the server has sent, and its
+ * greeting if `greeting`, is in the client's socket. */
+static void greet_wait(int fd, bool greeting)
+{
+    struct timespec ms = { 0, 1000000 };
+
+    for (int i = 0; i < 10000; i++) {
+        int avail = 0;
+        long sent = atomic_load(&G->srv_sent);
+
+        if (ioctl(fd, FIONREAD, &avail) != 0)
+            return;
+        if (sent > 0 && G->cli_got + avail >= sent && (!greeting || atomic_load(&G->greeted)))
+            return;
+        nanosleep(&ms, NULL);
+    }
+}
+
+static ssize_t greet_cli_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    ssize_t k;
+
+    /* The first receive after the client hello waits for the server's
+     * flight, the second (after the client's Finished) for the server's
+     * Finished and greeting. */
+    if (G->cli_sent && G->holds < 2)
+        greet_wait(s->reg.fd, ++G->holds == 2);
+    k = ferry__sock_io.recv(s, buf, len, want);
+    if (k > 0)
+        G->cli_got += k;
+    return k;
+}
+
+static int greet_server_task(void *arg)
+{
+    ferry_tls_ctx *srv12 = arg;
+    ferry_listener *l;
+    ferry_stream *s;
+    ferry_scope sc;
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20000), 0);
+    G->src = ferry_tcp_listen(&l, NULL, "127.0.0.1", 0, NULL);
+    if (G->src) {
+        atomic_store(&G->port, -1);
+        goto out;
+    }
+    atomic_store(&G->port, ferry_listener_port(l));
+    G->src = ferry_listener_accept(l, &s, NULL);
+    ferry_listener_close(l);
+    if (G->src)
+        goto out;
+    greet_srv_io = ferry__sock_io;
+    greet_srv_io.send = greet_srv_send;
+    s->io = &greet_srv_io;
+    G->src = ferry_tls_server(&s, s, srv12);
+    if (!G->src) {
+        G->swrc = ferry_stream_write(s, "* OK ready\n", 11, NULL);
+        atomic_store(&G->greeted, 1);
+        G->srrc = ferry_stream_read_until(s, "\n", 1, G->bye, sizeof G->bye - 1, &n);
+        G->bye[n] = 0;
+    }
+    atomic_store(&G->greeted, 1);
+    ferry_stream_close(s);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+static void *greet_server_thread(void *arg)
+{
+    ferry_loop *loop;
+
+    if (ferry_loop_new(&loop, NULL) != 0) {
+        atomic_store(&G->port, -1);
+        return NULL;
+    }
+    ferry_task_spawn(NULL, loop, greet_server_task, arg, NULL);
+    ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop);
+    return NULL;
+}
+
+static int greet_client_task(void *arg)
+{
+    ferry_stream *c;
+    ferry_scope sc;
+    size_t n;
+    int port;
+
+    (void)arg;
+    while ((port = atomic_load(&G->port)) == 0)
+        ferry_sleep(tu_ms(1));
+    if (port < 0)
+        return 0;
+    G->crc[0] = ferry_tcp_connect(&c, "127.0.0.1", port, NULL);
+    if (G->crc[0])
+        return 0;
+    /* A connect that waited (loopback's do) leaves the bit clear; one
+     * that completed at once would leave it set.  Nothing can have come
+     * yet (the server waits for the client hello), so clear is true. */
+    c->reg.ready &= (uint8_t)~FERRY_READ;
+    greet_cli_io = ferry__sock_io;
+    greet_cli_io.send = greet_cli_send;
+    greet_cli_io.recv = greet_cli_recv;
+    c->io = &greet_cli_io;
+    G->crc[1] = ferry_tls_client(&c, c, CLI, "localhost");
+    if (!G->crc[1]) {
+        ferry_scope_enter(&sc, ferry_now() + tu_ms(2000), 0);
+        G->crc[2] = ferry_stream_read_until(c, "\n", 1, G->greeting, sizeof G->greeting - 1, &n);
+        G->greeting[n] = 0;
+        ferry_scope_exit(&sc);
+        if (!G->crc[2])
+            ferry_stream_write(c, "bye\n", 4, NULL);
+    }
+    ferry_stream_close(c);
+    return 0;
+}
+
+T(after_a_connect_a_greeting_that_came_with_the_handshake_is_read_at_once)
+{
+    struct greet k;
+    ferry_tls_ctx *srv12 = server_with(F.server, F.server_key);
+    pthread_t th;
+
+    memset(&k, 0, sizeof k);
+    G = &k;
+    cr_assert_eq(SSL_CTX_set_max_proto_version(ferry_tls_ctx_openssl(srv12), TLS1_2_VERSION), 1);
+    th = tu_start_thread(greet_server_thread, srv12);
+    cr_assert_eq(tu_run(greet_client_task, NULL), 0);
+    pthread_join(th, NULL);
+    ferry_tls_ctx_free(srv12);
+    cr_assert_eq(k.crc[0], 0, "connect: %d", k.crc[0]);
+    cr_assert_eq(k.crc[1], 0, "client handshake: %d", k.crc[1]);
+    cr_assert_eq(k.holds, 2, "%d receives held, not 2", k.holds);
+    cr_assert_eq(k.swrc, 0, "the server's greeting: %d", k.swrc);
+    cr_expect_eq(k.crc[2], 0, "the greeting that came with the handshake: %d", k.crc[2]);
+    cr_expect_str_eq(k.greeting, "* OK ready\n");
+    cr_expect_eq(k.srrc, 0, "the server's read of the client's answer: %d", k.srrc);
+    cr_expect_str_eq(k.bye, "bye\n");
     done();
 }
