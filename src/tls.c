@@ -124,7 +124,10 @@ static int tls_fail(struct tls *t, int sslerr)
         ERR_clear_error();
         return -ECONNABORTED;
     } else if (ERR_GET_LIB(e) == ERR_LIB_SSL &&
-               ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+               (ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED ||
+                ERR_GET_REASON(e) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)) {
+        /* A server that requires a client certificate refuses a client
+         * without one as one whose certificate does not verify. */
         rc = -EKEYREJECTED;
     }
     if (rc == -EKEYREJECTED && v != X509_V_OK) {

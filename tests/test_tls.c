@@ -547,6 +547,94 @@ T(a_server_may_require_a_client_certificate)
     done();
 }
 
+/* What the client of a refused handshake sees: the handshake's result
+ * and, if it succeeded (TLS 1.3: the client is done before the server has
+ * checked its certificate), its first read's. */
+struct refused {
+    int  rrc;
+    char rwhy[200];
+};
+
+static int refused_task(void *arg)
+{
+    struct refused *k = arg;
+    ferry_scope sc;
+    const char *p;
+    char buf[8];
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc)
+        return 0;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    k->rrc = ferry_stream_read(A, buf, sizeof buf, &n);
+    ferry_scope_exit(&sc);
+    if ((p = ferry_tls_last_error(A)) != NULL)
+        snprintf(k->rwhy, sizeof k->rwhy, "%s", p);
+    return 0;
+}
+
+/* Run a handshake of `cli` at `srv` over a new pair; k says what the
+ * client saw after it. */
+static void refused_run(ferry_tls_ctx *cli, ferry_tls_ctx *srv, struct refused *k)
+{
+    memset(k, 0, sizeof *k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = cli, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = srv, .ms = 10000 };
+    cr_assert_eq(tu_run(refused_task, k), 0);
+}
+
+/* A server that requires a client certificate refuses a client without
+ * one as it refuses one whose certificate does not verify: -EKEYREJECTED.
+ * The client sees the server's alert, -EPROTO: from its first read in TLS
+ * 1.3 (its handshake is over before the server checks), from the
+ * handshake in TLS 1.2. */
+T(a_client_without_a_certificate_is_rejected_as_one_that_did_not_verify)
+{
+    ferry_tls_ctx *srv, *srv12, *self;
+    struct refused k;
+
+    cr_assert_eq(ferry_tls_ctx_new(&srv, FERRY_TLS_SERVER, FERRY_TLS_VERIFY_CLIENT), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(srv, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(srv, F.ca, NULL), 0);
+    cr_assert_eq(ferry_tls_ctx_new(&srv12, FERRY_TLS_SERVER, FERRY_TLS_VERIFY_CLIENT), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(srv12, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(srv12, F.ca, NULL), 0);
+    cr_assert_eq(SSL_CTX_set_max_proto_version(ferry_tls_ctx_openssl(srv12), TLS1_2_VERSION), 1);
+    cr_assert_eq(ferry_tls_ctx_new(&self, FERRY_TLS_CLIENT, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(self, F.ca, NULL), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(self, F.self, F.self_key), 0);
+
+    /* No certificate, TLS 1.3. */
+    refused_run(CLI, srv, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, no certificate, TLS 1.3: %d (%s)", HS.rc, HS.why);
+    cr_expect(strstr(HS.why, "did not return a certificate"), "the reason: '%s'", HS.why);
+    cr_expect_eq(HC.rc, 0, "client, TLS 1.3: %d (%s)", HC.rc, HC.why);
+    cr_expect_eq(k.rrc, -EPROTO, "client's read, TLS 1.3: %d (%s)", k.rrc, k.rwhy);
+    cr_expect(strstr(k.rwhy, "certificate required"), "the client's reason: '%s'", k.rwhy);
+    close_ab();
+
+    /* No certificate, TLS 1.2. */
+    refused_run(CLI, srv12, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, no certificate, TLS 1.2: %d (%s)", HS.rc, HS.why);
+    cr_expect_eq(HC.rc, -EPROTO, "client, TLS 1.2: %d (%s)", HC.rc, HC.why);
+    cr_expect(strstr(HC.why, "handshake failure"), "the client's reason: '%s'", HC.why);
+    close_ab();
+
+    /* A certificate that does not verify (self-signed), for comparison. */
+    refused_run(self, srv, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, self-signed: %d (%s)", HS.rc, HS.why);
+    cr_expect_eq(HC.rc, 0, "client, self-signed: %d (%s)", HC.rc, HC.why);
+    cr_expect_eq(k.rrc, -EPROTO, "client's read, self-signed: %d (%s)", k.rrc, k.rwhy);
+    close_ab();
+
+    ferry_tls_ctx_free(self);
+    ferry_tls_ctx_free(srv12);
+    ferry_tls_ctx_free(srv);
+    done();
+}
+
 /* ---- cancellation, deadlines, closing ------------------------------------------------- */
 
 /* The handshake against a peer that never answers: a deadline, then a
