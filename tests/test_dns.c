@@ -1331,3 +1331,36 @@ T(a_nul_byte_in_nsswitch_conf_hides_only_the_rest_of_its_line)
     cr_expect_not(dns, "the hosts: line after the NUL was not read (dns is glibc's default)");
     cr_expect_not(other);
 }
+
+/* ---- replies that cannot be used ------------------------------------------------ */
+
+/* An AAAA record whose RDLENGTH is not 16 makes the reply unusable:
+ * FERRY_EAI_FAIL, as a reply that could not be read.  The A answer of
+ * the same lookup still counts (glibc does the same).  An A record of 16
+ * bytes is not refused: evdns reads it as four addresses (docs/net.md,
+ * Limits). */
+T(an_aaaa_record_of_the_wrong_length_is_eai_fail)
+{
+    struct fakedns *s = fakedns_start();
+    struct lk l;
+
+    fakedns_add(s, "short6.test", "2001:db8::6");
+    fakedns_add(s, "short6.test", "192.0.2.60");
+    fakedns_rule(s, "short6.test", FAKEDNS_AAAA, FAKEDNS_BAD_RDLEN);
+    use_fake(s, FERRY_RESOLVE_NO_THREADS, NULL);
+
+    l = lk_stream("short6.test", "80", AF_INET6);
+    lookup(&l);
+    cr_expect_eq(l.rc, FERRY_EAI_FAIL, "AAAA of RDLENGTH 4: rc %d (%s), %s", l.rc,
+                 ferry_gai_strerror(l.rc), show(l.res));
+    if (!l.rc)
+        ferry_freeaddrinfo(l.res);
+
+    l = lk_stream("short6.test", "80", AF_UNSPEC);
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "both families: rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    cr_expect_str_eq(show(l.res), "192.0.2.60:80");
+    if (!l.rc)
+        ferry_freeaddrinfo(l.res);
+    fakedns_stop(s);
+}
