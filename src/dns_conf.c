@@ -35,16 +35,17 @@ const char *ferry__dns_resolv_conf(void)
     return resolv_conf_path;
 }
 
-/* Read the whole file into a NUL-terminated buffer.  A file that cannot be
- * read counts as empty (0 and *text NULL); only memory is an error. */
-static int read_text(const char *path, char **text)
+/* Read the whole file into a NUL-terminated buffer of *len bytes before
+ * the NUL.  A file that cannot be read counts as empty (0 and *text NULL);
+ * only memory is an error. */
+static int read_text(const char *path, char **text, size_t *len)
 {
     struct stat st;
-    size_t len;
     char *buf;
     FILE *f;
 
     *text = NULL;
+    *len = 0;
     f = fopen(path, "re");
     if (!f)
         return 0;
@@ -63,11 +64,35 @@ static int read_text(const char *path, char **text)
         fclose(f);
         return -ENOMEM;
     }
-    len = fread(buf, 1, (size_t)st.st_size, f);
+    *len = fread(buf, 1, (size_t)st.st_size, f);
     fclose(f);
-    buf[len] = 0;
+    buf[*len] = 0;
     *text = buf;
     return 0;
+}
+
+/*
+ * The line of text[0, len) that starts at *pos, cut at its newline in
+ * place, and *pos moved past it; NULL after the last.  Lines are found by
+ * length, not by NUL: a NUL byte in a line ends what a C string of it
+ * reads, as it does for glibc's readers of these files (a line at a time,
+ * then C strings), and the lines after it still count.
+ */
+static char *next_line(char *text, size_t len, size_t *pos)
+{
+    char *line, *nl;
+
+    if (*pos >= len)
+        return NULL;
+    line = text + *pos;
+    nl = memchr(line, '\n', len - *pos);
+    if (nl) {
+        *nl = 0;
+        *pos = (size_t)(nl - text) + 1;
+    } else {
+        *pos = len;    /* text[len] is the NUL read_text() put there */
+    }
+    return line;
 }
 
 /* ---- the hosts file ---------------------------------------------------------- */
@@ -93,22 +118,19 @@ void ferry__hosts_free(struct ferry__hosts *h)
 
 int ferry__hosts_load(struct ferry__hosts *h, const char *path)
 {
-    size_t cap = 0;
+    size_t cap = 0, len, pos = 0;
     unsigned seq = 0;
-    char *line, *next;
-    int rc = read_text(path, &h->text);
+    char *line;
+    int rc = read_text(path, &h->text, &len);
 
     if (rc || !h->text)
         return rc;
-    for (line = h->text; line; line = next) {
+    while ((line = next_line(h->text, len, &pos)) != NULL) {
         unsigned char addr[16];
         const char *canon = NULL;
         char *tok, *save, *hash;
         int family;
 
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
         if ((hash = strchr(line, '#')))
             *hash = 0;
         tok = strtok_r(line, " \t\r", &save);
@@ -170,20 +192,18 @@ const struct ferry__hosts_ent *ferry__hosts_find(const struct ferry__hosts *h, c
 
 int ferry__nss_read(bool *files, bool *dns, bool *other)
 {
-    char *text, *line, *next;
+    char *text, *line;
+    size_t len, pos = 0;
     bool found = false;
-    int rc = read_text(nsswitch_path, &text);
+    int rc = read_text(nsswitch_path, &text, &len);
 
     *files = *dns = true;
     *other = false;
     if (rc || !text)
         return rc;
-    for (line = text; line && !found; line = next) {
+    while (!found && (line = next_line(text, len, &pos)) != NULL) {
         char *p = line, *tok, *save;
 
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = 0;
         if ((tok = strchr(line, '#')))
             *tok = 0;
         p += strspn(p, " \t");

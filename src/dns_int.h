@@ -35,8 +35,9 @@ struct ferry__hosts {
 };
 
 /* Read the hosts file at `path` ("address name aliases...", '#' starts a
- * comment, lines whose address does not parse are skipped).  A file that
- * cannot be read is empty.  Returns: 0; -ENOMEM (*h stays empty). */
+ * comment and a NUL byte ends its line's text, lines whose address does
+ * not parse are skipped).  A file that cannot be read is empty.
+ * Returns: 0; -ENOMEM (*h stays empty). */
 int ferry__hosts_load(struct ferry__hosts *h, const char *path);
 void ferry__hosts_free(struct ferry__hosts *h);
 

@@ -79,6 +79,13 @@ void ferry__stream_loop_free(ferry_loop *loop);
  * kernel's sockets and pipes with edge-triggered epoll; false for a
  * transport with buffers of its own, where the descriptor's state says
  * nothing about what is left to read).
+ *
+ * The readable bit (reg.ready) is what makes a read call recv: while it
+ * is clear, a read waits for the descriptor's next edge.  A transport
+ * with buffers of its own that reads the descriptor outside recv (the TLS
+ * handshake) must set the bit when it is done if it may hold input: the
+ * edge for bytes it took may never come, since epoll drops an edge whose
+ * descriptor is no longer readable when it looks.
  */
 struct ferry__stream_io {
     ssize_t (*recv)(ferry_stream *s, void *buf, size_t len, int *want);

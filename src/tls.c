@@ -124,7 +124,10 @@ static int tls_fail(struct tls *t, int sslerr)
         ERR_clear_error();
         return -ECONNABORTED;
     } else if (ERR_GET_LIB(e) == ERR_LIB_SSL &&
-               ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
+               (ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED ||
+                ERR_GET_REASON(e) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)) {
+        /* A server that requires a client certificate refuses a client
+         * without one as one whose certificate does not verify. */
         rc = -EKEYREJECTED;
     }
     if (rc == -EKEYREJECTED && v != X509_V_OK) {
@@ -617,8 +620,9 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
     struct tls *t;
     int rc;
 
-    if (out)
-        *out = NULL;
+    /* *out is written on success only: in the in-place form,
+     * ferry_tls_server(&s, s, ctx), a failure must leave the caller its
+     * stream to read the reason from and to close. */
     if (!out || !s || !ctx || ctx->role != role)
         return -EINVAL;
     if (role == FERRY_TLS_CLIENT && !(ctx->flags & FERRY_TLS_NO_VERIFY) && (!host || !*host))
@@ -664,6 +668,15 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
     }
     if (rc == 0) {
         t->state = TLS_OPEN;
+        /* The handshake received without looking at the readable bit,
+         * and its last receive may have taken records beyond the
+         * handshake (a client's first request right behind its
+         * Finished).  If the bit was clear (a short plain read before
+         * STARTTLS, a fresh connect), no edge will announce those
+         * records: epoll reports an edge only for a descriptor that is
+         * still readable when it looks.  So the first read asks the
+         * transport (stream_int.h, the seam). */
+        s->reg.ready |= FERRY_READ;
         *out = s;
     } else {
         /* Broken: every later call says so at once, without waiting for

@@ -130,11 +130,15 @@ static size_t build_reply(struct fakedns *s, const unsigned char *q, size_t qlen
     o = qend;
     if (rcode == 0 && act != FAKEDNS_TRUNCATE) {
         for (int i = 0; i < s->nrecords; i++) {
+            static const unsigned char more[12] = { 192, 0, 2, 1, 192, 0, 2, 2, 192, 0, 2, 3 };
             const struct record *rec = &s->records[i];
             size_t dl = rec->qtype == FAKEDNS_A ? 4 : 16;
+            bool bad = act == FAKEDNS_BAD_RDLEN;
 
             if (rec->qtype != qtype || strcasecmp(rec->name, name) != 0)
                 continue;
+            if (bad)
+                dl = rec->qtype == FAKEDNS_A ? 16 : 4;
             if (o + 12 + dl > MSG_MAX)
                 break;
             r[o++] = 0xc0;                    /* a pointer to the question's name */
@@ -149,7 +153,12 @@ static size_t build_reply(struct fakedns *s, const unsigned char *q, size_t qlen
             r[o++] = 60;
             r[o++] = 0;
             r[o++] = (unsigned char)dl;
-            memcpy(r + o, rec->rdata, dl);
+            if (bad && rec->qtype == FAKEDNS_A) {
+                memcpy(r + o, rec->rdata, 4);
+                memcpy(r + o + 4, more, sizeof more);
+            } else {
+                memcpy(r + o, rec->rdata, dl);
+            }
             o += dl;
             nans++;
         }

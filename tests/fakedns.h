@@ -27,6 +27,9 @@ enum fakedns_act {
     FAKEDNS_TRUNCATE,     /* the TC bit, no record */
     FAKEDNS_HOLD,         /* keep the query until fakedns_release() */
     FAKEDNS_DROP,         /* never answer */
+    FAKEDNS_BAD_RDLEN,    /* answer from the records, each with the wrong
+                           * RDLENGTH: an A of 16 bytes (its address and
+                           * 192.0.2.1-3), an AAAA of 4 (its first 4) */
 };
 
 struct fakedns;

@@ -1261,3 +1261,106 @@ T(a_cancelled_lookup_is_ecanceled_and_a_nameserver_list_may_end_with_separators)
     ferry_freeaddrinfo(l.res);
     fakedns_stop(s);
 }
+
+/* ---- NUL bytes in the system files -------------------------------------------- */
+
+/* Write `len` bytes of `text` to a new temporary file; its path (static,
+ * one at a time). */
+static const char *temp_file_bytes(const char *text, size_t len)
+{
+    static char path[64];
+    int fd;
+
+    snprintf(path, sizeof path, "/tmp/ferry-dns-XXXXXX");
+    fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, text, len), (ssize_t)len);
+    close(fd);
+    return path;
+}
+
+/* A NUL byte ends what is read of its line, as glibc's readers of the
+ * hosts file and nsswitch.conf (fgets, then C strings) take it; the lines
+ * after it still count. */
+T(a_nul_byte_in_the_hosts_file_hides_only_the_rest_of_its_line)
+{
+    static const char text[] = "10.1.2.3 before.test\n"
+                               "10.1.2.4 cut.test\0hidden.test\n"
+                               "10.1.2.5 after.test\n";
+    struct fakedns *s = fakedns_start();
+    char hosts[64];
+    struct lk l;
+
+    snprintf(hosts, sizeof hosts, "%s", temp_file_bytes(text, sizeof text - 1));
+    use_fake(s, FERRY_RESOLVE_NO_THREADS, hosts);
+    l = lk_stream("cut.test", "22", AF_INET);
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "cut.test: rc %d", l.rc);
+    cr_expect_str_eq(show(l.res), "10.1.2.4:22");
+    ferry_freeaddrinfo(l.res);
+
+    l = lk_stream("after.test", "22", AF_INET);
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "after.test, the line after the NUL: rc %d (%s)", l.rc,
+                 ferry_gai_strerror(l.rc));
+    cr_expect_str_eq(show(l.res), "10.1.2.5:22");
+    ferry_freeaddrinfo(l.res);
+
+    l = lk_stream("hidden.test", "22", AF_INET);   /* behind the NUL: DNS's */
+    lookup(&l);
+    cr_expect_eq(l.rc, FERRY_EAI_NONAME, "hidden.test: rc %d", l.rc);
+    cr_expect_eq(fakedns_queries(s), 1, "%d queries: only hidden.test's A should have "
+                 "gone to DNS", fakedns_queries(s));
+    unlink(hosts);
+    fakedns_stop(s);
+}
+
+T(a_nul_byte_in_nsswitch_conf_hides_only_the_rest_of_its_line)
+{
+    static const char text[] = "passwd: files\0 junk\n"
+                               "hosts: files\n";
+    bool files = false, dns = true, other = true;
+    char nss[64];
+
+    snprintf(nss, sizeof nss, "%s", temp_file_bytes(text, sizeof text - 1));
+    ferry__dns_set_files(NULL, nss);
+    cr_assert_eq(ferry__nss_read(&files, &dns, &other), 0);
+    ferry__dns_set_files(NULL, NULL);
+    unlink(nss);
+    cr_expect(files);
+    cr_expect_not(dns, "the hosts: line after the NUL was not read (dns is glibc's default)");
+    cr_expect_not(other);
+}
+
+/* ---- replies that cannot be used ------------------------------------------------ */
+
+/* An AAAA record whose RDLENGTH is not 16 makes the reply unusable:
+ * FERRY_EAI_FAIL, as a reply that could not be read.  The A answer of
+ * the same lookup still counts (glibc does the same).  An A record of 16
+ * bytes is not refused: evdns reads it as four addresses (docs/net.md,
+ * Limits). */
+T(an_aaaa_record_of_the_wrong_length_is_eai_fail)
+{
+    struct fakedns *s = fakedns_start();
+    struct lk l;
+
+    fakedns_add(s, "short6.test", "2001:db8::6");
+    fakedns_add(s, "short6.test", "192.0.2.60");
+    fakedns_rule(s, "short6.test", FAKEDNS_AAAA, FAKEDNS_BAD_RDLEN);
+    use_fake(s, FERRY_RESOLVE_NO_THREADS, NULL);
+
+    l = lk_stream("short6.test", "80", AF_INET6);
+    lookup(&l);
+    cr_expect_eq(l.rc, FERRY_EAI_FAIL, "AAAA of RDLENGTH 4: rc %d (%s), %s", l.rc,
+                 ferry_gai_strerror(l.rc), show(l.res));
+    if (!l.rc)
+        ferry_freeaddrinfo(l.res);
+
+    l = lk_stream("short6.test", "80", AF_UNSPEC);
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "both families: rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    cr_expect_str_eq(show(l.res), "192.0.2.60:80");
+    if (!l.rc)
+        ferry_freeaddrinfo(l.res);
+    fakedns_stop(s);
+}

@@ -3,23 +3,31 @@
  * record boundaries, backpressure, verification (wrong host, untrusted
  * authority, the system's store by default), SNI, cancellation and
  * deadlines in the handshake and in reads, closing while a task waits,
- * a peer that ends without close_notify, bad input, another loop, and
- * allocation failures (ferry's and OpenSSL's).
+ * a peer that ends without close_notify, bad input, another loop,
+ * allocation failures (ferry's and OpenSSL's), the in-place form under a
+ * flood of failed handshakes, and records that came with the last
+ * handshake flight.
  *
  * The certificates are made at run time (tls_certs.c).  Client and server
- * are tasks of one loop.  Every wait that a broken stream could leave
- * hanging runs under a deadline scope.  No cr_assert inside task bodies
- * (see testutil.h).
+ * are tasks of one loop, except where a peer must act while the loop is
+ * held inside a transport call: that peer runs a loop on a thread.  Every
+ * wait that a broken stream could leave hanging runs under a deadline
+ * scope.  No cr_assert inside task bodies (see testutil.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+#include <openssl/ssl.h>
 #include <criterion/criterion.h>
 
 #include "testutil.h"
@@ -539,6 +547,94 @@ T(a_server_may_require_a_client_certificate)
     done();
 }
 
+/* What the client of a refused handshake sees: the handshake's result
+ * and, if it succeeded (TLS 1.3: the client is done before the server has
+ * checked its certificate), its first read's. */
+struct refused {
+    int  rrc;
+    char rwhy[200];
+};
+
+static int refused_task(void *arg)
+{
+    struct refused *k = arg;
+    ferry_scope sc;
+    const char *p;
+    char buf[8];
+    size_t n;
+
+    handshake_both(&HC, &HS);
+    if (HC.rc)
+        return 0;
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
+    k->rrc = ferry_stream_read(A, buf, sizeof buf, &n);
+    ferry_scope_exit(&sc);
+    if ((p = ferry_tls_last_error(A)) != NULL)
+        snprintf(k->rwhy, sizeof k->rwhy, "%s", p);
+    return 0;
+}
+
+/* Run a handshake of `cli` at `srv` over a new pair; k says what the
+ * client saw after it. */
+static void refused_run(ferry_tls_ctx *cli, ferry_tls_ctx *srv, struct refused *k)
+{
+    memset(k, 0, sizeof *k);
+    pair();
+    HC = (struct hs){ .s = A, .ctx = cli, .host = "localhost", .ms = 10000 };
+    HS = (struct hs){ .s = B, .ctx = srv, .ms = 10000 };
+    cr_assert_eq(tu_run(refused_task, k), 0);
+}
+
+/* A server that requires a client certificate refuses a client without
+ * one as it refuses one whose certificate does not verify: -EKEYREJECTED.
+ * The client sees the server's alert, -EPROTO: from its first read in TLS
+ * 1.3 (its handshake is over before the server checks), from the
+ * handshake in TLS 1.2. */
+T(a_client_without_a_certificate_is_rejected_as_one_that_did_not_verify)
+{
+    ferry_tls_ctx *srv, *srv12, *self;
+    struct refused k;
+
+    cr_assert_eq(ferry_tls_ctx_new(&srv, FERRY_TLS_SERVER, FERRY_TLS_VERIFY_CLIENT), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(srv, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(srv, F.ca, NULL), 0);
+    cr_assert_eq(ferry_tls_ctx_new(&srv12, FERRY_TLS_SERVER, FERRY_TLS_VERIFY_CLIENT), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(srv12, F.server, F.server_key), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(srv12, F.ca, NULL), 0);
+    cr_assert_eq(SSL_CTX_set_max_proto_version(ferry_tls_ctx_openssl(srv12), TLS1_2_VERSION), 1);
+    cr_assert_eq(ferry_tls_ctx_new(&self, FERRY_TLS_CLIENT, 0), 0);
+    cr_assert_eq(ferry_tls_ctx_load_ca(self, F.ca, NULL), 0);
+    cr_assert_eq(ferry_tls_ctx_load_cert(self, F.self, F.self_key), 0);
+
+    /* No certificate, TLS 1.3. */
+    refused_run(CLI, srv, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, no certificate, TLS 1.3: %d (%s)", HS.rc, HS.why);
+    cr_expect(strstr(HS.why, "did not return a certificate"), "the reason: '%s'", HS.why);
+    cr_expect_eq(HC.rc, 0, "client, TLS 1.3: %d (%s)", HC.rc, HC.why);
+    cr_expect_eq(k.rrc, -EPROTO, "client's read, TLS 1.3: %d (%s)", k.rrc, k.rwhy);
+    cr_expect(strstr(k.rwhy, "certificate required"), "the client's reason: '%s'", k.rwhy);
+    close_ab();
+
+    /* No certificate, TLS 1.2. */
+    refused_run(CLI, srv12, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, no certificate, TLS 1.2: %d (%s)", HS.rc, HS.why);
+    cr_expect_eq(HC.rc, -EPROTO, "client, TLS 1.2: %d (%s)", HC.rc, HC.why);
+    cr_expect(strstr(HC.why, "handshake failure"), "the client's reason: '%s'", HC.why);
+    close_ab();
+
+    /* A certificate that does not verify (self-signed), for comparison. */
+    refused_run(self, srv, &k);
+    cr_expect_eq(HS.rc, -EKEYREJECTED, "server, self-signed: %d (%s)", HS.rc, HS.why);
+    cr_expect_eq(HC.rc, 0, "client, self-signed: %d (%s)", HC.rc, HC.why);
+    cr_expect_eq(k.rrc, -EPROTO, "client's read, self-signed: %d (%s)", k.rrc, k.rwhy);
+    close_ab();
+
+    ferry_tls_ctx_free(self);
+    ferry_tls_ctx_free(srv12);
+    ferry_tls_ctx_free(srv);
+    done();
+}
+
 /* ---- cancellation, deadlines, closing ------------------------------------------------- */
 
 /* The handshake against a peer that never answers: a deadline, then a
@@ -882,7 +978,7 @@ static int bad_task(void *arg)
 
     r[i++] = ferry_tls_client(NULL, A, CLI, "localhost");
     r[i++] = ferry_tls_client(&o, NULL, CLI, "localhost");
-    r[i++] = o == NULL ? -EINVAL : 0;
+    r[i++] = o == (ferry_stream *)1 ? -EINVAL : 0;    /* *out not written */
     r[i++] = ferry_tls_client(&o, A, NULL, "localhost");
     r[i++] = ferry_tls_client(&o, A, SRV, "localhost");      /* a server context */
     r[i++] = ferry_tls_client(&o, A, CLI, NULL);             /* verifying, no name */
@@ -1266,7 +1362,7 @@ static int start_refusals_task(void *arg)
     tu_settle();
     /* A task is inside a read on A. */
     r[0] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[1] = o == NULL;
+    r[1] = o == (ferry_stream *)1;    /* *out not written */
     ferry_task_cancel(t);
     r[2] = tu_join(t);
     /* A name longer than SNI allows: OpenSSL refuses it. */
@@ -1356,7 +1452,7 @@ static int reset_then_start_task(void *arg)
 
     r[0] = ferry_stream_read(A, buf, sizeof buf, &n);
     r[1] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[2] = o == NULL;
+    r[2] = o == (ferry_stream *)1;    /* *out not written */
     return 0;
 }
 
@@ -1377,5 +1473,478 @@ T(a_start_on_a_stream_whose_peer_reset_returns_the_error)
     cr_assert_eq(r[1], -ECONNRESET, "start: %d", r[1]);
     cr_assert_eq(r[2], 1);
     cr_assert_eq(ferry_stream_close(A), 0);
+    done();
+}
+
+/* ---- the in-place form ------------------------------------------------------------------ */
+
+/* Descriptors the process has open now. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+#define FLOOD 100
+
+struct flood {
+    int  port;
+    int  fds_before, fds_after;   /* with the listener open, both times */
+    int  accepted;
+    int  eproto;                  /* handshakes that failed with -EPROTO */
+    int  same;                    /* ... that left s as it was */
+    int  why;                     /* ... whose s still had the reason */
+    int  closed;                  /* ferry_stream_close(s) == 0 after it */
+    char first_why[200];
+};
+
+/* A client that speaks plain HTTP to a TLS port, then goes. */
+static int plain_client(void *arg)
+{
+    struct flood *k = arg;
+    static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+    ferry_stream *c;
+
+    if (ferry_tcp_connect(&c, "127.0.0.1", k->port, NULL) != 0)
+        return -1;
+    ferry_stream_write(c, req, sizeof req - 1, NULL);
+    ferry_stream_close(c);
+    return 0;
+}
+
+/* An acceptor written with the in-place form, ferry_tls_server(&s, s, ctx):
+ * every failed handshake must leave `s` for the caller to close. */
+static int flood_task(void *arg)
+{
+    struct flood *k = arg;
+    ferry_listener *l;
+    ferry_scope sc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(30000), 0);
+    if (ferry_tcp_listen(&l, NULL, "127.0.0.1", 0, NULL) != 0)
+        goto out;
+    k->port = ferry_listener_port(l);
+    /* Round 0 is not counted: the first connect makes the loop's resolver,
+     * whose socket stays. */
+    for (int i = 0; i <= FLOOD; i++) {
+        ferry_stream *s, *was;
+        ferry_task *t;
+        const char *why;
+        int rc;
+
+        if (i == 1)
+            k->fds_before = open_fds();
+        t = tu_spawn(plain_client, k);
+        if (ferry_listener_accept(l, &s, NULL) != 0) {
+            tu_join(t);
+            break;
+        }
+        if (i == 0) {
+            ferry_stream_close(s);
+            tu_join(t);
+            continue;
+        }
+        k->accepted++;
+        was = s;
+        rc = ferry_tls_server(&s, s, SRV);
+        if (rc == -EPROTO)
+            k->eproto++;
+        if (s == was)
+            k->same++;
+        why = ferry_tls_last_error(s);
+        if (why && *why) {
+            k->why++;
+            if (!k->first_why[0])
+                snprintf(k->first_why, sizeof k->first_why, "%s", why);
+        }
+        if (ferry_stream_close(s) == 0)
+            k->closed++;
+        tu_join(t);
+    }
+    k->fds_after = open_fds();
+    ferry_listener_close(l);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+/* A flood of plain-text clients at an acceptor that writes the handshake
+ * in place: each failed handshake leaves the stream where it was, with its
+ * reason, and closing it gives the descriptor back. */
+T(the_in_place_form_keeps_the_stream_when_the_handshake_fails)
+{
+    struct flood k;
+
+    memset(&k, 0, sizeof k);
+    cr_assert_eq(tu_run(flood_task, &k), 0);
+    cr_assert_eq(k.accepted, FLOOD, "accepted %d of %d", k.accepted, FLOOD);
+    cr_expect_eq(k.eproto, FLOOD, "%d of %d handshakes were -EPROTO", k.eproto, FLOOD);
+    cr_expect_eq(k.same, FLOOD, "%d of %d failed handshakes left s as it was", k.same, FLOOD);
+    cr_expect_eq(k.why, FLOOD, "%d of %d had a reason (the first: '%s')", k.why, FLOOD,
+                 k.first_why);
+    cr_expect_eq(k.closed, FLOOD, "%d of %d closed", k.closed, FLOOD);
+    cr_expect_eq(k.fds_after, k.fds_before, "%d descriptors open before the flood, %d after",
+                 k.fds_before, k.fds_after);
+    done();
+}
+
+/* ---- a line that comes with the last handshake flight ----------------------------------- */
+
+/*
+ * STARTTLS, with the client's first line in the same receive as its
+ * Finished.  The plain read of "STARTTLS\n" (with the client hello behind
+ * it) is short, so the stream clears its readable bit and counts on the
+ * next edge.  The handshake then receives without looking at that bit;
+ * when its last receive also takes the line, the socket is empty again by
+ * the time epoll looks, so the edge for those bytes is never reported,
+ * and the line waits inside the TLS transport for a read that waits for
+ * the descriptor.
+ *
+ * To get that order every time, the server's transport is wrapped: its
+ * first receive after it has sent its flight waits until the client, on a
+ * loop of its own on another thread, has finished its handshake and
+ * written the line.
+ */
+static struct ferry__stream_io hold_io;   /* ferry__sock_io, with the two below */
+static bool hold_sent;                    /* the server sent (loop thread) */
+static bool hold_done;                    /* the hold happened (loop thread) */
+static atomic_int hold_client_wrote;      /* set by the client's thread */
+
+static ssize_t hold_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        hold_sent = true;
+    return k;
+}
+
+static ssize_t hold_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    if (hold_sent && !hold_done) {
+        struct timespec ms = { 0, 1000000 };
+
+        hold_done = true;
+        for (int i = 0; i < 20000 && !atomic_load(&hold_client_wrote); i++)
+            nanosleep(&ms, NULL);
+    }
+    return ferry__sock_io.recv(s, buf, len, want);
+}
+
+struct late {
+    int  fd;              /* the client's end of the socketpair */
+    int  crc[4];          /* client: open, write, start, write */
+    int  creply;          /* client: the reply's read */
+    char reply[16];
+    int  cmd_rc;          /* server: the plain read */
+    char cmd[16];
+    bool cleared;         /* the plain read left the readable bit clear */
+    int  src;             /* server: the handshake */
+    int  lrc;             /* server: the read of the line */
+    char line[16];
+};
+
+static int late_client_task(void *arg)
+{
+    struct late *k = arg;
+    ferry_stream *c;
+    ferry_scope sc;
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20000), 0);
+    k->crc[0] = ferry_stream_open(&c, NULL, k->fd, NULL);
+    if (k->crc[0]) {
+        close(k->fd);
+        atomic_store(&hold_client_wrote, 1);
+        goto out;
+    }
+    k->crc[1] = ferry_stream_write(c, "STARTTLS\n", 9, NULL);
+    k->crc[2] = ferry_tls_client(&c, c, CLI, "localhost");
+    if (!k->crc[2])
+        k->crc[3] = ferry_stream_write(c, "hello\n", 6, NULL);
+    atomic_store(&hold_client_wrote, 1);
+    if (!k->crc[2] && !k->crc[3]) {
+        k->creply = ferry_stream_read_until(c, "\n", 1, k->reply, sizeof k->reply - 1, &n);
+        k->reply[n] = 0;
+    }
+    ferry_stream_close(c);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+static void *late_client_thread(void *arg)
+{
+    ferry_loop *loop;
+
+    if (ferry_loop_new(&loop, NULL) != 0) {
+        atomic_store(&hold_client_wrote, 1);
+        return NULL;
+    }
+    ferry_task_spawn(NULL, loop, late_client_task, arg, NULL);
+    ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop);
+    return NULL;
+}
+
+static int late_server_task(void *arg)
+{
+    struct late *k = arg;
+    ferry_scope sc;
+    size_t n;
+    int avail = 0;
+
+    /* The command and the client hello behind it, before the plain read. */
+    for (int i = 0; i < 10000 && avail <= 9; i++) {
+        if (ioctl(sp[1], FIONREAD, &avail) != 0)
+            break;
+        if (avail <= 9)
+            ferry_sleep(tu_ms(1));
+    }
+    k->cmd_rc = ferry_stream_read_until(B, "\n", 1, k->cmd, sizeof k->cmd - 1, &n);
+    k->cmd[n] = 0;
+    k->cleared = !(B->reg.ready & FERRY_READ) || B->reg.mode != FERRY__IO_EPOLL;
+    hold_io = ferry__sock_io;
+    hold_io.send = hold_send;
+    hold_io.recv = hold_recv;
+    B->io = &hold_io;
+    k->src = ferry_tls_server(&B, B, SRV);
+    if (k->src)
+        return 0;
+    /* The line is in: a read must not wait for the descriptor. */
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(2000), 0);
+    k->lrc = ferry_stream_read_until(B, "\n", 1, k->line, sizeof k->line - 1, &n);
+    k->line[n] = 0;
+    ferry_scope_exit(&sc);
+    if (!k->lrc)
+        ferry_stream_write(B, "ok\n", 3, NULL);
+    return 0;
+}
+
+T(after_starttls_a_line_that_came_with_the_handshake_is_read_at_once)
+{
+    struct late k;
+    pthread_t th;
+
+    memset(&k, 0, sizeof k);
+    hold_sent = hold_done = false;
+    atomic_store(&hold_client_wrote, 0);
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    cr_assert_eq(ferry_stream_open(&B, tu_loop, sp[1], NULL), 0);
+    k.fd = sp[0];
+    th = tu_start_thread(late_client_thread, &k);
+    cr_assert_eq(tu_run(late_server_task, &k), 0);
+    /* Unblocks the client if the server gave up on the line. */
+    cr_assert_eq(ferry_stream_close(B), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(k.cmd_rc, 0);
+    cr_assert_str_eq(k.cmd, "STARTTLS\n");
+    cr_assert(k.cleared, "the plain read left the readable bit set: the test shows nothing");
+    cr_assert(hold_done, "the server's handshake never received after sending");
+    cr_assert_eq(k.src, 0, "server handshake: %d", k.src);
+    cr_assert_eq(k.crc[0], 0);
+    cr_assert_eq(k.crc[1], 0);
+    cr_assert_eq(k.crc[2], 0, "client handshake: %d", k.crc[2]);
+    cr_assert_eq(k.crc[3], 0);
+    cr_expect_eq(k.lrc, 0, "the line that came with the handshake: %d", k.lrc);
+    cr_expect_str_eq(k.line, "hello\n");
+    cr_expect_eq(k.creply, 0, "the client's read of the reply: %d", k.creply);
+    cr_expect_str_eq(k.reply, "ok\n");
+    done();
+}
+
+/*
+ * The same shape without STARTTLS, on the client's side: right after a
+ * connect the readable bit is clear (only writability said the connect
+ * was done).  A TLS 1.2 server that greets as soon as its handshake is
+ * done (as IMAPS and SMTPS servers do) sends its greeting right behind
+ * its Finished, and the client's last handshake receive takes both.
+ * Every receive of the client's transport after it has sent waits until
+ * all that the server has sent by then (its flight; then its Finished and
+ * greeting) is in the client's socket.
+ */
+struct greet {
+    atomic_int  port;          /* the server's, once it listens */
+    atomic_long srv_sent;      /* bytes the server's transport sent */
+    atomic_int  greeted;       /* the server's greeting was written */
+    long        cli_got;       /* bytes the client's transport received */
+    bool        cli_sent;      /* the client's transport sent */
+    int         holds;         /* receives held so far */
+    int         src, swrc, srrc;
+    char        bye[16];
+    int         crc[3];
+    char        greeting[32];
+};
+
+static struct greet *G;
+static struct ferry__stream_io greet_srv_io, greet_cli_io;
+
+static ssize_t greet_srv_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        atomic_fetch_add(&G->srv_sent, k);
+    return k;
+}
+
+static ssize_t greet_cli_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
+{
+    ssize_t k = ferry__sock_io.send(s, iov, n, want);
+
+    if (k > 0)
+        G->cli_sent = true;
+    return k;
+}
+
+/* Wait (10 s at most) until every byte the server has sent, and its
+ * greeting if `greeting`, is in the client's socket. */
+static void greet_wait(int fd, bool greeting)
+{
+    struct timespec ms = { 0, 1000000 };
+
+    for (int i = 0; i < 10000; i++) {
+        int avail = 0;
+        long sent = atomic_load(&G->srv_sent);
+
+        if (ioctl(fd, FIONREAD, &avail) != 0)
+            return;
+        if (sent > 0 && G->cli_got + avail >= sent && (!greeting || atomic_load(&G->greeted)))
+            return;
+        nanosleep(&ms, NULL);
+    }
+}
+
+static ssize_t greet_cli_recv(ferry_stream *s, void *buf, size_t len, int *want)
+{
+    ssize_t k;
+
+    /* The first receive after the client hello waits for the server's
+     * flight, the second (after the client's Finished) for the server's
+     * Finished and greeting. */
+    if (G->cli_sent && G->holds < 2)
+        greet_wait(s->reg.fd, ++G->holds == 2);
+    k = ferry__sock_io.recv(s, buf, len, want);
+    if (k > 0)
+        G->cli_got += k;
+    return k;
+}
+
+static int greet_server_task(void *arg)
+{
+    ferry_tls_ctx *srv12 = arg;
+    ferry_listener *l;
+    ferry_stream *s;
+    ferry_scope sc;
+    size_t n;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(20000), 0);
+    G->src = ferry_tcp_listen(&l, NULL, "127.0.0.1", 0, NULL);
+    if (G->src) {
+        atomic_store(&G->port, -1);
+        goto out;
+    }
+    atomic_store(&G->port, ferry_listener_port(l));
+    G->src = ferry_listener_accept(l, &s, NULL);
+    ferry_listener_close(l);
+    if (G->src)
+        goto out;
+    greet_srv_io = ferry__sock_io;
+    greet_srv_io.send = greet_srv_send;
+    s->io = &greet_srv_io;
+    G->src = ferry_tls_server(&s, s, srv12);
+    if (!G->src) {
+        G->swrc = ferry_stream_write(s, "* OK ready\n", 11, NULL);
+        atomic_store(&G->greeted, 1);
+        G->srrc = ferry_stream_read_until(s, "\n", 1, G->bye, sizeof G->bye - 1, &n);
+        G->bye[n] = 0;
+    }
+    atomic_store(&G->greeted, 1);
+    ferry_stream_close(s);
+out:
+    ferry_scope_exit(&sc);
+    return 0;
+}
+
+static void *greet_server_thread(void *arg)
+{
+    ferry_loop *loop;
+
+    if (ferry_loop_new(&loop, NULL) != 0) {
+        atomic_store(&G->port, -1);
+        return NULL;
+    }
+    ferry_task_spawn(NULL, loop, greet_server_task, arg, NULL);
+    ferry_loop_run(loop, FERRY_RUN_DEFAULT);
+    ferry_loop_free(loop);
+    return NULL;
+}
+
+static int greet_client_task(void *arg)
+{
+    ferry_stream *c;
+    ferry_scope sc;
+    size_t n;
+    int port;
+
+    (void)arg;
+    while ((port = atomic_load(&G->port)) == 0)
+        ferry_sleep(tu_ms(1));
+    if (port < 0)
+        return 0;
+    G->crc[0] = ferry_tcp_connect(&c, "127.0.0.1", port, NULL);
+    if (G->crc[0])
+        return 0;
+    /* A connect that waited (loopback's do) leaves the bit clear; one
+     * that completed at once would leave it set.  Nothing can have come
+     * yet (the server waits for the client hello), so clear is true. */
+    c->reg.ready &= (uint8_t)~FERRY_READ;
+    greet_cli_io = ferry__sock_io;
+    greet_cli_io.send = greet_cli_send;
+    greet_cli_io.recv = greet_cli_recv;
+    c->io = &greet_cli_io;
+    G->crc[1] = ferry_tls_client(&c, c, CLI, "localhost");
+    if (!G->crc[1]) {
+        ferry_scope_enter(&sc, ferry_now() + tu_ms(2000), 0);
+        G->crc[2] = ferry_stream_read_until(c, "\n", 1, G->greeting, sizeof G->greeting - 1, &n);
+        G->greeting[n] = 0;
+        ferry_scope_exit(&sc);
+        if (!G->crc[2])
+            ferry_stream_write(c, "bye\n", 4, NULL);
+    }
+    ferry_stream_close(c);
+    return 0;
+}
+
+T(after_a_connect_a_greeting_that_came_with_the_handshake_is_read_at_once)
+{
+    struct greet k;
+    ferry_tls_ctx *srv12 = server_with(F.server, F.server_key);
+    pthread_t th;
+
+    memset(&k, 0, sizeof k);
+    G = &k;
+    cr_assert_eq(SSL_CTX_set_max_proto_version(ferry_tls_ctx_openssl(srv12), TLS1_2_VERSION), 1);
+    th = tu_start_thread(greet_server_thread, srv12);
+    cr_assert_eq(tu_run(greet_client_task, NULL), 0);
+    pthread_join(th, NULL);
+    ferry_tls_ctx_free(srv12);
+    cr_assert_eq(k.crc[0], 0, "connect: %d", k.crc[0]);
+    cr_assert_eq(k.crc[1], 0, "client handshake: %d", k.crc[1]);
+    cr_assert_eq(k.holds, 2, "%d receives held, not 2", k.holds);
+    cr_assert_eq(k.swrc, 0, "the server's greeting: %d", k.swrc);
+    cr_expect_eq(k.crc[2], 0, "the greeting that came with the handshake: %d", k.crc[2]);
+    cr_expect_str_eq(k.greeting, "* OK ready\n");
+    cr_expect_eq(k.srrc, 0, "the server's read of the client's answer: %d", k.srrc);
+    cr_expect_str_eq(k.bye, "bye\n");
     done();
 }

@@ -33,11 +33,12 @@
  *   - ferry_stream_close() sends close_notify if the socket takes it at
  *     once, then closes.
  *   - Errors of the protocol: -EKEYREJECTED (the peer's certificate did
- *     not verify: untrusted, expired, another host's name), -EPROTO (the
- *     peer broke the protocol or sent a fatal alert, for instance because
- *     it rejected our certificate), -ECONNABORTED (the connection ended
- *     without close_notify).  ferry_tls_last_error() gives OpenSSL's
- *     reason in words.
+ *     not verify: untrusted, expired, another host's name; or a client
+ *     sent none to a server that requires one), -EPROTO (the peer broke
+ *     the protocol or sent a fatal alert, for instance because it
+ *     rejected our certificate or our lack of one), -ECONNABORTED (the
+ *     connection ended without close_notify).  ferry_tls_last_error()
+ *     gives OpenSSL's reason in words.
  *
  * Everything about a stream belongs to its loop, as in ferry/stream.h.  A
  * context may be shared by the loops of several threads once it is set up.
@@ -139,10 +140,12 @@ void ferry_tls_ctx_free(ferry_tls_ctx *ctx);
  * Thread: loop, in a task of the stream's loop.  Suspends: yes.
  * Owns: `s` stays the caller's in every case.  On success *out is `s`
  * itself, converted in place (so that other pointers to it stay valid):
- * close it once, with ferry_stream_close().  On an error after the
- * handshake began (any but -EINVAL, -EPERM, -EBUSY, -EBADF and -ENOMEM),
- * `s` is left broken: its reads and writes return -EPROTO, and the caller
- * closes it.
+ * close it once, with ferry_stream_close().  On an error *out is not
+ * written, so the in-place form ferry_tls_client(&s, s, ...) keeps `s`
+ * to read ferry_tls_last_error() from and to close.  On an error after
+ * the handshake began (any but -EINVAL, -EPERM, -EBUSY, -EBADF and
+ * -ENOMEM), `s` is left broken: its reads and writes return -EPROTO, and
+ * the caller closes it.
  * Returns: 0; -EKEYREJECTED (the certificate did not verify);
  * -EPROTO (a protocol error or a fatal alert from the server);
  * -ECONNABORTED (the server closed during the handshake);
@@ -164,8 +167,12 @@ int ferry_tls_client(ferry_stream **out /* OUT */, ferry_stream *s, ferry_tls_ct
  * Thread: loop, in a task of the stream's loop.  Suspends: yes.
  * Owns: as ferry_tls_client().
  * Returns: as ferry_tls_client(); -EKEYREJECTED for a client certificate
- * that did not verify; -EINVAL also for a context that is not a server
- * context or has no certificate.
+ * that did not verify, or none (with FERRY_TLS_VERIFY_CLIENT); -EINVAL
+ * also for a context that is not a server context or has no certificate.
+ * The client refused gets -EPROTO, from its handshake in TLS 1.2 and from
+ * its first read in TLS 1.3, where its handshake ends before the server
+ * has checked (ferry_tls_last_error(): "tlsv13 alert certificate
+ * required" when it sent none).
  */
 int ferry_tls_server(ferry_stream **out /* OUT */, ferry_stream *s, ferry_tls_ctx *ctx);
 
