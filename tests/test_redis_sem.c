@@ -306,25 +306,40 @@ T(lost_lease_is_reported)
 
 /* ---- other processes ----------------------------------------------------- */
 
-static pid_t spawn_worker(char *const argv[], int *out_fd)
+/* Start tests/redis_worker.c with `argv`; with out_fd, its stdout is a
+ * pipe whose reading end goes to *out_fd.  The pid, or -1 (fit for a task:
+ * no cr_assert). */
+static pid_t start_worker(char *const argv[], int *out_fd)
 {
     posix_spawn_file_actions_t fa;
     int fds[2] = { -1, -1 };
     pid_t pid;
 
+    if (out_fd != NULL && pipe(fds) != 0)
+        return -1;
     posix_spawn_file_actions_init(&fa);
     if (out_fd != NULL) {
-        cr_assert_eq(pipe(fds), 0);
         posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
         posix_spawn_file_actions_addclose(&fa, fds[0]);
     }
-    cr_assert_eq(posix_spawn(&pid, REDIS_WORKER, &fa, NULL, argv, environ), 0,
-                 "could not start %s", REDIS_WORKER);
+    if (posix_spawn(&pid, REDIS_WORKER, &fa, NULL, argv, environ) != 0)
+        pid = -1;
     posix_spawn_file_actions_destroy(&fa);
     if (out_fd != NULL) {
         close(fds[1]);
-        *out_fd = fds[0];
+        if (pid < 0)
+            close(fds[0]);
+        else
+            *out_fd = fds[0];
     }
+    return pid;
+}
+
+static pid_t spawn_worker(char *const argv[], int *out_fd)
+{
+    pid_t pid = start_worker(argv, out_fd);
+
+    cr_assert_gt(pid, 0, "could not start %s", REDIS_WORKER);
     return pid;
 }
 
@@ -430,4 +445,302 @@ T(acquire_reloads_a_flushed_script)
     cr_assert_eq(tu_run(flushed_main, NULL), 0);
     for (int i = 0; i < 7; i++)
         cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+}
+
+/* ---- a release wakes the waiters of other connections and processes ----- */
+
+/*
+ * Polls too rare to matter: a waiter polling every 60 s can be granted
+ * within these tests' 20 s timeout only by the wake that a release sends
+ * it, so a test that ends at all shows that the wake came.
+ */
+#define TW(name) \
+    Test(redis_sem, name, .init = redis_setup, .fini = redis_teardown, .timeout = 20.)
+
+static const ferry_redis_sem_opts rare = {
+    .poll_min = FERRY_SEC(60), .poll_max = FERRY_SEC(60),
+};
+
+/* Wait until `n` wake channels are subscribed on the server; at most 10 s. */
+static int wait_channels(ferry_redis *r, long long n)
+{
+    for (int i = 0; i < 1000; i++) {
+        redisReply *rep;
+        int rc = ferry_redis_command(r, &rep, "PUBSUB CHANNELS ferry-wake:*");
+        bool done;
+
+        if (rc)
+            return rc;
+        done = rep->type == REDIS_REPLY_ARRAY && (long long)rep->elements == n;
+        ferry_redis_reply_free(rep);
+        if (done)
+            return 0;
+        ferry_sleep(FERRY_MSEC(10));
+    }
+    return -ETIMEDOUT;
+}
+
+/* One command whose reply must be an OK status or an integer. */
+static int command_ok(ferry_redis *r, const char *cmd)
+{
+    redisReply *rep;
+    int rc = ferry_redis_command(r, &rep, cmd);
+
+    if (rc)
+        return rc;
+    if (rep->type != REDIS_REPLY_STATUS && rep->type != REDIS_REPLY_INTEGER)
+        rc = -EPROTO;
+    ferry_redis_reply_free(rep);
+    return rc;
+}
+
+static int woken_fifo_main(void *arg)
+{
+    ferry_redis *ra, *rb, *rc_;
+    ferry_redis_sem *sa;
+    ferry_redis_permit *p;
+    ferry_task *tb, *tc;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&ra) | connect_srv(&rb) | connect_srv(&rc_);
+    g_rc[1] = ferry_redis_lock_new(&sa, ra, "woken", &fast) |
+              ferry_redis_lock_new(&g_sb, rb, "woken", &rare) |
+              ferry_redis_lock_new(&g_sc, rc_, "woken", &rare);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(sa, &p);
+    tb = tu_spawn(conn_waiter, g_sb);
+    g_rc[5] = wait_zcard(ra, "{woken}:queue", 1);
+    tc = tu_spawn(conn_waiter, g_sc);
+    g_rc[5] |= wait_zcard(ra, "{woken}:queue", 2);
+    /* B is woken by this release, C by B's. */
+    g_rc[3] = ferry_redis_permit_release(p);
+    g_rc[4] = tu_join(tb) | tu_join(tc);
+    ferry_redis_sem_free(sa);
+    ferry_redis_sem_free(g_sb);
+    ferry_redis_sem_free(g_sc);
+    ferry_redis_close(ra);
+    ferry_redis_close(rb);
+    ferry_redis_close(rc_);
+    return 0;
+}
+
+TW(release_wakes_waiters_of_other_connections_in_arrival_order)
+{
+    cr_assert_eq(tu_run(woken_fifo_main, NULL), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_eq(g_order.n, 2);
+    cr_assert_eq(g_order.who[0], 1, "the first waiter was granted first");
+    cr_assert_eq(g_order.who[1], 2);
+}
+
+static pid_t g_pid;
+static int g_fd = -1;
+
+/* Holds the lock while a waiter in another process (60 s polls) queues,
+ * then releases it. */
+static int xproc_main(void *arg)
+{
+    char **argv = arg;
+    ferry_redis_permit *p;
+
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "xproc", &fast);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    g_val[0] = ferry_redis_permit_fence(p);
+    g_pid = start_worker(argv, &g_fd);
+    g_rc[3] = g_pid > 0 ? wait_zcard(g_r, "{xproc}:queue", 1) : -ECHILD;
+    g_rc[4] = ferry_redis_permit_release(p);
+    g_rc[5] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+TW(release_in_one_process_wakes_a_waiter_in_another)
+{
+    char port[16], line[64] = "";
+    char *argv[] = { "redis_worker", "acquire", port, "xproc", "60000", NULL };
+    ssize_t n;
+    int status;
+
+    snprintf(port, sizeof(port), "%d", g_srv.port);
+    cr_assert_eq(tu_run(xproc_main, argv), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    n = read(g_fd, line, sizeof(line) - 1);
+    close(g_fd);
+    cr_assert_eq(waitpid(g_pid, &status, 0), g_pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the waiter failed: %#x", status);
+    cr_assert_gt(n, 0, "the waiter printed no fence");
+    cr_assert_gt(strtoll(line, NULL, 10), g_val[0], "fence %s after the holder's %lld", line,
+                 (long long)g_val[0]);
+}
+
+/* ---- leases still run out, for holders and for waiters ------------------- */
+
+static const ferry_redis_sem_opts fallback = {
+    .poll_min = FERRY_MSEC(20), .poll_max = FERRY_MSEC(200),
+};
+
+static int lone_waiter(void *arg)
+{
+    ferry_redis_permit *p;
+    int rc = ferry_redis_sem_acquire(arg, &p);
+
+    if (rc)
+        return rc;
+    g_val[1] = ferry_redis_permit_fence(p);
+    return ferry_redis_permit_release(p);
+}
+
+/* A holder process renews a 500 ms lease; this waits for the lock, and the
+ * holder is killed meanwhile. */
+static int killed_while_waiting_main(void *arg)
+{
+    ferry_task *t;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "kw", &fallback);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    t = tu_spawn(lone_waiter, g_s);
+    g_rc[2] = wait_zcard(g_r, "{kw}:queue", 1);
+    kill(g_pid, SIGKILL);
+    g_rc[3] = tu_join(t);
+    g_rc[4] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(lease_of_a_killed_holder_goes_to_the_waiting_task)
+{
+    char port[16], line[64] = "";
+    char *argv[] = { "redis_worker", "hold", port, "kw", "500", NULL };
+    int fd, status;
+    ssize_t n;
+
+    snprintf(port, sizeof(port), "%d", g_srv.port);
+    g_pid = spawn_worker(argv, &fd);
+    n = read(fd, line, sizeof(line) - 1);
+    close(fd);
+    cr_assert_gt(n, 0, "the holder printed no fence");
+    cr_assert_eq(tu_run(killed_while_waiting_main, NULL), 0);
+    waitpid(g_pid, &status, 0);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_gt(g_val[1], strtoll(line, NULL, 10), "fence %lld after the dead holder's %s",
+                 (long long)g_val[1], line);
+}
+
+/* A waiter process queues first and is killed; the release that follows
+ * must still reach the live waiter behind it. */
+static int dead_waiter_main(void *arg)
+{
+    char **argv = arg;
+    ferry_redis *rb;
+    ferry_redis_sem *sb;
+    ferry_redis_permit *p;
+    ferry_task *t;
+    int status;
+
+    g_rc[0] = connect_srv(&g_r) | connect_srv(&rb);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "dw", &fast) |
+              ferry_redis_lock_new(&sb, rb, "dw", &fallback);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    g_pid = start_worker(argv, NULL);
+    g_rc[3] = g_pid > 0 ? wait_zcard(g_r, "{dw}:queue", 1) : -ECHILD;
+    t = tu_spawn(lone_waiter, sb);
+    g_rc[3] |= wait_zcard(g_r, "{dw}:queue", 2);
+    kill(g_pid, SIGKILL);
+    waitpid(g_pid, &status, 0);
+    g_rc[4] = ferry_redis_permit_release(p);
+    g_rc[5] = tu_join(t);
+    g_rc[6] = ferry_redis_sem_free(g_s) | ferry_redis_sem_free(sb);
+    ferry_redis_close(g_r);
+    ferry_redis_close(rb);
+    return 0;
+}
+
+T(killed_waiter_does_not_keep_the_permit)
+{
+    char port[16];
+    char *argv[] = { "redis_worker", "acquire", port, "dw", "100", NULL };
+
+    snprintf(port, sizeof(port), "%d", g_srv.port);
+    cr_assert_eq(tu_run(dead_waiter_main, argv), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_gt(g_val[1], 0);
+}
+
+/* ---- the wake connection lost -------------------------------------------- */
+
+/*
+ * The waiter on rb waits with its wake channel subscribed; then SUBSCRIBE
+ * is refused (ACL) and the subscriber connections are killed, so the wake
+ * that the release sends is lost.  `allow_again`: SUBSCRIBE is allowed again
+ * after the release, and the new subscription must find the grant;
+ * otherwise the waiter's polling must.
+ */
+static int lost_wake_main(void *arg)
+{
+    bool allow_again = arg != NULL;
+    ferry_redis *rb;
+    ferry_redis_sem *sb;
+    ferry_redis_permit *p;
+    ferry_task *t;
+
+    g_rc[0] = connect_srv(&g_r) | connect_srv(&rb);
+    /* Polled every 60 s while the wake path is up; every 20 ms, doubling,
+     * once it is lost (unless a resubscription is to be tested). */
+    ferry_redis_sem_opts o = { .poll_min = allow_again ? FERRY_SEC(60) : FERRY_MSEC(20),
+                               .poll_max = FERRY_SEC(60) };
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "lw", &fast) |
+              ferry_redis_lock_new(&sb, rb, "lw", &o);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    t = tu_spawn(lone_waiter, sb);
+    g_rc[3] = wait_zcard(g_r, "{lw}:queue", 1) | wait_channels(g_r, 1);
+    g_rc[4] = command_ok(g_r, "ACL SETUSER default -subscribe") |
+              command_ok(g_r, "CLIENT KILL TYPE pubsub") | wait_channels(g_r, 0);
+    g_rc[5] = ferry_redis_permit_release(p);
+    if (allow_again)
+        g_rc[6] = command_ok(g_r, "ACL SETUSER default +subscribe");
+    g_rc[7] = tu_join(t);
+    /* Still refused: the grant came by polling. */
+    g_val[0] = tu_redis_query(&g_srv, NULL, 0, "PUBSUB CHANNELS ferry-wake:*");
+    g_rc[8] = ferry_redis_sem_free(g_s) | ferry_redis_sem_free(sb);
+    ferry_redis_close(g_r);
+    ferry_redis_close(rb);
+    return 0;
+}
+
+TW(lost_wake_connection_falls_back_to_polling)
+{
+    cr_assert_eq(tu_run(lost_wake_main, NULL), 0);
+    for (int i = 0; i < 9; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_gt(g_val[1], 0);
+    cr_assert_eq(g_val[0], 0, "no wake channel was subscribed when the grant came");
+}
+
+TW(resubscription_finds_a_wake_lost_meanwhile)
+{
+    cr_assert_eq(tu_run(lost_wake_main, (void *)1), 0);
+    for (int i = 0; i < 9; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_gt(g_val[1], 0);
 }

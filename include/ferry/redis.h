@@ -257,6 +257,10 @@ typedef struct ferry_redis_sem_opts {
     /* How long the server keeps a waiter that stopped polling; 0: 1 s or
      * 4 * poll_max, whichever is longer.  At least 2 * poll_max. */
     int64_t waiter_ttl;
+    /* No wake channel: a waiter learns of its permit only by polling, every
+     * poll_min doubling up to poll_max (for a server that refuses
+     * SUBSCRIBE, or to compare). */
+    bool poll_only;
 } ferry_redis_sem_opts;
 
 /*
