@@ -744,3 +744,153 @@ TW(resubscription_finds_a_wake_lost_meanwhile)
         cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
     cr_assert_gt(g_val[1], 0);
 }
+
+/* ---- FIFO with waiters that only poll ------------------------------------ */
+
+static int mixed_main(void *arg)
+{
+    ferry_redis_sem_opts polling = { .poll_min = FERRY_MSEC(200), .poll_max = FERRY_MSEC(200),
+                                     .poll_only = true };
+    ferry_redis *ra, *rb, *rc_;
+    ferry_redis_sem *sa;
+    ferry_redis_permit *p;
+    ferry_task *tb, *tc;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&ra) | connect_srv(&rb) | connect_srv(&rc_);
+    g_rc[1] = ferry_redis_lock_new(&sa, ra, "mixed", &fast) |
+              ferry_redis_lock_new(&g_sb, rb, "mixed", &polling) |
+              ferry_redis_lock_new(&g_sc, rc_, "mixed", &rare);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(sa, &p);
+    tb = tu_spawn(conn_waiter, g_sb);
+    g_rc[5] = wait_zcard(ra, "{mixed}:queue", 1);
+    tc = tu_spawn(conn_waiter, g_sc);
+    g_rc[5] |= wait_zcard(ra, "{mixed}:queue", 2) | wait_channels(ra, 1);
+    /* B, first, learns of its grant by polling; C, woken at once by
+     * every release, must still come after it. */
+    g_rc[3] = ferry_redis_permit_release(p);
+    g_rc[4] = tu_join(tb) | tu_join(tc);
+    ferry_redis_sem_free(sa);
+    ferry_redis_sem_free(g_sb);
+    ferry_redis_sem_free(g_sc);
+    ferry_redis_close(ra);
+    ferry_redis_close(rb);
+    ferry_redis_close(rc_);
+    return 0;
+}
+
+TW(a_woken_waiter_does_not_pass_an_earlier_one_that_only_polls)
+{
+    cr_assert_eq(tu_run(mixed_main, NULL), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_eq(g_order.n, 2);
+    cr_assert_eq(g_order.who[0], 1, "the earlier, polling waiter was granted first");
+    cr_assert_eq(g_order.who[1], 2);
+}
+
+/* ---- a grant by another's release: a short lease, renewed early --------- */
+
+static int pushed_holder(void *arg)
+{
+    ferry_redis_permit *p;
+    int rc = ferry_redis_sem_acquire(arg, &p);
+
+    if (rc)
+        return rc;
+    /* Past three times the heartbeat's 800 ms that the grant's lease
+     * began with: only a renewal keeps it. */
+    ferry_sleep(FERRY_MSEC(2500));
+    g_val[1] = ferry_redis_permit_held(p);
+    g_val[2] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {pushed}:holders");
+    return ferry_redis_permit_release(p);
+}
+
+static int pushed_main(void *arg)
+{
+    ferry_redis_sem_opts heartbeat = { .poll_min = FERRY_MSEC(400), .poll_max = FERRY_MSEC(400),
+                                       .waiter_ttl = FERRY_MSEC(800) };
+    ferry_redis *rb;
+    ferry_redis_sem *sb;
+    ferry_redis_permit *p;
+    ferry_task *t;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r) | connect_srv(&rb);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "pushed", &fast) |
+              ferry_redis_lock_new(&sb, rb, "pushed", &heartbeat);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    t = tu_spawn(pushed_holder, sb);
+    g_rc[3] = wait_zcard(g_r, "{pushed}:queue", 1) | wait_channels(g_r, 1);
+    g_rc[4] = ferry_redis_permit_release(p);
+    g_rc[5] = tu_join(t);
+    g_rc[6] = ferry_redis_sem_free(g_s) | ferry_redis_sem_free(sb);
+    ferry_redis_close(g_r);
+    ferry_redis_close(rb);
+    return 0;
+}
+
+T(a_permit_granted_by_a_release_keeps_its_lease)
+{
+    cr_assert_eq(tu_run(pushed_main, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert(g_val[1], "held after three of the grant's first leases");
+    cr_assert_eq(g_val[2], 1, "still the holder on the server");
+}
+
+/* ---- a waiter cancelled while its grant is on its way --------------------- */
+
+static int cancel_race_main(void *arg)
+{
+    ferry_redis *rb, *rc_;
+    ferry_redis_permit *p;
+    ferry_task *tb, *tc;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r) | connect_srv(&rb) | connect_srv(&rc_);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "race", &fast) |
+              ferry_redis_lock_new(&g_sb, rb, "race", &rare) |
+              ferry_redis_lock_new(&g_sc, rc_, "race", &rare);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    tb = tu_spawn(conn_waiter, g_sb);
+    g_rc[3] = wait_zcard(g_r, "{race}:queue", 1);
+    tc = tu_spawn(conn_waiter, g_sc);
+    g_rc[3] |= wait_zcard(g_r, "{race}:queue", 2) | wait_channels(g_r, 2);
+    /* The release grants B on the server; B is cancelled before it hears
+     * of it, so its own release must hand the permit on to C. */
+    g_rc[4] = ferry_redis_permit_release(p);
+    ferry_task_cancel(tb);
+    g_rc[5] = tu_join(tb);
+    g_rc[6] = tu_join(tc);
+    g_val[0] = tu_redis_query(&g_srv, NULL, 0, "ZCARD {race}:holders");
+    g_rc[7] = ferry_redis_sem_free(g_s) | ferry_redis_sem_free(g_sb) |
+              ferry_redis_sem_free(g_sc);
+    ferry_redis_close(g_r);
+    ferry_redis_close(rb);
+    ferry_redis_close(rc_);
+    return 0;
+}
+
+TW(a_waiter_cancelled_before_hearing_of_its_grant_passes_it_on)
+{
+    cr_assert_eq(tu_run(cancel_race_main, NULL), 0);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_eq(g_rc[5], -ECANCELED, "the cancelled waiter: %d", g_rc[5]);
+    cr_assert_eq(g_rc[6], 0, "the next waiter: %d", g_rc[6]);
+    cr_assert_eq(g_rc[7], 0);
+    cr_assert_eq(g_order.n, 1);
+    cr_assert_eq(g_order.who[0], 2, "only the next waiter held the lock");
+    cr_assert_eq(g_val[0], 0, "nothing held at the end");
+}
