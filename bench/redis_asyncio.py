@@ -87,6 +87,7 @@ async def queue(r, n, idx):
 
 async def sem(r, n, acquire_lua, release_lua):
     sha = await r.script_load(acquire_lua)
+    rsha = await r.script_load(release_lua)
     pid = os.getpid()
     ready_and_wait()
     prev = None
@@ -96,14 +97,14 @@ async def sem(r, n, acquire_lua, release_lua):
         token = "%d:%d" % (pid, i)
         pipe = r.pipeline(transaction=False)
         if prev is not None:
-            pipe.eval(release_lua, 6, *SEM_KEYS, prev, SEM_LIMIT)
+            pipe.evalsha(rsha, 6, *SEM_KEYS, prev, SEM_LIMIT)
         pipe.evalsha(sha, 6, *SEM_KEYS, token, SEM_LIMIT, SEM_LEASE, SEM_WTTL)
         replies = await pipe.execute()
         if any(not isinstance(v, int) for v in replies) or replies[-1] <= 0:
             return False
         prev = token
     if prev is not None:
-        if not isinstance(await r.eval(release_lua, 6, *SEM_KEYS, prev, SEM_LIMIT), int):
+        if not isinstance(await r.evalsha(rsha, 6, *SEM_KEYS, prev, SEM_LIMIT), int):
             return False
     return True
 

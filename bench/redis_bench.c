@@ -2,9 +2,11 @@
  * against a plain blocking hiredis client, the floor, and a small asyncio
  * program with redis-py's asyncio client, in the same run.
  *
- *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]
+ *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [-L LIMIT] [-T TASKS]
+ *                     [-H HOLD_US] [WORKLOAD...]
  *
- * Workloads (default: all), each done by 1 and by 4 processes at once:
+ * Workloads (default: all), the first four each done by 1 and by 4
+ * processes at once:
  *
  *   redis_queue_1p, redis_queue_4p  one op = a put, a get through the
  *             consumer group and an ack: ferry_redis_queue_put(),
@@ -22,10 +24,10 @@
  *             wait for each other: the round trip is measured, not the
  *             polling): ferry_redis_sem_acquire() and
  *             ferry_redis_permit_release() in one task (system ferry); the
- *             same Lua scripts with redisCommand() (EVALSHA for the
- *             acquire, EVAL for the release, sent without waiting for its
- *             answer: it is read with the next acquire's, as ferry's
- *             release is not waited for either); the same with
+ *             same Lua scripts with redisCommand() (EVALSHA for both, the
+ *             release sent without waiting for its answer: it is read
+ *             with the next acquire's, as ferry's release is not waited
+ *             for either); the same with
  *             redis.asyncio, the release and the next acquire sent in one
  *             pipeline (system asyncio-redispy, which reads the scripts
  *             from redis/redis_sem_lua.h).  check=ok: every process ended
@@ -33,6 +35,20 @@
  *             (systems ferry and asyncio-redispy) the scripts they loaded
  *             are this program's copies (else the floor runs other
  *             scripts: FAIL).
+ *
+ *   redis_limiter_4p  a service's shape: 4 processes of TASKS tasks
+ *             (default 64), each taking requests in turn until its process
+ *             has done its share; a request holds a permit of a semaphore
+ *             of LIMIT permits (default 32) for HOLD_US (default 2,000 us,
+ *             a ferry_sleep()).  Systems: ferry (the wake channel), ferry-
+ *             polling (the same with opts.poll_only: polls every 5 ms
+ *             doubling up to 100 ms) and no-limiter (the same requests
+ *             without the semaphore).  A table gives the requests per
+ *             second, their share of what the limit allows (LIMIT permits
+ *             each busy all the time: LIMIT / HOLD_US), and the acquire
+ *             scripts the server ran per grant (INFO commandstats:
+ *             EVALSHA calls over grants).  check=ok: every process ended
+ *             well, the fence counter is OPS and nothing is held.
  *
  * OPS (default 20,000) is the total over the processes.  Each
  * measurement runs in fresh processes (this program, run again with
@@ -285,12 +301,16 @@ static int hiredis_sem(void)
     };
     redisContext *c = redisConnect("127.0.0.1", g_child.port);
     redisReply *r = NULL;
-    char sha[41], token[64];
+    char sha[41], rsha[41], token[64];
     long long granted;
 
     if (c == NULL || c->err || !hiredis_do(c, &r, "SCRIPT LOAD %s", acquire_lua))
         return 1;
     snprintf(sha, sizeof(sha), "%s", r->str);
+    freeReplyObject(r);
+    if (!hiredis_do(c, &r, "SCRIPT LOAD %s", release_lua))
+        return 1;
+    snprintf(rsha, sizeof(rsha), "%s", r->str);
     freeReplyObject(r);
     ready_and_wait();
     for (long i = 0; i < g_child.n; i++) {
@@ -303,7 +323,7 @@ static int hiredis_sem(void)
             return 1;
         if (!hiredis_reply(c, &granted) || granted <= 0)
             return 1;
-        redisAppendCommand(c, "EVAL %s 6 %s %s %s %s %s %s %s %s", release_lua, keys[0], keys[1],
+        redisAppendCommand(c, "EVALSHA %s 6 %s %s %s %s %s %s %s %s", rsha, keys[0], keys[1],
                            keys[2], keys[3], keys[4], keys[5], token, SEM_LIMIT);
     }
     if (g_child.n > 0 && !hiredis_reply(c, NULL))

@@ -43,6 +43,7 @@ struct ferry_redis_sem {
     char                 wttl_ms[24];  /* opts.waiter_ttl in ms, as text */
     char                 limit_s[16];  /* limit as text */
     char                 sha[41];      /* SHA1 of acquire_lua once loaded; "" before */
+    char                 release_sha[41]; /* SHA1 of release_lua, loaded with it */
     ferry_event          wake;         /* pulsed when a permit of this handle is released */
     size_t               busy;         /* permits held and acquires under way */
 };
@@ -176,15 +177,67 @@ static void ignore_reply(ferry_redis *r, redisReply *reply, void *arg)
     (void)arg;
 }
 
-/* Send the release script for `token` without waiting for its answer. */
+static bool is_noscript(const redisReply *rep)
+{
+    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+/*
+ * The answer of a release sent by its SHA1.  `arg` holds its arguments
+ * after the script (six keys, the token, the limit, each NUL-terminated),
+ * copied because the handle may be freed by now: if the server has lost
+ * the script (a restart, SCRIPT FLUSH), the release goes again as EVAL.
+ */
+static void on_release_answer(ferry_redis *r, redisReply *reply, void *arg)
+{
+    const char *argv[3 + NKEYS + 2] = { "EVAL", release_lua, "6" };
+    const char *p = arg;
+
+    if (reply != NULL && is_noscript(reply)) {
+        for (int i = 3; i < 3 + NKEYS + 2; i++) {
+            argv[i] = p;
+            p += strlen(p) + 1;
+        }
+        ferry__redis_send_cb(r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    }
+    free(arg);
+}
+
+/*
+ * Send the release script for `token` without waiting for its answer: by
+ * its SHA1 once the acquire has loaded it (EVAL would send the script's
+ * text and have the server hash it, for every release), else as EVAL.
+ */
 static int send_release(ferry_redis_sem *s, const char *token)
 {
-    const char *argv[] = {
+    const char *argv[3 + NKEYS + 2] = {
         "EVAL", release_lua, "6", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
         s->keys[K_TICKET], s->keys[K_FENCE], s->keys[K_FENCES], token, s->limit_s,
     };
+    size_t len[3 + NKEYS + 2], n = 0;
+    char *again;
+    int rc;
 
-    return ferry__redis_send_cb(s->r, 11, argv, NULL, ignore_reply, NULL);
+    if (s->release_sha[0] == '\0')
+        return ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    for (int i = 3; i < 3 + NKEYS + 2; i++) {
+        len[i] = strlen(argv[i]) + 1;
+        n += len[i];
+    }
+    again = malloc(n);
+    if (again == NULL)
+        return ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    n = 0;
+    for (int i = 3; i < 3 + NKEYS + 2; i++) {
+        memcpy(again + n, argv[i], len[i]);
+        n += len[i];
+    }
+    argv[0] = "EVALSHA";
+    argv[1] = s->release_sha;
+    rc = ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, on_release_answer, again);
+    if (rc)
+        free(again);
+    return rc;
 }
 
 static void renew_due(void *arg);
@@ -281,24 +334,27 @@ bool ferry_redis_permit_held(const ferry_redis_permit *p)
 
 /* ---- Acquire -------------------------------------------------------------- */
 
-static bool is_noscript(const redisReply *rep)
-{
-    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
-}
-
-static int load_script(ferry_redis_sem *s)
+/* SCRIPT LOAD `script` into sha[41]. */
+static int load_one(ferry_redis_sem *s, const char *script, char *sha)
 {
     redisReply *rep;
-    int rc = ferry_redis_command(s->r, &rep, "SCRIPT LOAD %s", acquire_lua);
+    int rc = ferry_redis_command(s->r, &rep, "SCRIPT LOAD %s", script);
 
     if (rc)
         return rc;
     if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
-        memcpy(s->sha, rep->str, 41);
+        memcpy(sha, rep->str, 41);
     else
         rc = -EPROTO;
     ferry_redis_reply_free(rep);
     return rc;
+}
+
+static int load_script(ferry_redis_sem *s)
+{
+    int rc = load_one(s, release_lua, s->release_sha);
+
+    return rc ? rc : load_one(s, acquire_lua, s->sha);
 }
 
 /* One poll: *fence > 0 if granted, 0 if still waiting. */
