@@ -20,7 +20,9 @@
  * "ferry-wake:ID" for a token "wID:N", with the message "FENCE TOKEN"; a
  * token without that form (a waiter that only polls) is told nothing and
  * learns it at its next poll.  `self` is the caller's own token, granted
- * with the lease `lease`; its answer tells it.
+ * with the lease `lease`; its answer tells it.  The PUBLISH is a pcall: a
+ * server that refuses it (an ACL without the channel) leaves the waiter to
+ * its next poll rather than failing the script.
  */
 #define FERRY_SEM_LUA_COMMON \
     "local t = redis.call('TIME')\n" \
@@ -48,7 +50,7 @@
     "      redis.call('ZADD', KEYS[1], alive, w)\n" \
     "      local id = string.match(w, '^w([^:]+):')\n" \
     "      if id then\n" \
-    "        redis.call('PUBLISH', 'ferry-wake:' .. id, string.format('%d %s', f, w))\n" \
+    "        redis.pcall('PUBLISH', 'ferry-wake:' .. id, string.format('%d %s', f, w))\n" \
     "      end\n" \
     "    end\n" \
     "  end\n" \

@@ -905,3 +905,85 @@ TW(a_waiter_cancelled_before_hearing_of_its_grant_passes_it_on)
     cr_assert_eq(g_order.who[0], 2, "only the next waiter held the lock");
     cr_assert_eq(g_val[0], 0, "nothing held at the end");
 }
+
+/* ---- a server that refuses the scripts' PUBLISH --------------------------- */
+
+static int publish_refused_main(void *arg)
+{
+    ferry_redis_sem_opts held_long = { .lease = FERRY_SEC(60) };
+    ferry_redis *rb;
+    ferry_redis_sem *sb;
+    ferry_redis_permit *p;
+    ferry_task *t;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r) | connect_srv(&rb);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "nopub", &held_long) |
+              ferry_redis_lock_new(&sb, rb, "nopub", &fallback);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    g_rc[2] = ferry_redis_sem_acquire(g_s, &p);
+    if (g_rc[2])
+        return 0;
+    t = tu_spawn(lone_waiter, sb);
+    g_rc[3] = wait_zcard(g_r, "{nopub}:queue", 1) | wait_channels(g_r, 1) |
+              command_ok(g_r, "ACL SETUSER default -publish");
+    /* The release's script cannot tell the waiter; it must still run
+     * (else the permit stays held for its 60 s lease), and the waiter's
+     * heartbeat poll finds the grant. */
+    g_rc[4] = ferry_redis_permit_release(p);
+    g_rc[5] = tu_join(t);
+    g_rc[6] = ferry_redis_sem_free(g_s) | ferry_redis_sem_free(sb);
+    ferry_redis_close(g_r);
+    ferry_redis_close(rb);
+    return 0;
+}
+
+TW(a_refused_publish_leaves_the_waiter_to_its_polls)
+{
+    cr_assert_eq(tu_run(publish_refused_main, NULL), 0);
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(g_rc[i], 0, "step %d: %d", i, g_rc[i]);
+    cr_assert_gt(g_val[1], 0);
+}
+
+static char g_str[32];
+
+/* A poll that finds a lease run out hands the permit to the waiter before
+ * it, whose wake the server refuses: the poll must still answer. */
+static int refused_in_acquire_main(void *arg)
+{
+    static const char *const setup[] = {
+        "ACL SETUSER default -publish",
+        "ZADD {nopub2}:holders 1 gone",                  /* a lease long run out */
+        "ZADD {nopub2}:queue 1 wother:1",                /* a live waiter, first */
+        "ZADD {nopub2}:alive 99999999999999 wother:1",
+        "SET {nopub2}:ticket 1",
+    };
+    ferry_redis_permit *p = NULL;
+    ferry_scope sc;
+
+    (void)arg;
+    g_rc[0] = connect_srv(&g_r);
+    g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "nopub2", &fast);
+    if (g_rc[0] | g_rc[1])
+        return 0;
+    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
+        g_rc[2] |= command_ok(g_r, setup[i]);
+    ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(300), 0);
+    g_rc[3] = ferry_redis_sem_acquire(g_s, &p);
+    ferry_scope_exit(&sc);
+    tu_redis_query(&g_srv, g_str, sizeof(g_str), "HGET {nopub2}:fences wother:1");
+    g_rc[4] = ferry_redis_sem_free(g_s);
+    ferry_redis_close(g_r);
+    return 0;
+}
+
+T(a_refused_publish_does_not_fail_the_poll_that_grants)
+{
+    cr_assert_eq(tu_run(refused_in_acquire_main, NULL), 0);
+    cr_assert_eq(g_rc[0] | g_rc[1] | g_rc[2], 0);
+    cr_assert_eq(g_rc[3], -ETIMEDOUT, "the acquire behind the granted waiter: %d", g_rc[3]);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_str_eq(g_str, "1", "the waiter before it was granted the first fence: \"%s\"", g_str);
+}
