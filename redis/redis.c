@@ -13,6 +13,10 @@
  * the record says whether its caller still waits (then it gets the reply)
  * or gave up (then ferry frees the reply, after the caller's late
  * function if it gave one).
+ *
+ * A connection whose tasks wait for pushed messages (the semaphore's
+ * waiters) keeps a second hiredis context, subscribed to its wake channel;
+ * see "The wake channel" below and redis_int.h.
  */
 #include <arpa/inet.h>
 #include <errno.h>

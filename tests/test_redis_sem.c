@@ -2,9 +2,13 @@
  * across processes, against a real redis-server started by each test:
  * FIFO grants, fencing tokens that only grow, a cancelled or timed-out
  * acquire that leaves no waiter on the server, a lease lost and reported,
- * a holder killed with SIGKILL whose permit comes back after its lease, and
+ * a holder killed with SIGKILL whose permit comes back after its lease,
  * 8 processes of 4 tasks that never exceed a limit of 5 (peak measured on
- * the server).  The processes are tests/redis_worker.c, spawned.
+ * the server), and the wake channel: a release wakes a waiter of another
+ * connection or process whose polls are too rare to end the test in time,
+ * a lost or refused channel falls back to polling, a resubscription finds
+ * a grant whose wake was lost.  The processes are tests/redis_worker.c,
+ * spawned.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
