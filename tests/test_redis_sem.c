@@ -465,15 +465,16 @@ T(acquire_reloads_a_flushed_script)
 /* ---- a release wakes the waiters of other connections and processes ----- */
 
 /*
- * Polls too rare to matter: a waiter polling every 60 s can be granted
- * within these tests' 20 s timeout only by the wake that a release sends
- * it, so a test that ends at all shows that the wake came.
+ * Polls too rare to matter: a waiter polling every 600 s can be granted
+ * within these tests' 20 s timeout (scaled by the slow builds' time
+ * factor, at most 120 s) only by the wake that a release sends it, so a
+ * test that ends at all shows that the wake came.
  */
 #define TW(name) \
     Test(redis_sem, name, .init = redis_setup, .fini = redis_teardown, .timeout = 20.)
 
 static const ferry_redis_sem_opts rare = {
-    .poll_min = FERRY_SEC(60), .poll_max = FERRY_SEC(60),
+    .poll_min = FERRY_SEC(600), .poll_max = FERRY_SEC(600),
 };
 
 /* Wait until `n` wake channels are subscribed on the server; at most 10 s. */
@@ -553,7 +554,7 @@ TW(release_wakes_waiters_of_other_connections_in_arrival_order)
 static pid_t g_pid;
 static int g_fd = -1;
 
-/* Holds the lock while a waiter in another process (60 s polls) queues,
+/* Holds the lock while a waiter in another process (600 s polls) queues,
  * then releases it. */
 static int xproc_main(void *arg)
 {
@@ -579,7 +580,7 @@ static int xproc_main(void *arg)
 TW(release_in_one_process_wakes_a_waiter_in_another)
 {
     char port[16], line[64] = "";
-    char *argv[] = { "redis_worker", "acquire", port, "xproc", "60000", NULL };
+    char *argv[] = { "redis_worker", "acquire", port, "xproc", "600000", NULL };
     ssize_t n;
     int status;
 
@@ -716,10 +717,10 @@ static int lost_wake_main(void *arg)
     ferry_task *t;
 
     g_rc[0] = connect_srv(&g_r) | connect_srv(&rb);
-    /* Polled every 60 s while the wake path is up; every 20 ms, doubling,
+    /* Polled every 600 s while the wake path is up; every 20 ms, doubling,
      * once it is lost (unless a resubscription is to be tested). */
-    ferry_redis_sem_opts o = { .poll_min = allow_again ? FERRY_SEC(60) : FERRY_MSEC(20),
-                               .poll_max = FERRY_SEC(60) };
+    ferry_redis_sem_opts o = { .poll_min = allow_again ? FERRY_SEC(600) : FERRY_MSEC(20),
+                               .poll_max = FERRY_SEC(600) };
     g_rc[1] = ferry_redis_lock_new(&g_s, g_r, "lw", &fast) |
               ferry_redis_lock_new(&sb, rb, "lw", &o);
     if (g_rc[0] | g_rc[1])
@@ -914,7 +915,7 @@ TW(a_waiter_cancelled_before_hearing_of_its_grant_passes_it_on)
 
 static int publish_refused_main(void *arg)
 {
-    ferry_redis_sem_opts held_long = { .lease = FERRY_SEC(60) };
+    ferry_redis_sem_opts held_long = { .lease = FERRY_SEC(600) };
     ferry_redis *rb;
     ferry_redis_sem *sb;
     ferry_redis_permit *p;
@@ -933,7 +934,7 @@ static int publish_refused_main(void *arg)
     g_rc[3] = wait_zcard(g_r, "{nopub}:queue", 1) | wait_channels(g_r, 1) |
               command_ok(g_r, "ACL SETUSER default -publish");
     /* The release's script cannot tell the waiter; it must still run
-     * (else the permit stays held for its 60 s lease), and the waiter's
+     * (else the permit stays held for its 600 s lease), and the waiter's
      * heartbeat poll finds the grant. */
     g_rc[4] = ferry_redis_permit_release(p);
     g_rc[5] = tu_join(t);
