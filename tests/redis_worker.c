@@ -6,7 +6,9 @@
  *       TASKS tasks, each ITERS times: acquire a permit of KEY (LIMIT
  *       permits), count itself in on the server ("{KEY}:cur", the highest
  *       count in "{KEY}:peak", one Lua script), sleep HOLD_MS, count itself
- *       out, release.  Exit 0 if every step succeeded.
+ *       out, release.  The tasks start when stdin reaches its end (the
+ *       test starts every process's at once), after the connection is
+ *       made.  Exit 0 if every step succeeded.
  *   redis_worker hold PORT KEY LEASE_MS
  *       acquire the lock KEY with a lease of LEASE_MS, print its fence on
  *       stdout, then hold it (renewed) until killed.
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ferry/ferry.h"
 #include "ferry/redis.h"
@@ -78,6 +81,11 @@ static int limit_main(void *arg)
         return rc;
     rc = ferry_redis_sem_new(&sem, conn, key, (unsigned)limit, &o);
     if (rc == 0) {
+        char c;
+
+        /* Blocks the loop, which has nothing else to do yet. */
+        while (read(0, &c, 1) > 0)
+            ;
         ferry_group_init(&g);
         for (int i = 0; i < ntasks; i++)
             ferry_group_spawn(&g, worker_task, NULL, NULL);

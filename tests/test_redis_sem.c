@@ -14,6 +14,7 @@
  * variables, and the test asserts on the main stack after tu_run().
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <spawn.h>
@@ -311,9 +312,9 @@ T(lost_lease_is_reported)
 /* ---- other processes ----------------------------------------------------- */
 
 /* Start tests/redis_worker.c with `argv`; with out_fd, its stdout is a
- * pipe whose reading end goes to *out_fd.  The pid, or -1 (fit for a task:
- * no cr_assert). */
-static pid_t start_worker(char *const argv[], int *out_fd)
+ * pipe whose reading end goes to *out_fd; with in_fd >= 0, its stdin is
+ * in_fd.  The pid, or -1 (fit for a task: no cr_assert). */
+static pid_t start_worker_in(char *const argv[], int *out_fd, int in_fd)
 {
     posix_spawn_file_actions_t fa;
     int fds[2] = { -1, -1 };
@@ -326,6 +327,8 @@ static pid_t start_worker(char *const argv[], int *out_fd)
         posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
         posix_spawn_file_actions_addclose(&fa, fds[0]);
     }
+    if (in_fd >= 0)
+        posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
     if (posix_spawn(&pid, REDIS_WORKER, &fa, NULL, argv, environ) != 0)
         pid = -1;
     posix_spawn_file_actions_destroy(&fa);
@@ -337,6 +340,11 @@ static pid_t start_worker(char *const argv[], int *out_fd)
             *out_fd = fds[0];
     }
     return pid;
+}
+
+static pid_t start_worker(char *const argv[], int *out_fd)
+{
+    return start_worker_in(argv, out_fd, -1);
 }
 
 static pid_t spawn_worker(char *const argv[], int *out_fd)
@@ -402,11 +410,21 @@ T(eight_processes_respect_a_limit_of_five)
     char port[16];
     char *argv[] = { "redis_worker", "limit", port, "uploads", "5", "4", "3", "20", NULL };
     pid_t pids[8];
-    int status;
+    int go[2], status;
 
     snprintf(port, sizeof(port), "%d", g_srv.port);
-    for (int i = 0; i < 8; i++)
-        pids[i] = spawn_worker(argv, NULL);
+    /* The workers start together when `go` is closed: started one after
+     * the other, a slow spawn (valgrind) let each finish its 4 tasks
+     * before the next began, and the peak was 4. */
+    /* Close-on-exec: only the stdin copy may reach a worker, or none
+     * would ever see the end. */
+    cr_assert_eq(pipe2(go, O_CLOEXEC), 0);
+    for (int i = 0; i < 8; i++) {
+        pids[i] = start_worker_in(argv, NULL, go[0]);
+        cr_assert_gt(pids[i], 0, "could not start %s", REDIS_WORKER);
+    }
+    close(go[0]);
+    close(go[1]);
     for (int i = 0; i < 8; i++) {
         cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
         cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d failed: %#x", i,
@@ -614,7 +632,7 @@ static int lone_waiter(void *arg)
     return ferry_redis_permit_release(p);
 }
 
-/* A holder process renews a 500 ms lease; this waits for the lock, and the
+/* A holder process renews a 2 s lease; this waits for the lock, and the
  * holder is killed meanwhile. */
 static int killed_while_waiting_main(void *arg)
 {
@@ -637,7 +655,9 @@ static int killed_while_waiting_main(void *arg)
 T(lease_of_a_killed_holder_goes_to_the_waiting_task)
 {
     char port[16], line[64] = "";
-    char *argv[] = { "redis_worker", "hold", port, "kw", "500", NULL };
+    /* A lease long enough that a holder process stalled by a loaded
+     * machine still renews it in time. */
+    char *argv[] = { "redis_worker", "hold", port, "kw", "2000", NULL };
     int fd, status;
     ssize_t n;
 
