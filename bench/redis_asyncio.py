@@ -28,20 +28,34 @@ SEM_KEY = "bsem"
 SEM_LIMIT = "4"
 SEM_LEASE = "10000"  # ferry's default lease, ms
 SEM_WTTL = "1000"  # ferry's default waiter ttl, ms
-SEM_KEYS = ["{%s}:%s" % (SEM_KEY, k) for k in ("holders", "queue", "alive", "ticket", "fence")]
+SEM_KEYS = ["{%s}:%s" % (SEM_KEY, k)
+            for k in ("holders", "queue", "alive", "ticket", "fence", "fences")]
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "r": "\r", "0": "\0"}
 
 
+_LITERAL = r'"((?:[^"\\]|\\.)*)"'
+
+
+def _macro(header_text, name):
+    """The literals of `#define NAME "..." \\ ...` (continued lines)."""
+    m = re.search(r"^#define\s+%s\b((?:.*\\\n)*.*)$" % re.escape(name), header_text, re.M)
+    if m is None:
+        raise ValueError("no macro %s in the header" % name)
+    return "".join(re.findall(_LITERAL, m.group(1)))
+
+
 def c_string(header_text, name):
-    """The value of `static const char NAME[] ... = "..." "...";`."""
+    """The value of `static const char NAME[] ... = "..." "...";`, whose
+    initializer is string literals and names of macros made of them."""
     m = re.search(r"\b%s\s*\[\s*\][^=]*=(.*?);" % re.escape(name), header_text, re.S)
     if m is None:
         raise ValueError("no string %s in the header" % name)
-    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))
-    if not parts:
+    raw = ""
+    for tok in re.finditer(_LITERAL + r"|\b([A-Za-z_]\w*)\b", m.group(1)):
+        raw += tok.group(1) if tok.group(1) is not None else _macro(header_text, tok.group(2))
+    if not raw:
         raise ValueError("%s has no string literal" % name)
-    raw = "".join(parts)
     return re.sub(r"\\(.)", lambda e: _ESCAPES[e.group(1)], raw)
 
 
@@ -73,6 +87,7 @@ async def queue(r, n, idx):
 
 async def sem(r, n, acquire_lua, release_lua):
     sha = await r.script_load(acquire_lua)
+    rsha = await r.script_load(release_lua)
     pid = os.getpid()
     ready_and_wait()
     prev = None
@@ -82,14 +97,14 @@ async def sem(r, n, acquire_lua, release_lua):
         token = "%d:%d" % (pid, i)
         pipe = r.pipeline(transaction=False)
         if prev is not None:
-            pipe.eval(release_lua, 3, *SEM_KEYS[:3], prev)
-        pipe.evalsha(sha, 5, *SEM_KEYS, token, SEM_LIMIT, SEM_LEASE, SEM_WTTL)
+            pipe.evalsha(rsha, 6, *SEM_KEYS, prev, SEM_LIMIT)
+        pipe.evalsha(sha, 6, *SEM_KEYS, token, SEM_LIMIT, SEM_LEASE, SEM_WTTL)
         replies = await pipe.execute()
         if any(not isinstance(v, int) for v in replies) or replies[-1] <= 0:
             return False
         prev = token
     if prev is not None:
-        if not isinstance(await r.eval(release_lua, 3, *SEM_KEYS[:3], prev), int):
+        if not isinstance(await r.evalsha(rsha, 6, *SEM_KEYS, prev, SEM_LIMIT), int):
             return False
     return True
 

@@ -2,9 +2,11 @@
  * against a plain blocking hiredis client, the floor, and a small asyncio
  * program with redis-py's asyncio client, in the same run.
  *
- *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]
+ *   ferry-redis-bench [-r RUNS] [-n OPS] [-p PORT] [-L LIMIT] [-T TASKS]
+ *                     [-H HOLD_US] [WORKLOAD...]
  *
- * Workloads (default: all), each done by 1 and by 4 processes at once:
+ * Workloads (default: all), the first four each done by 1 and by 4
+ * processes at once:
  *
  *   redis_queue_1p, redis_queue_4p  one op = a put, a get through the
  *             consumer group and an ack: ferry_redis_queue_put(),
@@ -22,10 +24,10 @@
  *             wait for each other: the round trip is measured, not the
  *             polling): ferry_redis_sem_acquire() and
  *             ferry_redis_permit_release() in one task (system ferry); the
- *             same Lua scripts with redisCommand() (EVALSHA for the
- *             acquire, EVAL for the release, sent without waiting for its
- *             answer: it is read with the next acquire's, as ferry's
- *             release is not waited for either); the same with
+ *             same Lua scripts with redisCommand() (EVALSHA for both, the
+ *             release sent without waiting for its answer: it is read
+ *             with the next acquire's, as ferry's release is not waited
+ *             for either); the same with
  *             redis.asyncio, the release and the next acquire sent in one
  *             pipeline (system asyncio-redispy, which reads the scripts
  *             from redis/redis_sem_lua.h).  check=ok: every process ended
@@ -33,6 +35,21 @@
  *             (systems ferry and asyncio-redispy) the scripts they loaded
  *             are this program's copies (else the floor runs other
  *             scripts: FAIL).
+ *
+ *   redis_limiter_4p  a service's shape: 4 processes of TASKS tasks
+ *             (default 64), each taking requests in turn until its process
+ *             has done its share; a request holds a permit of a semaphore
+ *             of LIMIT permits (default 32) for HOLD_US (default 2,000 us,
+ *             a ferry_sleep()).  Systems: ferry (the wake channel), ferry-
+ *             polling (the same with opts.poll_only: polls every 5 ms
+ *             doubling up to 100 ms) and no-limiter (the same requests
+ *             without the semaphore).  A table gives the requests per
+ *             second, their share of what the limit allows (LIMIT permits
+ *             each busy all the time: LIMIT / HOLD_US), and the acquire
+ *             scripts the server ran per grant (INFO commandstats:
+ *             EVALSHA calls, less the one release of each grant, over
+ *             grants).  check=ok: every process ended
+ *             well, the fence counter is OPS and nothing is held.
  *
  * OPS (default 20,000) is the total over the processes.  Each
  * measurement runs in fresh processes (this program, run again with
@@ -80,14 +97,16 @@
 #define SYS_FERRY   "ferry"
 #define SYS_HIREDIS "hiredis-blocking"
 #define SYS_ASYNCIO "asyncio-redispy"
-#define NSYS        3
+#define SYS_POLLING "ferry-polling"
+#define SYS_NOLIMIT "no-limiter"
+#define MAX_SYS     3
 #define MAX_RUNS    99
 #define MAX_PROCS   4
 #define PAYLOAD     "0123456789abcdef"  /* 16 bytes per item */
 
 struct workload {
     const char *name;
-    const char *kind;  /* what the child does: "queue" */
+    const char *kind;  /* what the child does: "queue", "sem" or "limiter" */
     int procs;
 };
 
@@ -96,8 +115,12 @@ static const struct workload workloads[] = {
     { "redis_queue_4p", "queue", 4 },
     { "redis_sem_1p", "sem", 1 },
     { "redis_sem_4p", "sem", 4 },
+    { "redis_limiter_4p", "limiter", 4 },
 };
 #define NWORK ((int)(sizeof(workloads) / sizeof(workloads[0])))
+
+/* The limiter's shape (-L, -T, -H): permits, tasks per process, hold. */
+static int g_limit = 32, g_tasks = 64, g_hold_us = 2000;
 
 static double now_s(void)
 {
@@ -275,29 +298,34 @@ static int hiredis_sem(void)
 {
     static const char *const keys[] = {
         "{" SEM_KEY "}:holders", "{" SEM_KEY "}:queue", "{" SEM_KEY "}:alive",
-        "{" SEM_KEY "}:ticket", "{" SEM_KEY "}:fence",
+        "{" SEM_KEY "}:ticket", "{" SEM_KEY "}:fence", "{" SEM_KEY "}:fences",
     };
     redisContext *c = redisConnect("127.0.0.1", g_child.port);
     redisReply *r = NULL;
-    char sha[41], token[64];
+    char sha[41], rsha[41], token[64];
     long long granted;
 
     if (c == NULL || c->err || !hiredis_do(c, &r, "SCRIPT LOAD %s", acquire_lua))
         return 1;
     snprintf(sha, sizeof(sha), "%s", r->str);
     freeReplyObject(r);
+    if (!hiredis_do(c, &r, "SCRIPT LOAD %s", release_lua))
+        return 1;
+    snprintf(rsha, sizeof(rsha), "%s", r->str);
+    freeReplyObject(r);
     ready_and_wait();
     for (long i = 0; i < g_child.n; i++) {
         /* The previous release goes out with this acquire. */
         snprintf(token, sizeof(token), "%ld:%ld", (long)getpid(), i);
-        redisAppendCommand(c, "EVALSHA %s 5 %s %s %s %s %s %s %s %s %s", sha, keys[0], keys[1],
-                           keys[2], keys[3], keys[4], token, SEM_LIMIT, SEM_LEASE, SEM_WTTL);
+        redisAppendCommand(c, "EVALSHA %s 6 %s %s %s %s %s %s %s %s %s %s", sha, keys[0],
+                           keys[1], keys[2], keys[3], keys[4], keys[5], token, SEM_LIMIT,
+                           SEM_LEASE, SEM_WTTL);
         if (i > 0 && !hiredis_reply(c, NULL))
             return 1;
         if (!hiredis_reply(c, &granted) || granted <= 0)
             return 1;
-        redisAppendCommand(c, "EVAL %s 3 %s %s %s %s", release_lua, keys[0], keys[1], keys[2],
-                           token);
+        redisAppendCommand(c, "EVALSHA %s 6 %s %s %s %s %s %s %s %s", rsha, keys[0], keys[1],
+                           keys[2], keys[3], keys[4], keys[5], token, SEM_LIMIT);
     }
     if (g_child.n > 0 && !hiredis_reply(c, NULL))
         return 1;
@@ -305,9 +333,14 @@ static int hiredis_sem(void)
     return 0;
 }
 
+static int child_limiter(const char *sys);
+
 static int child_main(const char *sys)
 {
     bool sem = strcmp(g_child.kind, "sem") == 0;
+
+    if (strcmp(g_child.kind, "limiter") == 0)
+        return child_limiter(sys);
 
     if (strcmp(sys, SYS_FERRY) == 0) {
         if (sem)
@@ -319,10 +352,81 @@ static int child_main(const char *sys)
     return hiredis_queue();
 }
 
+/* ---- the limiter --------------------------------------------------------- */
+
+/*
+ * A service's requests, each holding a permit of a semaphore of g_limit
+ * shared by the processes for g_hold_us: g_tasks tasks per process take
+ * requests until the process has done its share.  System ferry waits with
+ * the wake channel, ferry-polling with opts.poll_only (the default polls,
+ * 5 ms doubling up to 100 ms), no-limiter does the same requests without
+ * the semaphore.
+ */
+#define LIM_KEY "blim"
+
+static ferry_redis_sem *g_lim;
+static long g_lim_left;   /* requests of this process not yet started */
+static int g_lim_err;     /* the first error of a task */
+
+static int limiter_task(void *arg)
+{
+    ferry_redis_permit *p = NULL;
+    int rc = 0;
+
+    (void)arg;
+    while (g_lim_left > 0 && g_lim_err == 0) {
+        g_lim_left--;
+        if (g_lim != NULL)
+            rc = ferry_redis_sem_acquire(g_lim, &p);
+        if (rc == 0)
+            rc = ferry_sleep(FERRY_USEC(g_hold_us));
+        if (rc == 0 && p != NULL)
+            rc = ferry_redis_permit_release(p);
+        p = NULL;
+        if (rc && g_lim_err == 0)
+            g_lim_err = rc;
+    }
+    return rc;
+}
+
+static int ferry_limiter_main(void *arg)
+{
+    const char *sys = arg;
+    ferry_redis_sem_opts o = { .poll_only = strcmp(sys, SYS_POLLING) == 0 };
+    ferry_redis *conn = NULL;
+    ferry_group g;
+    int rc = 0;
+
+    if (strcmp(sys, SYS_NOLIMIT) != 0) {
+        rc = ferry_redis_connect(&conn, "127.0.0.1", g_child.port, NULL);
+        if (rc == 0)
+            rc = ferry_redis_sem_new(&g_lim, conn, LIM_KEY, (unsigned)g_limit, &o);
+        if (rc)
+            return rc;
+    }
+    g_lim_left = g_child.n;
+    ready_and_wait();
+    ferry_group_init(&g);
+    for (int i = 0; i < g_tasks && rc == 0; i++)
+        rc = ferry_group_spawn(&g, limiter_task, NULL, NULL);
+    if (ferry_group_wait(&g) != 0 && rc == 0)
+        rc = g_lim_err != 0 ? g_lim_err : -EIO;
+    if (ferry_redis_sem_free(g_lim) != 0 && rc == 0)
+        rc = -EBUSY;
+    ferry_redis_close(conn);
+    return rc;
+}
+
+static int child_limiter(const char *sys)
+{
+    return ferry_run(ferry_limiter_main, (void *)sys) == 0 ? 0 : 1;
+}
+
 /* ---- the parent -------------------------------------------------------- */
 
 struct result {
     double ops_per_s;
+    double polls;   /* limiter: acquire scripts run per grant; else 0 */
     bool ok;
 };
 
@@ -394,20 +498,52 @@ static bool sem_check(int port, long n, bool check_scripts)
     return ok;
 }
 
+/* The calls of `cmd` since the last CONFIG RESETSTAT; -1 if unknown. */
+static long command_calls(int port, const char *cmd)
+{
+    struct tu_redis s = { .port = port };
+    char info[8192], key[64];
+    const char *p;
+
+    if (tu_redis_query(&s, info, sizeof(info), "INFO commandstats") <= 0)
+        return -1;
+    snprintf(key, sizeof(key), "cmdstat_%s:calls=", cmd);
+    p = strstr(info, key);
+    return p != NULL ? atol(p + strlen(key)) : 0;
+}
+
+/* After a limiter measurement with the semaphore: n grants, nothing held. */
+static bool limiter_check(int port, long n)
+{
+    struct tu_redis s = { .port = port };
+    char fence[32];
+    bool ok;
+
+    ok = tu_redis_query(&s, fence, sizeof(fence), "GET {" LIM_KEY "}:fence") > 0 &&
+         atol(fence) == n && tu_redis_query(&s, NULL, 0, "ZCARD {" LIM_KEY "}:holders") == 0;
+    if (!ok)
+        fprintf(stderr, "redis_bench: limiter fence %s, expected %ld, or permits still held\n",
+                fence, n);
+    return ok;
+}
+
 /* One measurement: `w` by `sys` in w->procs fresh processes. */
 static struct result measure(const char *self, const struct workload *w, const char *sys, int port,
                              long n)
 {
-    struct result res = { 0, true };
+    struct result res = { 0, 0, true };
+    bool limiter = strcmp(w->kind, "limiter") == 0;
     pid_t pids[MAX_PROCS];
     int ready[2], go[2], status;
-    char portbuf[16], nbuf[24], idxbuf[8], c;
+    char portbuf[16], nbuf[24], idxbuf[8], shape[48], c;
     struct rusage ru;
     long rss = 0;
     double t0, secs;
 
     query(port, "FLUSHALL");
     query(port, "SCRIPT FLUSH");
+    query(port, "CONFIG RESETSTAT");
+    snprintf(shape, sizeof(shape), "%d:%d:%d", g_limit, g_tasks, g_hold_us);
     if (pipe(ready) != 0 || pipe(go) != 0) {
         res.ok = false;
         return res;
@@ -426,7 +562,8 @@ static struct result measure(const char *self, const struct workload *w, const c
                 execlp("python3", "python3", FERRY_REDIS_ASYNCIO_PY, w->kind, portbuf, nbuf,
                        idxbuf, FERRY_SEM_SCRIPTS_HEADER, (char *)NULL);
             else
-                execl(self, self, "--child", w->kind, sys, portbuf, nbuf, idxbuf, (char *)NULL);
+                execl(self, self, "--child", w->kind, sys, portbuf, nbuf, idxbuf, shape,
+                      (char *)NULL);
             _exit(127);
         }
     }
@@ -447,7 +584,16 @@ static struct result measure(const char *self, const struct workload *w, const c
     }
     secs = now_s() - t0;
     close(ready[0]);
-    if (strcmp(w->kind, "queue") == 0) {
+    if (limiter) {
+        long grants = (n / w->procs) * w->procs;
+
+        if (strcmp(sys, SYS_NOLIMIT) != 0) {
+            if (!limiter_check(port, grants))
+                res.ok = false;
+            /* EVALSHA runs the acquire's polls and one release per grant. */
+            res.polls = (double)(command_calls(port, "evalsha") - grants) / (double)grants;
+        }
+    } else if (strcmp(w->kind, "queue") == 0) {
         if (query(port, "XLEN bq") != (n / w->procs) * w->procs || query_pending(port) != 0)
             res.ok = false;
     } else if (!sem_check(port, (n / w->procs) * w->procs, strcmp(sys, SYS_HIREDIS) != 0)) {
@@ -455,9 +601,13 @@ static struct result measure(const char *self, const struct workload *w, const c
     }
     res.ops_per_s = (double)n / secs;
     printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ns_per_op=%.2f ops_per_s=%.0f "
-           "rss_kb=%ld check=%s procs=%d\n",
+           "rss_kb=%ld check=%s procs=%d",
            w->name, sys, (n / w->procs) * w->procs, secs, secs * 1e9 / (double)n, res.ops_per_s,
            rss, res.ok ? "ok" : "FAIL", w->procs);
+    if (limiter)
+        printf(" limit=%d tasks=%d hold_us=%d polls_per_grant=%.2f", g_limit, g_tasks, g_hold_us,
+               res.polls);
+    printf("\n");
     fflush(stdout);
     return res;
 }
@@ -477,27 +627,46 @@ static double median(double *v, int n)
 
 static void usage(const char *prog)
 {
-    fprintf(stderr, "usage: %s [-r RUNS] [-n OPS] [-p PORT] [WORKLOAD...]\n", prog);
+    fprintf(stderr,
+            "usage: %s [-r RUNS] [-n OPS] [-p PORT] [-L LIMIT] [-T TASKS] [-H HOLD_US] "
+            "[WORKLOAD...]\n",
+            prog);
+}
+
+/* The systems measured for `w`, in out[]; how many. */
+static int systems_of(const struct workload *w, bool have_py, const char *out[MAX_SYS])
+{
+    if (strcmp(w->kind, "limiter") == 0) {
+        out[0] = SYS_FERRY;
+        out[1] = SYS_POLLING;
+        out[2] = SYS_NOLIMIT;
+        return 3;
+    }
+    out[0] = SYS_FERRY;
+    out[1] = SYS_HIREDIS;
+    out[2] = SYS_ASYNCIO;
+    return have_py ? 3 : 2;
 }
 
 int main(int argc, char **argv)
 {
-    static const char *const systems[NSYS] = { SYS_FERRY, SYS_HIREDIS, SYS_ASYNCIO };
-    static double ops[NSYS][NWORK][MAX_RUNS];
-    bool want[NWORK], any = false, all_ok = true, have_py;
-    int nsys;
+    static double ops[MAX_SYS][NWORK][MAX_RUNS], polls[MAX_SYS][NWORK][MAX_RUNS];
+    bool want[NWORK], any = false, any_limiter = false, all_ok = true, have_py;
+    const char *systems[MAX_SYS];
     struct tu_redis srv;
-    int runs = 3, port = 0, opt;
+    int runs = 3, port = 0, opt, nsys;
     long n = 20000;
 
-    if (argc == 7 && strcmp(argv[1], "--child") == 0) {
+    if (argc == 8 && strcmp(argv[1], "--child") == 0) {
         g_child.kind = argv[2];
         g_child.port = atoi(argv[4]);
         g_child.n = atol(argv[5]);
         g_child.idx = atoi(argv[6]);
+        if (sscanf(argv[7], "%d:%d:%d", &g_limit, &g_tasks, &g_hold_us) != 3)
+            return 2;
         return child_main(argv[3]);
     }
-    while ((opt = getopt(argc, argv, "r:n:p:h")) != -1) {
+    while ((opt = getopt(argc, argv, "r:n:p:L:T:H:h")) != -1) {
         switch (opt) {
         case 'r':
             runs = atoi(optarg);
@@ -508,12 +677,22 @@ int main(int argc, char **argv)
         case 'p':
             port = atoi(optarg);
             break;
+        case 'L':
+            g_limit = atoi(optarg);
+            break;
+        case 'T':
+            g_tasks = atoi(optarg);
+            break;
+        case 'H':
+            g_hold_us = atoi(optarg);
+            break;
         default:
             usage(argv[0]);
             return 2;
         }
     }
-    if (runs < 1 || runs > MAX_RUNS || n < MAX_PROCS) {
+    if (runs < 1 || runs > MAX_RUNS || n < MAX_PROCS || g_limit < 1 || g_tasks < 1 ||
+        g_hold_us < 0) {
         usage(argv[0]);
         return 2;
     }
@@ -549,18 +728,22 @@ int main(int argc, char **argv)
         printf("redis_bench: system %s left out: python3 -c 'import redis.asyncio' failed "
                "(redis-py 4.2 or later is needed)\n",
                SYS_ASYNCIO);
-    nsys = have_py ? NSYS : NSYS - 1;
     for (int r = 0; r < runs; r++) {
         for (int i = 0; i < NWORK; i++) {
             if (!want[i])
                 continue;
-            any = true;
+            if (strcmp(workloads[i].kind, "limiter") == 0)
+                any_limiter = true;
+            else
+                any = true;
+            nsys = systems_of(&workloads[i], have_py, systems);
             /* The systems take turns at going first. */
             for (int k = 0; k < nsys; k++) {
-                int s = (r + k) % nsys;
-                struct result res = measure("/proc/self/exe", &workloads[i], systems[s], port, n);
+                int sy = (r + k) % nsys;
+                struct result res = measure("/proc/self/exe", &workloads[i], systems[sy], port, n);
 
-                ops[s][i][r] = res.ops_per_s;
+                ops[sy][i][r] = res.ops_per_s;
+                polls[sy][i][r] = res.polls;
                 all_ok = all_ok && res.ok;
             }
         }
@@ -576,7 +759,7 @@ int main(int argc, char **argv)
     for (int i = 0; any && i < NWORK; i++) {
         double f, h, a;
 
-        if (!want[i])
+        if (!want[i] || strcmp(workloads[i].kind, "limiter") == 0)
             continue;
         f = median(ops[0][i], runs);
         h = median(ops[1][i], runs);
@@ -586,6 +769,38 @@ int main(int argc, char **argv)
                    f / a);
         } else {
             printf("| %s | %.0f | %.0f | %.2f |\n", workloads[i].name, f, h, f / h);
+        }
+    }
+    if (any_limiter) {
+        /* What the limit allows: every permit busy all the time. */
+        double cap = g_limit * (g_hold_us > 0 ? 1e6 / g_hold_us : 0);
+
+        printf("\nlimiter: %d processes x %d tasks, limit %d, hold %d us", MAX_PROCS, g_tasks,
+               g_limit, g_hold_us);
+        if (cap > 0)
+            printf(": the limit allows %.0f grants/s", cap);
+        printf("\n");
+        printf("\n| workload | system | requests/s | of what the limit allows "
+               "| acquire polls per grant |\n");
+        printf("| --- | --- | ---: | ---: | ---: |\n");
+    }
+    for (int i = 0; any_limiter && i < NWORK; i++) {
+        double cap = g_limit * (g_hold_us > 0 ? 1e6 / g_hold_us : 0);
+
+        if (!want[i] || strcmp(workloads[i].kind, "limiter") != 0)
+            continue;
+        nsys = systems_of(&workloads[i], have_py, systems);
+        for (int k = 0; k < nsys; k++) {
+            double f = median(ops[k][i], runs);
+
+            if (strcmp(systems[k], SYS_NOLIMIT) == 0)
+                printf("| %s | %s | %.0f | - | - |\n", workloads[i].name, systems[k], f);
+            else if (cap > 0)
+                printf("| %s | %s | %.0f | %.2f | %.2f |\n", workloads[i].name, systems[k], f,
+                       f / cap, median(polls[k][i], runs));
+            else
+                printf("| %s | %s | %.0f | - | %.2f |\n", workloads[i].name, systems[k], f,
+                       median(polls[k][i], runs));
         }
     }
     if (srv.pid > 0)

@@ -4,7 +4,11 @@
  *
  * Every change of the shared state is one Lua script, so it is atomic on
  * the server, and every time in it is the server's (TIME): the clocks of
- * the processes never meet.  docs/redis.md gives the scripts' logic.
+ * the processes never meet.  A script that frees a permit hands it to the
+ * first waiter at once and tells it on its connection's wake channel
+ * (redis_int.h); a waiter polls only as a heartbeat, and as a safety net
+ * while that channel is not subscribed.  docs/redis.md gives the scripts'
+ * logic.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -24,9 +28,9 @@
 #define DEFAULT_POLL_MAX   FERRY_MSEC(100)
 #define MIN_LEASE          FERRY_MSEC(30)
 
-enum { K_HOLDERS, K_QUEUE, K_ALIVE, K_TICKET, K_FENCE, NKEYS };
+enum { K_HOLDERS, K_QUEUE, K_ALIVE, K_TICKET, K_FENCE, K_FENCES, NKEYS };
 static const char *const key_suffix[NKEYS] = {
-    "holders", "queue", "alive", "ticket", "fence",
+    "holders", "queue", "alive", "ticket", "fence", "fences",
 };
 
 
@@ -39,6 +43,7 @@ struct ferry_redis_sem {
     char                 wttl_ms[24];  /* opts.waiter_ttl in ms, as text */
     char                 limit_s[16];  /* limit as text */
     char                 sha[41];      /* SHA1 of acquire_lua once loaded; "" before */
+    char                 release_sha[41]; /* SHA1 of release_lua, loaded with it */
     ferry_event          wake;         /* pulsed when a permit of this handle is released */
     size_t               busy;         /* permits held and acquires under way */
 };
@@ -47,7 +52,7 @@ struct ferry_redis_permit {
     ferry_redis_sem *s;          /* the semaphore */
     char             token[64];  /* its name on the server */
     int64_t          fence;      /* fencing token of the grant */
-    int64_t          lease_end;  /* local time by which the lease surely ends */
+    int64_t          lease_end;  /* local time before which the lease surely holds */
     int64_t          lease_end_pending; /* lease_end if the renewal in flight succeeds */
     ferry_timer     *timer;      /* the next renewal; NULL while one is in flight */
     bool             renewing;   /* a renewal is in flight */
@@ -55,18 +60,26 @@ struct ferry_redis_permit {
     bool             lost;       /* a renewal found the lease gone */
 };
 
-/* Unique tokens: the pid, a random number drawn once and a counter. */
+/*
+ * Unique tokens.  A waiter with a wake channel is "w" ID ":" N, which
+ * names the channel ("ferry-wake:" ID) the scripts tell it on; one that
+ * only polls is "p" PID "." RANDOM ":" N, drawn once per thread.
+ */
 static __thread uint64_t token_seed;
 static __thread uint64_t token_count;
 
-static void make_token(char *buf, size_t n)
+static void make_token(const ferry_redis_sem *s, char *buf, size_t n)
 {
+    if (!s->opts.poll_only) {
+        snprintf(buf, n, "w%s:%" PRIu64, ferry__redis_wake_id(s->r), ++token_count);
+        return;
+    }
     if (token_seed == 0) {
         if (getrandom(&token_seed, sizeof(token_seed), 0) != sizeof(token_seed))
             token_seed = (uint64_t)ferry_now() ^ ((uint64_t)getpid() << 32);
         token_seed |= 1;
     }
-    snprintf(buf, n, "%ld:%016" PRIx64 ":%" PRIu64, (long)getpid(), token_seed, ++token_count);
+    snprintf(buf, n, "p%ld.%016" PRIx64 ":%" PRIu64, (long)getpid(), token_seed, ++token_count);
 }
 
 static int64_t ms_of(int64_t ns)
@@ -164,22 +177,74 @@ static void ignore_reply(ferry_redis *r, redisReply *reply, void *arg)
     (void)arg;
 }
 
-/* Send the release script for `token` without waiting for its answer. */
+static bool is_noscript(const redisReply *rep)
+{
+    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+/*
+ * The answer of a release sent by its SHA1.  `arg` holds its arguments
+ * after the script (six keys, the token, the limit, each NUL-terminated),
+ * copied because the handle may be freed by now: if the server has lost
+ * the script (a restart, SCRIPT FLUSH), the release goes again as EVAL.
+ */
+static void on_release_answer(ferry_redis *r, redisReply *reply, void *arg)
+{
+    const char *argv[3 + NKEYS + 2] = { "EVAL", release_lua, "6" };
+    const char *p = arg;
+
+    if (reply != NULL && is_noscript(reply)) {
+        for (int i = 3; i < 3 + NKEYS + 2; i++) {
+            argv[i] = p;
+            p += strlen(p) + 1;
+        }
+        ferry__redis_send_cb(r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    }
+    free(arg);
+}
+
+/*
+ * Send the release script for `token` without waiting for its answer: by
+ * its SHA1 once the acquire has loaded it (EVAL would send the script's
+ * text and have the server hash it, for every release), else as EVAL.
+ */
 static int send_release(ferry_redis_sem *s, const char *token)
 {
-    const char *argv[] = {
-        "EVAL", release_lua, "3", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE], token,
+    const char *argv[3 + NKEYS + 2] = {
+        "EVAL", release_lua, "6", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
+        s->keys[K_TICKET], s->keys[K_FENCE], s->keys[K_FENCES], token, s->limit_s,
     };
+    size_t len[3 + NKEYS + 2], n = 0;
+    char *again;
+    int rc;
 
-    return ferry__redis_send_cb(s->r, 7, argv, NULL, ignore_reply, NULL);
+    if (s->release_sha[0] == '\0')
+        return ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    for (int i = 3; i < 3 + NKEYS + 2; i++) {
+        len[i] = strlen(argv[i]) + 1;
+        n += len[i];
+    }
+    again = malloc(n);
+    if (again == NULL)
+        return ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, ignore_reply, NULL);
+    n = 0;
+    for (int i = 3; i < 3 + NKEYS + 2; i++) {
+        memcpy(again + n, argv[i], len[i]);
+        n += len[i];
+    }
+    argv[0] = "EVALSHA";
+    argv[1] = s->release_sha;
+    rc = ferry__redis_send_cb(s->r, 3 + NKEYS + 2, argv, NULL, on_release_answer, again);
+    if (rc)
+        free(again);
+    return rc;
 }
 
 static void renew_due(void *arg);
 
-static void arm_renewal(ferry_redis_permit *p)
+static void arm_renewal(ferry_redis_permit *p, int64_t delay)
 {
-    if (ferry_call_later(ferry__redis_loop(p->s->r), p->s->opts.lease / 3, renew_due, p,
-                         &p->timer) != 0)
+    if (ferry_call_later(ferry__redis_loop(p->s->r), delay, renew_due, p, &p->timer) != 0)
         p->timer = NULL;
 }
 
@@ -203,14 +268,15 @@ static void on_renewed(ferry_redis *r, redisReply *reply, void *arg)
             return;
         }
     }
-    arm_renewal(p);
+    arm_renewal(p, p->s->opts.lease / 3);
 }
 
 static void renew_due(void *arg)
 {
     ferry_redis_permit *p = arg;
     const char *argv[] = {
-        "EVAL", renew_lua, "1", p->s->keys[K_HOLDERS], p->token, p->s->lease_ms,
+        "EVAL", renew_lua, "2", p->s->keys[K_HOLDERS], p->s->keys[K_FENCES], p->token,
+        p->s->lease_ms,
     };
 
     p->timer = NULL;
@@ -221,10 +287,10 @@ static void renew_due(void *arg)
         return;
     }
     p->lease_end_pending = ferry_now() + p->s->opts.lease;
-    if (ferry__redis_send_cb(p->s->r, 6, argv, NULL, on_renewed, p) == 0)
+    if (ferry__redis_send_cb(p->s->r, 7, argv, NULL, on_renewed, p) == 0)
         p->renewing = true;
     else
-        arm_renewal(p);
+        arm_renewal(p, p->s->opts.lease / 3);
 }
 
 int ferry_redis_permit_release(ferry_redis_permit *p)
@@ -243,8 +309,10 @@ int ferry_redis_permit_release(ferry_redis_permit *p)
     if (send_release(s, p->token) != 0 && rc == 0)
         rc = -ENOTCONN;
     s->busy--;
-    /* Waiters of this handle poll at once: they come after the release on
-     * the same connection. */
+    /* Waiters of this handle that only poll do so at once: they come after
+     * the release on the same connection.  (Waiters with a wake channel
+     * wait on their own events: the release's script tells the one it
+     * grants.) */
     ferry_event_set(&s->wake);
     ferry_event_clear(&s->wake);
     if (p->renewing)
@@ -266,32 +334,36 @@ bool ferry_redis_permit_held(const ferry_redis_permit *p)
 
 /* ---- Acquire -------------------------------------------------------------- */
 
-static bool is_noscript(const redisReply *rep)
-{
-    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
-}
-
-static int load_script(ferry_redis_sem *s)
+/* SCRIPT LOAD `script` into sha[41]. */
+static int load_one(ferry_redis_sem *s, const char *script, char *sha)
 {
     redisReply *rep;
-    int rc = ferry_redis_command(s->r, &rep, "SCRIPT LOAD %s", acquire_lua);
+    int rc = ferry_redis_command(s->r, &rep, "SCRIPT LOAD %s", script);
 
     if (rc)
         return rc;
     if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
-        memcpy(s->sha, rep->str, 41);
+        memcpy(sha, rep->str, 41);
     else
         rc = -EPROTO;
     ferry_redis_reply_free(rep);
     return rc;
 }
 
+static int load_script(ferry_redis_sem *s)
+{
+    int rc = load_one(s, release_lua, s->release_sha);
+
+    return rc ? rc : load_one(s, acquire_lua, s->sha);
+}
+
 /* One poll: *fence > 0 if granted, 0 if still waiting. */
 static int poll_once(ferry_redis_sem *s, const char *token, int64_t *fence)
 {
     const char *argv[] = {
-        "EVALSHA", s->sha, "5", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
-        s->keys[K_TICKET], s->keys[K_FENCE], token, s->limit_s, s->lease_ms, s->wttl_ms,
+        "EVALSHA", s->sha, "6", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
+        s->keys[K_TICKET], s->keys[K_FENCE], s->keys[K_FENCES], token, s->limit_s, s->lease_ms,
+        s->wttl_ms,
     };
     redisReply *rep;
     int rc;
@@ -302,7 +374,7 @@ static int poll_once(ferry_redis_sem *s, const char *token, int64_t *fence)
             if (rc)
                 return rc;
         }
-        rc = ferry_redis_commandv(s->r, &rep, 12, argv, NULL);
+        rc = ferry_redis_commandv(s->r, &rep, 13, argv, NULL);
         if (rc)
             return rc;
         if (rep->type == REDIS_REPLY_INTEGER) {
@@ -321,11 +393,11 @@ static int poll_once(ferry_redis_sem *s, const char *token, int64_t *fence)
 }
 
 /*
- * Wait for a release of this handle or `interval`, whichever comes first.
- * Returns 0 when it is time to poll again, else the error that interrupts
+ * Wait until `ev` is set or `interval` has passed, whichever comes first.
+ * Returns 0 when it is time to look again, else the error that interrupts
  * the acquire.
  */
-static int pause_between_polls(ferry_redis_sem *s, int64_t interval)
+static int pause_between_polls(ferry_event *ev, int64_t interval)
 {
     ferry_scope sc;
     bool fired;
@@ -334,7 +406,7 @@ static int pause_between_polls(ferry_redis_sem *s, int64_t interval)
     rc = ferry_scope_enter(&sc, ferry_now() + interval, 0);
     if (rc)
         return rc;
-    rc = ferry_event_wait(&s->wake);
+    rc = ferry_event_wait(ev);
     fired = ferry_scope_fired(&sc);
     ferry_scope_exit(&sc);
     if (rc == -ETIMEDOUT && fired)
@@ -342,10 +414,25 @@ static int pause_between_polls(ferry_redis_sem *s, int64_t interval)
     return rc;
 }
 
+/*
+ * What a waiter with a wake channel does between polls.  Its poll is
+ * "covered" when the channel was subscribed before the poll was sent and
+ * has not been lost since: then every grant after the poll reaches it as a
+ * message, and it polls only as a heartbeat, every poll_max.  Otherwise it
+ * polls every poll_min, doubling up to poll_max, as a waiter without the
+ * channel does.  Each change of the channel (subscribed, lost) sets the
+ * waiter's event, and it polls again at once: after a subscription, to
+ * find a grant whose message came before it; after a loss, to find one
+ * whose message was lost with the connection.
+ */
 int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out)
 {
+    struct ferry__redis_waiter w = { 0 };
     ferry_redis_permit *p;
-    int64_t interval, fence = 0, sent;
+    ferry_event ev;
+    int64_t interval, fence = 0, sent, zero_sent = 0, wait;
+    uint64_t epoch = 0;
+    bool wake, covered = false, pushed = false;
     int rc;
 
     if (out != NULL)
@@ -358,30 +445,72 @@ int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out)
     if (p == NULL)
         return -ENOMEM;
     p->s = s;
-    make_token(p->token, sizeof(p->token));
+    make_token(s, p->token, sizeof(p->token));
+    wake = !s->opts.poll_only;
+    ferry_event_init(&ev);
+    w.token = p->token;
+    w.ev = &ev;
+    /* Registered before the first poll: a message that overtakes the
+     * poll's answer is not lost. */
+    if (wake)
+        ferry__redis_wake_add(s->r, &w);
     s->busy++;
     interval = s->opts.poll_min;
     for (;;) {
+        epoch = wake ? ferry__redis_wake_epoch(s->r) : 0;
+        ferry_event_clear(&ev);
         sent = ferry_now();
         rc = poll_once(s, p->token, &fence);
         if (rc || fence > 0)
             break;
-        rc = pause_between_polls(s, interval);
-        if (rc)
+        zero_sent = sent;
+        if (w.value > 0)
             break;
-        interval = interval > s->opts.poll_max / 2 ? s->opts.poll_max : interval * 2;
+        if (epoch != 0 && epoch == ferry__redis_wake_epoch(s->r)) {
+            covered = true;
+            wait = s->opts.poll_max;
+        } else {
+            if (covered)
+                interval = s->opts.poll_min;   /* the channel was just lost */
+            covered = false;
+            wait = interval;
+            interval = interval > s->opts.poll_max / 2 ? s->opts.poll_max : interval * 2;
+            /* It has to wait: now it wants the channel. */
+            if (wake)
+                ferry__redis_wake_want(s->r);
+        }
+        rc = pause_between_polls(wake ? &ev : &s->wake, wait);
+        if (rc || w.value > 0)
+            break;
+    }
+    if (wake)
+        ferry__redis_wake_del(s->r, &w);
+    ferry_event_destroy(&ev);
+    if (rc == 0 && fence == 0) {
+        /* Granted by another's script: its lease runs until this waiter's
+         * heartbeat would have, which the last poll answered 0 set. */
+        fence = w.value;
+        pushed = true;
     }
     if (rc) {
-        /* Take the waiter (or a grant of a poll still in flight, which
-         * runs before this on the server) off the server now. */
+        /* Take the waiter (or a grant it has not learned of, which runs
+         * before this on the server) off the server now. */
         send_release(s, p->token);
         s->busy--;
         free(p);
         return rc;
     }
     p->fence = fence;
-    p->lease_end = sent + s->opts.lease;
-    arm_renewal(p);
+    if (pushed) {
+        /* Renewed early: this lease is as short as a heartbeat's. */
+        int64_t delay = (zero_sent + s->opts.waiter_ttl - ferry_now()) / 2;
+
+        p->lease_end = zero_sent + s->opts.waiter_ttl;
+        arm_renewal(p, delay < 0 ? 0 : delay < s->opts.lease / 3 ? delay : s->opts.lease / 3);
+    } else {
+        p->lease_end = sent + s->opts.lease;
+        arm_renewal(p, s->opts.lease / 3);
+    }
     *out = p;
     return 0;
 }

@@ -6,21 +6,27 @@
  *       TASKS tasks, each ITERS times: acquire a permit of KEY (LIMIT
  *       permits), count itself in on the server ("{KEY}:cur", the highest
  *       count in "{KEY}:peak", one Lua script), sleep HOLD_MS, count itself
- *       out, release.  Exit 0 if every step succeeded.
+ *       out, release.  The tasks start when stdin reaches its end (the
+ *       test starts every process's at once), after the connection is
+ *       made.  Exit 0 if every step succeeded.
  *   redis_worker hold PORT KEY LEASE_MS
  *       acquire the lock KEY with a lease of LEASE_MS, print its fence on
  *       stdout, then hold it (renewed) until killed.
+ *   redis_worker acquire PORT KEY POLL_MS
+ *       wait for the lock KEY, polling every POLL_MS (poll_min = poll_max),
+ *       print its fence on stdout, release it and exit.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ferry/ferry.h"
 #include "ferry/redis.h"
 
-static int port, limit, ntasks, iters, hold_ms, lease_ms;
+static int port, limit, ntasks, iters, hold_ms, lease_ms, poll_ms;
 static const char *key;
 static ferry_redis *conn;
 static ferry_redis_sem *sem;
@@ -75,6 +81,11 @@ static int limit_main(void *arg)
         return rc;
     rc = ferry_redis_sem_new(&sem, conn, key, (unsigned)limit, &o);
     if (rc == 0) {
+        char c;
+
+        /* Blocks the loop, which has nothing else to do yet. */
+        while (read(0, &c, 1) > 0)
+            ;
         ferry_group_init(&g);
         for (int i = 0; i < ntasks; i++)
             ferry_group_spawn(&g, worker_task, NULL, NULL);
@@ -105,6 +116,29 @@ static int hold_main(void *arg)
         ferry_sleep(FERRY_SEC(1));
 }
 
+static int acquire_main(void *arg)
+{
+    ferry_redis_sem_opts o = { .poll_min = FERRY_MSEC(poll_ms), .poll_max = FERRY_MSEC(poll_ms) };
+    ferry_redis_permit *p;
+    int rc;
+
+    (void)arg;
+    rc = ferry_redis_connect(&conn, "127.0.0.1", port, NULL);
+    if (rc == 0)
+        rc = ferry_redis_lock_new(&sem, conn, key, &o);
+    if (rc == 0)
+        rc = ferry_redis_sem_acquire(sem, &p);
+    if (rc == 0) {
+        printf("%" PRId64 "\n", ferry_redis_permit_fence(p));
+        fflush(stdout);
+        rc = ferry_redis_permit_release(p);
+    }
+    if (sem != NULL && ferry_redis_sem_free(sem) != 0 && rc == 0)
+        rc = -EBUSY;
+    ferry_redis_close(conn);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     int rc;
@@ -122,9 +156,15 @@ int main(int argc, char **argv)
         key = argv[3];
         lease_ms = atoi(argv[4]);
         rc = ferry_run(hold_main, NULL);
+    } else if (argc == 5 && strcmp(argv[1], "acquire") == 0) {
+        port = atoi(argv[2]);
+        key = argv[3];
+        poll_ms = atoi(argv[4]);
+        rc = ferry_run(acquire_main, NULL);
     } else {
         fprintf(stderr, "usage: redis_worker limit PORT KEY LIMIT TASKS ITERS HOLD_MS\n"
-                        "       redis_worker hold PORT KEY LEASE_MS\n");
+                        "       redis_worker hold PORT KEY LEASE_MS\n"
+                        "       redis_worker acquire PORT KEY POLL_MS\n");
         return 2;
     }
     if (rc)

@@ -218,32 +218,46 @@ int64_t ferry_redis_client_id(const ferry_redis *r);
  * connection) that names the same key on the same server; a lock is the
  * case limit 1.  The state lives on the server and changes only in Lua
  * scripts, atomically: keys "{key}:holders" (a sorted set of the holders'
- * tokens by lease expiry, server time), "{key}:queue" (waiters by arrival
- * ticket), "{key}:alive" (waiters by heartbeat expiry), "{key}:ticket" and
- * "{key}:fence" (counters).  docs/redis.md describes the scripts.
+ * tokens by lease expiry, server time), "{key}:fences" (a hash of the
+ * holders' fencing tokens), "{key}:queue" (waiters by arrival ticket),
+ * "{key}:alive" (waiters by heartbeat expiry), "{key}:ticket" and
+ * "{key}:fence" (counters).  Every process naming the key runs the scripts
+ * of the same version of this part.  docs/redis.md describes the scripts.
  *
- * Order.  A waiter is granted a permit only when it is among the first
- * (limit - holders) waiters in arrival order, so no waiter is passed by one
- * that came later, in any process.
+ * Order.  A permit that comes free goes to the first waiter in arrival
+ * order, so no waiter is passed by one that came later, in any process.
+ *
+ * Waiting.  The script that frees a permit (a release; or any script that
+ * finds a lease or a waiter's heartbeat run out) grants it to the first
+ * waiter at once and tells it on its connection's wake channel: one more
+ * connection per ferry_redis, subscribed when one of its tasks first has
+ * to wait and kept until ferry_redis_close().  A waiter thus holds the
+ * permit about one round trip after the release reaches the server.  While
+ * the channel is subscribed a waiter polls only every opts.poll_max, as a
+ * heartbeat.  When the channel is lost (its connection dropped, or the
+ * server refused SUBSCRIBE), every waiter polls at once and then every
+ * opts.poll_min, doubling up to opts.poll_max, and the channel is made
+ * again with the connection's back-off; once it is subscribed again,
+ * every waiter polls once more.  A lease that ran out is found by the
+ * next poll of any waiter, within poll_max.  With opts.poll_only there is
+ * no channel: a waiter polls every poll_min, doubling up to poll_max, and
+ * at once when a task of the same handle releases a permit.
  *
  * Leases.  A permit is a lease of opts.lease: while it is held, ferry
- * renews it every lease/3 from the loop.  A process that dies (or a loop
- * that stops running) holding a permit gives it back when the lease runs
- * out.  A waiter is forgotten opts.waiter_ttl after its last poll, so a
- * dead waiter does not hold up the queue.  If a renewal finds the lease
- * gone (it ran out while the loop was stalled or the server was
- * unreachable), the permit is lost: ferry_redis_permit_held() turns false
- * and ferry_redis_permit_release() returns -ESTALE.  Another process may
- * hold the permit by then: a lease is not a guarantee.  What protects a
- * resource is the fencing token: every grant carries a number greater than
- * every earlier grant's of the same key (ferry_redis_permit_fence()); pass
- * it to the resource, and have the resource refuse a token lower than the
- * highest it has seen.
- *
- * Waiting.  A waiter polls the server: at once when a task of the same
- * ferry_redis_sem releases a permit, otherwise every opts.poll_min,
- * doubling up to opts.poll_max, so a permit released by another process is
- * taken up within poll_max.
+ * renews it every lease/3 from the loop.  A permit granted by another's
+ * script is leased until the waiter's heartbeat would have run out, and
+ * ferry renews it within half that time: a waiter that died gives it back
+ * within waiter_ttl.  A process that dies (or a loop that stops running)
+ * holding a permit gives it back when the lease runs out.  A waiter is
+ * forgotten opts.waiter_ttl after its last poll, so a dead waiter does not
+ * hold up the queue.  If a renewal finds the lease gone (it ran out while
+ * the loop was stalled or the server was unreachable), the permit is lost:
+ * ferry_redis_permit_held() turns false and ferry_redis_permit_release()
+ * returns -ESTALE.  Another process may hold the permit by then: a lease
+ * is not a guarantee.  What protects a resource is the fencing token:
+ * every grant carries a number greater than every earlier grant's of the
+ * same key (ferry_redis_permit_fence()); pass it to the resource, and have
+ * the resource refuse a token lower than the highest it has seen.
  */
 typedef struct ferry_redis_sem ferry_redis_sem;
 typedef struct ferry_redis_permit ferry_redis_permit;
@@ -251,12 +265,16 @@ typedef struct ferry_redis_permit ferry_redis_permit;
 typedef struct ferry_redis_sem_opts {
     /* A permit's lease; 0: 10 s; at least 30 ms (whole milliseconds). */
     int64_t lease;
-    /* Polling while waiting; 0: 5 ms and 100 ms. */
+    /* Polling while waiting (see "Waiting" above); 0: 5 ms and 100 ms. */
     int64_t poll_min;
     int64_t poll_max;
     /* How long the server keeps a waiter that stopped polling; 0: 1 s or
      * 4 * poll_max, whichever is longer.  At least 2 * poll_max. */
     int64_t waiter_ttl;
+    /* No wake channel: a waiter learns of its permit only by polling, every
+     * poll_min doubling up to poll_max (for a server that refuses
+     * SUBSCRIBE, or to compare). */
+    bool poll_only;
 } ferry_redis_sem_opts;
 
 /*
@@ -287,10 +305,12 @@ int ferry_redis_sem_free(ferry_redis_sem *s);
 /*
  * Wait for a permit, in arrival order across processes.  The wait
  * suspends the task, never the thread.  An acquire that is cancelled or
- * whose deadline passes removes its waiter (and a permit granted by a poll
- * still in flight) from the server: the removal is sent on the connection
- * at once and runs after that poll; if the connection is down, the
- * server forgets the waiter after waiter_ttl (and a lease after lease).
+ * whose deadline passes removes its waiter (and a permit granted to it
+ * that it has not heard of yet, which then goes to the next waiter) from
+ * the server: the removal is sent on the connection at once and runs after
+ * any poll still in flight; if the connection is down, the server forgets
+ * the waiter after waiter_ttl (and a permit granted to it when its lease
+ * runs out).
  * Thread: loop, in a task.  Suspends: yes.
  * Owns:   *out is the caller's; give it back with
  *         ferry_redis_permit_release().
@@ -304,8 +324,8 @@ int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out /* OUT 
 /*
  * Give the permit back and free `p`.  The release is sent on the
  * connection without waiting for the server's answer, so it works in a
- * cancelled task too; tasks of the same handle waiting for a permit poll
- * again at once.  If the connection is down, the lease runs out instead.
+ * cancelled task too; on the server it hands the permit to the first
+ * waiter.  If the connection is down, the lease runs out instead.
  * Thread: loop (in a task or not).  Suspends: no.
  * Returns: 0; -ESTALE (the lease was lost before the release: another
  * holder may have had the permit meanwhile); -ENOTCONN (not sent: the
