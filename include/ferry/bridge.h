@@ -342,10 +342,11 @@ int ferry_future_wait(ferry_future *fut, int64_t timeout, int *status /* OUT */)
  * task and waits for it by itself).  On the loop the future's task runs on
  * too.
  * Thread: loop, in a task.  Suspends: yes.
- * Returns: 0 (done, *status set); -ECANCELED, -ETIMEDOUT (not waited to
- * the end; nothing changed); -EPERM (not in a task); -EINVAL.
+ * Returns: 0 (done, *status set if not NULL); -ECANCELED, -ETIMEDOUT
+ * (not waited to the end; nothing changed); -EPERM (not in a task);
+ * -EINVAL.
  */
-int ferry_future_await(ferry_future *fut, int *status /* OUT */);
+int ferry_future_await(ferry_future *fut, int *status /* OUT, optional */);
 
 /* Thread: any.  Suspends: no.
  * Returns: true once the result is in; false before, and for NULL. */
