@@ -56,9 +56,6 @@ struct call {
     bool                    cancel_seen; /* the cancel node has run */
     bool                    ended;     /* finish() came first and left the answer to
                                         * the cancel node */
-    struct ferry__closer    unstarted; /* on the target's inbox from the spawn until the
-                                        * task starts: a loop freed before the task ran
-                                        * answers through it */
 };
 
 static const ferry_task_opts call_task_opts = { .name = "call" };
@@ -206,20 +203,25 @@ static void cancel_run(struct ferry__cnode *n)
         return;
     }
     /* A task spawned and not yet started sees cancel_seen when it starts
-     * and never runs fn: cancelling it now would end it without a word. */
+     * and never runs fn. */
     if (c->task)
         ferry_task_cancel(c->task);
 }
 
-/* The body of fn's task. */
+/*
+ * The body of fn's task.  It always runs, also when the task was
+ * cancelled before it started (ferry__task_spawn_always()): its loop is
+ * ending then, and its answer cannot wait for the loop's close, which
+ * comes only once the loop's own tasks have ended; they may be waiting
+ * for calls to loops that wait for this one.
+ */
 static int call_task(void *arg)
 {
     struct call *c = arg;
     ferry_scope sc;
 
-    ferry__inbox_closer_del(&c->unstarted);
-    if (c->cancel_seen) {
-        c->rc = -ECANCELED;
+    if (c->cancel_seen || ferry__loop_closing(c->dst->loop)) {
+        c->rc = c->cancel_seen ? -ECANCELED : -ESHUTDOWN;
         finish(c);
         return 0;
     }
@@ -233,15 +235,6 @@ static int call_task(void *arg)
     c->rc = 0;
     finish(c);
     return 0;
-}
-
-/* The loop closed before fn's task started: it never will. */
-static void unstarted_close(struct ferry__closer *cl)
-{
-    struct call *c = ferry__container_of(cl, struct call, unstarted);
-
-    c->rc = c->cancel_seen ? -ECANCELED : -ESHUTDOWN;
-    finish(c);
 }
 
 static void req_run(struct ferry__cnode *n)
@@ -269,11 +262,8 @@ static void req_run(struct ferry__cnode *n)
         finish(c);
         return;
     }
-    c->unstarted.fn = unstarted_close;
-    ferry__inbox_closer_add(dst->ib, &c->unstarted);
-    rc = ferry_task_spawn(NULL, dst->loop, call_task, c, &call_task_opts);
+    rc = ferry__task_spawn_always(dst->loop, call_task, c, &call_task_opts);
     if (rc) {
-        ferry__inbox_closer_del(&c->unstarted);
         c->rc = rc;
         finish(c);
     }
@@ -393,7 +383,6 @@ int ferry_runtime_call(ferry_runtime *rt, unsigned index, ferry_call_fn fn, void
     c.task = NULL;
     c.cancel_seen = false;
     c.ended = false;
-    ferry__link_init(&c.unstarted.link);
     /* Schedule fuzzing: calls of a burst may reach the target spread out. */
     ferry__fuzz_delay();
     rc = ferry__inbox_post_node(c.dst->ib, &c.req);

@@ -108,6 +108,16 @@ int ferry__wait_held(struct ferry__waiter *w);
  * Returns false (and does nothing) if it is not WAITING. */
 bool ferry__grant(struct ferry__waiter *w, int result);
 
+/*
+ * ferry_task_spawn() of a detached task whose body runs even if the task
+ * is cancelled before its first run (its first suspension point then
+ * reports the cancellation): for a body that must answer someone waiting
+ * for it on another loop (bridge/call.c), also while its loop ends.
+ * Returns as ferry_task_spawn().
+ */
+int ferry__task_spawn_always(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                             const ferry_task_opts *opts);
+
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
 
