@@ -79,7 +79,9 @@ struct ferry__loop_rt *ferry__loop_rt(ferry_loop *loop)
 {
     struct ferry_inbox *ib = ferry__inbox_of(loop);
 
-    return ib ? (struct ferry__loop_rt *)((char *)ferry__inbox_ext(ib) + rt_room_offset()) : NULL;
+    /* The room is aligned for any type and the offset a multiple of that. */
+    return ib ? (struct ferry__loop_rt *)(void *)((char *)ferry__inbox_ext(ib) +
+                                                 rt_room_offset()) : NULL;
 }
 
 struct ferry_runtime *ferry__rt_resolve(struct ferry_runtime *rt)
