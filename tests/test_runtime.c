@@ -1012,9 +1012,11 @@ TR(on_all_runs_fn_on_every_loop_and_stop_cancels_it_everywhere)
 
 /* ---- statistics and dumps ----------------------------------------------- */
 
+static atomic_int napping;
 static int nap(void *arg)
 {
     (void)arg;
+    atomic_store(&napping, 1);
     return ferry_sleep(FERRY_SEC(10)) == -ECANCELED ? 0 : 1;
 }
 
@@ -1027,6 +1029,8 @@ static int dump_main(void *arg)
     int st;
 
     ferry_runtime_spawn(NULL, 1, nap, NULL, &(ferry_task_opts){ .name = "napper" }, &d->f);
+    while (!atomic_load(&napping))
+        ferry_sleep(FERRY_USEC(200));
     ferry_runtime_call(NULL, 1, status_apart, NULL, FERRY_CALL_CALLBACK, &st, NULL);
     d->n = ferry_runtime_dump(NULL, FERRY_RUNTIME_ALL, out);
     fclose(out);

@@ -517,11 +517,20 @@ int ferry_runtime_on_all(ferry_runtime *rt, ferry_task_fn fn, void *arg, int *st
  * Run fn(arg) as a plain callback on loop `index`: through a call from a
  * task, else (loop 0's thread outside a task) at once on loop 0 and with
  * ferry_loop_run_sync() on the others.  Returns fn's status, or the
- * call's error.
+ * call's error.  fn is told its loop (struct loop_req), not left to find
+ * it: loop 0's thread may have other loops, and any of them may be its
+ * current one.
  */
 struct on_loop {
     ferry_call_fn fn;
     void         *arg;
+};
+
+/* What the callbacks below get: the loop they run on, and theirs. */
+struct loop_req {
+    struct ferry_runtime *rt;
+    unsigned              index;
+    void                 *out;
 };
 
 static int on_loop_sync(void *arg)
@@ -533,16 +542,17 @@ static int on_loop_sync(void *arg)
 }
 
 static int on_loop(struct ferry_runtime *rt, unsigned index, bool in_task,
-                   ferry_call_fn fn, void *arg)
+                   ferry_call_fn fn, void *out)
 {
-    struct on_loop l = { .fn = fn, .arg = arg };
+    struct loop_req req = { .rt = rt, .index = index, .out = out };
+    struct on_loop l = { .fn = fn, .arg = &req };
     void *res = NULL;
     int rc, st = 0;
 
     if (in_task)
-        rc = ferry_runtime_call(rt, index, fn, arg, FERRY_CALL_CALLBACK, &st, NULL);
+        rc = ferry_runtime_call(rt, index, fn, &req, FERRY_CALL_CALLBACK, &st, NULL);
     else if (index == 0)
-        return fn(arg, &res);
+        return fn(&req, &res);
     else
         rc = ferry_loop_run_sync(rt->slots[index]->loop, on_loop_sync, &l, FERRY_NEVER, &st);
     return rc ? rc : st;
@@ -563,16 +573,15 @@ static int reader_check(struct ferry_runtime **rtp, bool *in_task)
     return on_loop0_outside(rt) ? 0 : -EPERM;
 }
 
-/* On the loop whose counters are wanted: copy them into *arg. */
+/* On the loop whose counters are wanted: copy them into req->out. */
 static int stats_copy(void *arg, void **result)
 {
-    ferry_runtime_stats *out = arg;
-    ferry_loop *loop = ferry_loop_current();
-    struct ferry__loop_rt *place = ferry__loop_rt(loop);
-    struct ferry__rt_slot *s = place->rt->slots[place->index];
+    struct loop_req *req = arg;
+    ferry_runtime_stats *out = req->out;
+    struct ferry__rt_slot *s = req->rt->slots[req->index];
 
     (void)result;
-    ferry_loop_stats_get(loop, &out->loop);
+    ferry_loop_stats_get(s->loop, &out->loop);
     out->calls_out = s->calls_out;
     out->calls_in = s->calls_in;
     out->calls_inline = s->calls_inline;
@@ -623,24 +632,17 @@ int ferry_runtime_stats_get(ferry_runtime *rt, int index, ferry_runtime_stats *o
     return 0;
 }
 
-struct dump_req {
-    FILE    *out;
-    unsigned index;
-    unsigned n;
-};
-
 static int dump_one(void *arg, void **result)
 {
-    struct dump_req *d = arg;
+    struct loop_req *req = arg;
 
     (void)result;
-    fprintf(d->out, "ferry: loop %u of %u\n", d->index, d->n);
-    return ferry_loop_dump(ferry_loop_current(), d->out);
+    fprintf(req->out, "ferry: loop %u of %u\n", req->index, req->rt->n);
+    return ferry_loop_dump(req->rt->slots[req->index]->loop, req->out);
 }
 
 int ferry_runtime_dump(ferry_runtime *rt, int index, FILE *out)
 {
-    struct dump_req d = { .out = out };
     bool in_task;
     unsigned i, first, last;
     int rc, total = 0;
@@ -654,10 +656,8 @@ int ferry_runtime_dump(ferry_runtime *rt, int index, FILE *out)
         return -EINVAL;
     first = index == FERRY_RUNTIME_ALL ? 0 : (unsigned)index;
     last = index == FERRY_RUNTIME_ALL ? rt->n - 1 : (unsigned)index;
-    d.n = rt->n;
     for (i = first; i <= last; i++) {
-        d.index = i;
-        rc = on_loop(rt, i, in_task, dump_one, &d);
+        rc = on_loop(rt, i, in_task, dump_one, out);
         if (rc < 0)
             return rc;
         total += rc;

@@ -90,7 +90,7 @@ int ferry_runtime_run(ferry_runtime *rt, ferry_task_fn main, void *arg,
  * ferry_runtime_on_all()), and later runs return -ESHUTDOWN.  Returns at
  * once; ferry_runtime_run() returns once main has ended.  Several calls
  * count as one.  Allocates nothing.
- * Thread: any.  Suspends: no.
+ * Thread: any, until ferry_runtime_free() begins.  Suspends: no.
  * Returns: 0; -EINVAL (rt NULL).
  */
 int ferry_runtime_stop(ferry_runtime *rt);
