@@ -1010,6 +1010,46 @@ TR(on_all_runs_fn_on_every_loop_and_stop_cancels_it_everywhere)
     ferry_runtime_free(rt);
 }
 
+/* ---- the default pool is one for every loop ---------------------------- */
+
+static ferry_pool *pools[3];
+static atomic_int offloaded;
+
+static int offload_noop(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&offloaded, 1);
+    return 0;
+}
+
+static int offload_on_loop(void *arg)
+{
+    (void)arg;
+    pools[ferry_runtime_index(NULL, NULL)] = ferry_pool_default();
+    return ferry_to_thread(NULL, offload_noop, NULL);
+}
+
+static int pools_main(void *arg)
+{
+    int st[3] = { -1, -1, -1 };
+    int rc = ferry_runtime_on_all(NULL, offload_on_loop, arg, st);
+
+    return rc ? rc : st[0] | st[1] | st[2];
+}
+
+TR(every_loop_offloads_to_the_one_default_pool)
+{
+    ferry_runtime *rt = rt_make(3, 0);
+
+    cr_expect_eq(rt_run(rt, pools_main, NULL), 0);
+    ferry_runtime_free(rt);
+    cr_expect_eq(atomic_load(&offloaded), 3);
+    cr_expect_neq(pools[0], NULL);
+    cr_expect_eq(pools[0], pools[1]);
+    cr_expect_eq(pools[0], pools[2]);
+    ferry_pool_default_shutdown(0);
+}
+
 /* ---- statistics and dumps ----------------------------------------------- */
 
 static atomic_int napping;
