@@ -74,3 +74,13 @@ int64_t ferry__deadline_to_real(int64_t deadline)
         return deadline;
     return ferry__deadline_real(deadline > vnow ? deadline - vnow : 0);
 }
+
+int64_t ferry__deadline_from_real(int64_t deadline)
+{
+    int64_t now;
+
+    if (deadline == FERRY_NEVER || !ferry__clock_virtual(&now))
+        return deadline;
+    now = ferry__now_real();
+    return ferry__deadline(deadline > now ? deadline - now : 0);
+}

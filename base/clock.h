@@ -30,6 +30,11 @@ int64_t ferry__deadline_real(int64_t timeout);
  * time left: unchanged where ferry_now() is the real clock. */
 int64_t ferry__deadline_to_real(int64_t deadline);
 
+/* A deadline on the real clock as one on ferry_now()'s clock of the
+ * calling thread, keeping the time left: the other way of
+ * ferry__deadline_to_real(). */
+int64_t ferry__deadline_from_real(int64_t deadline);
+
 /* Answers for the calling thread: true and *now, the virtual time of the
  * loop current on it, or false if that thread's clock is the real one. */
 typedef bool (*ferry__clock_source)(int64_t *now);

@@ -54,6 +54,19 @@
  *   idle_1m             (not in the default set) 1,000,000 idle tasks with the
  *                       loop's default settings; prints bytes_per_task too
  *
+ * Cross-loop calls (not in the default set; bench/run-xloop.sh runs them
+ * against an eventfd ping-pong and Go): a runtime of two loops
+ * (ferry/runtime.h), the main task on loop 0 calling a no-op on loop 1
+ * with ferry_runtime_call():
+ *   xloop_call             one task, task flavour (a task per call on
+ *                          loop 1), n = 200,000 in a row: the round trip
+ *   xloop_call_cb          the same, FERRY_CALL_CALLBACK
+ *   xloop_call_batch       64 tasks calling at once, callback flavour
+ *                          (n = 1,000,000 calls in all)
+ *   xloop_call_batch_task  64 tasks calling at once, task flavour
+ *                          (n = 1,000,000)
+ * FERRY_BENCH_PIN=1 pins the two loops to the first two CPUs.
+ *
  * Pools have 4 threads and are created and warmed (8 concurrent no-op jobs)
  * before timing.  Exit status: 0 if every workload ran and every check was
  * ok, 1 otherwise, 2 on usage errors.
@@ -695,6 +708,91 @@ static int w_offload_throughput(void *arg)
     return rc;
 }
 
+/* ---- cross-loop calls (a runtime of two loops) -------------------------- */
+
+static int xl_noop(void *arg, void **result)
+{
+    (void)arg;
+    (void)result;
+    return 0;
+}
+
+/* One caller: n calls to loop 1 in a row; the number that returned 0 with
+ * fn's 0. */
+static long xl_calls(long n, unsigned flags)
+{
+    long ok = 0;
+    int fn_status;
+
+    for (long i = 0; i < n; i++)
+        if (ferry_runtime_call(NULL, 1, xl_noop, NULL, flags, &fn_status, NULL) == 0 &&
+            fn_status == 0)
+            ok++;
+    return ok;
+}
+
+static int xl_seq(const char *name, unsigned flags)
+{
+    const long n = 200000;
+    int64_t t0;
+    long ok;
+
+    xl_calls(1000, flags);        /* warm: stacks, the inboxes' buffers */
+    t0 = start_clock();
+    ok = xl_calls(n, flags);
+    return report(name, n, secs_since(t0), ok == n, NULL);
+}
+
+static int w_xloop_call(void *arg)
+{
+    (void)arg;
+    return xl_seq("xloop_call", 0);
+}
+
+static int w_xloop_call_cb(void *arg)
+{
+    (void)arg;
+    return xl_seq("xloop_call_cb", FERRY_CALL_CALLBACK);
+}
+
+struct xl_batch { long per; unsigned flags; };
+
+static int xl_batch_task(void *arg)
+{
+    struct xl_batch *b = arg;
+
+    return (int)(xl_calls(b->per, b->flags) == b->per);
+}
+
+static int xl_batch(const char *name, unsigned flags)
+{
+    enum { TASKS = 64 };
+    static ferry_task *t[TASKS];
+    struct xl_batch b = { .per = 1000000 / TASKS, .flags = flags };
+    long good = 0;
+    int64_t t0;
+
+    xl_calls(1000, flags);
+    t0 = start_clock();
+    for (int i = 0; i < TASKS; i++)
+        t[i] = spawn(xl_batch_task, &b);
+    for (int i = 0; i < TASKS; i++)
+        good += join(t[i]);
+    return report(name, (long)TASKS * b.per, secs_since(t0), good == TASKS, NULL);
+}
+
+static int w_xloop_call_batch(void *arg)
+{
+    (void)arg;
+    return xl_batch("xloop_call_batch", FERRY_CALL_CALLBACK);
+}
+
+static int w_xloop_call_batch_task(void *arg)
+{
+    (void)arg;
+    return xl_batch("xloop_call_batch_task", 0);
+}
+
 /* ---- echo servers (network workloads) ------------------------------------ */
 
 #define ECHO_BUF (64 * 1024)
@@ -889,17 +987,22 @@ static const struct workload {
     const char   *name;
     ferry_task_fn fn;
     bool          dflt;     /* in the set run with no argument */
+    unsigned      loops;    /* 0: one loop; else a runtime of this many */
 } workloads[] = {
-    { "switch",             w_switch,             true  },
-    { "spawn",              w_spawn,              true  },
-    { "idle_tasks",         w_idle_tasks,         true  },
-    { "lock_contention",    w_lock_contention,    true  },
-    { "queue_pipeline",     w_queue_pipeline,     true  },
-    { "stampede",           w_stampede,           true  },
-    { "threadsafe_post",    w_threadsafe_post,    true  },
-    { "offload_rtt",        w_offload_rtt,        true  },
-    { "offload_throughput", w_offload_throughput, true  },
-    { "idle_1m",            w_idle_1m,            false },
+    { "switch",             w_switch,             true,  0 },
+    { "spawn",              w_spawn,              true,  0 },
+    { "idle_tasks",         w_idle_tasks,         true,  0 },
+    { "lock_contention",    w_lock_contention,    true,  0 },
+    { "queue_pipeline",     w_queue_pipeline,     true,  0 },
+    { "stampede",           w_stampede,           true,  0 },
+    { "threadsafe_post",    w_threadsafe_post,    true,  0 },
+    { "offload_rtt",        w_offload_rtt,        true,  0 },
+    { "offload_throughput", w_offload_throughput, true,  0 },
+    { "idle_1m",            w_idle_1m,            false, 0 },
+    { "xloop_call",            w_xloop_call,            false, 2 },
+    { "xloop_call_cb",         w_xloop_call_cb,         false, 2 },
+    { "xloop_call_batch",      w_xloop_call_batch,      false, 2 },
+    { "xloop_call_batch_task", w_xloop_call_batch_task, false, 2 },
 };
 #define NWORKLOADS (sizeof workloads / sizeof workloads[0])
 
@@ -927,6 +1030,22 @@ static int run_here(const struct workload *w)
 
     if (e && *e)
         o.stack_cache = strtoul(e, NULL, 10);
+    if (w->loops) {
+        /* The main task on loop 0 of a runtime. */
+        ferry_runtime_opts ro = { .loops = w->loops, .loop = o };
+        ferry_runtime *rt;
+
+        e = getenv("FERRY_BENCH_PIN");
+        ro.pin = e && *e == '1';
+        if ((rc = ferry_runtime_new(&rt, &ro)))
+            die("ferry_runtime_new", rc);
+        if ((rc = ferry_runtime_run(rt, w->fn, NULL, &status)))
+            die("ferry_runtime_run", rc);
+        ferry_runtime_free(rt);
+        if (status < 0)
+            die(w->name, status);
+        return status;
+    }
     if ((rc = ferry_loop_new(&loop, &o)))
         die("ferry_loop_new", rc);
     if ((rc = ferry_task_spawn(&t, loop, w->fn, NULL, &(ferry_task_opts){ .name = "main" })))

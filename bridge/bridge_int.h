@@ -101,6 +101,28 @@ void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode 
 /* Post that may fail (the public call_soon_threadsafe path). */
 int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg);
 
+/*
+ * Post a completion node that nothing keeps the loop open for (a call's
+ * request to another loop): as ferry__inbox_complete(), allocation-free,
+ * but refused once the inbox is closed.
+ * Thread: any.  Returns: 0 (n->fn will run on the loop); -ESHUTDOWN
+ * (closed, or a forked child: nothing queued).
+ */
+int ferry__inbox_post_node(struct ferry_inbox *ib, struct ferry__cnode *n);
+
+/*
+ * The loop learned that another thread is about to post it a completion
+ * with ferry__inbox_complete() (a call's cancel node, bridge/call.c), also
+ * if the loop is closing: its close waits for that node as for a
+ * reservation, until the node's handler calls ferry__inbox_unreserve().
+ * Thread: the inbox's loop.
+ */
+void ferry__inbox_expect(struct ferry_inbox *ib);
+
+/* Take one more reference on an inbox the caller holds one on, unless it
+ * is closed.  Thread: any.  Returns: 0; -ESHUTDOWN (closed: none taken). */
+int ferry__inbox_ref(struct ferry_inbox *ib);
+
 /* True while ferry_loop_free() is in the close step (loop thread). */
 bool ferry__inbox_closing(const struct ferry_inbox *ib);
 
@@ -212,6 +234,9 @@ void ferry__pool_block_exit(void);
 
 /* The channel's cases of ferry_select() (chan.c), for the loop's hooks. */
 extern const struct ferry__sel_ext ferry__chan_sel_ext;
+
+/* The future's cases of ferry_select() (future.c), for the loop's hooks. */
+extern const struct ferry__sel_ext ferry__future_sel_ext;
 
 /* The loop's getaddrinfo hook (loop_port.h): loop thread, in a task.  The
  * strings and hints are copied; an abandoned job's late answer is freed on

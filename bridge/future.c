@@ -1,5 +1,6 @@
 /* future.c - a foreign thread runs a function or a task on a loop and
- * waits for its status: futures, run_sync, run_task_sync.
+ * waits for its status: futures, run_sync, run_task_sync; and tasks that
+ * await a future (ferry_future_await(), select's future case).
  *
  * The future is shared by the thread that holds the handle and the loop
  * that computes the result, so it is reference-counted: the handle, the
@@ -8,6 +9,14 @@
  * inbox (which the future keeps a reference on, so a late cancel finds a
  * closed inbox, never a freed one).
  *
+ * Threads wait on the condition variable; tasks, of any loop, wait on
+ * nodes of their own (on their stacks, or on the heap for a select case)
+ * in a list, each woken through its loop's inbox (task_wake.c).  The
+ * completion unlinks every node under the mutex and fires the wakes after
+ * releasing it, so a task that stops waiting finds its node either still
+ * linked (it takes it out) or unlinked, and then waits for the wake that
+ * is on its way before its node goes away.
+ *
  * Lock order: ferry_future.mu is a leaf; nothing is called under it.
  */
 #include <errno.h>
@@ -15,7 +24,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bridge_int.h"
+#include "runtime_int.h"
+
+/* A task awaiting a future. */
+struct fwait {
+    struct ferry__link      link;      /* mu: in ferry_future.twaiters until completion */
+    struct fwait           *next_fire; /* the completer's, once it unlinked the node */
+    struct ferry__task_wake tw;        /* the waiting task */
+};
 
 struct ferry_future {
     pthread_mutex_t     mu;        /* guards the fields marked "mu" */
@@ -26,6 +42,7 @@ struct ferry_future {
     bool                ran;       /* mu: fn was called */
     bool                started;   /* mu: the loop took the request: fn runs or has run */
     bool                cancel_req;/* mu: a thread asked to cancel */
+    struct ferry__link  twaiters;  /* mu: tasks awaiting it (struct fwait) */
     struct ferry_inbox *ib;        /* set once; one inbox reference */
     ferry_task_fn       fn;        /* set once */
     void               *arg;       /* set once */
@@ -59,15 +76,29 @@ static void future_unref(struct ferry_future *f)
     ferry__free(f);
 }
 
-/* The loop side is done: publish the status and drop its reference. */
+/* The loop side is done: publish the status, wake the threads and the
+ * tasks waiting, and drop its reference. */
 static void future_complete(struct ferry_future *f, int status, bool ran)
 {
+    struct fwait *fire = NULL, *next;
+    struct ferry__link *l;
+
     pthread_mutex_lock(&f->mu);
     f->done = true;
     f->status = status;
     f->ran = ran;
     pthread_cond_broadcast(&f->cv);
+    while ((l = ferry__list_pop_front(&f->twaiters)) != NULL) {
+        struct fwait *w = ferry__container_of(l, struct fwait, link);
+
+        w->next_fire = fire;
+        fire = w;
+    }
     pthread_mutex_unlock(&f->mu);
+    for (; fire; fire = next) {
+        next = fire->next_fire;          /* the node may go once fired */
+        ferry__task_wake_fire(&fire->tw, 0);
+    }
     future_unref(f);
 }
 
@@ -155,23 +186,14 @@ static void cancel_cb(void *arg)
 
 /* ==== any thread: the API ============================================== */
 
-static int submit(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
-                  const ferry_task_opts *opts, ferry_future **out)
+/* The future of fn(arg) on the loop of `ib`, which holds a reference the
+ * future takes over (or drops, on an error). */
+static int submit_ib(struct ferry_inbox *ib, ferry_task_fn fn, void *arg, bool as_task,
+                     const ferry_task_opts *opts, ferry_future **out)
 {
     struct ferry_future *f;
-    struct ferry_inbox *ib;
     int rc;
 
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    if (!loop || !fn)
-        return -EINVAL;
-    if (ferry_loop_is_current(loop))
-        return -EDEADLK;
-    rc = ferry_inbox_get(&ib, loop);
-    if (rc)
-        return rc;
     f = ferry__calloc(1, sizeof *f);
     if (!f) {
         rc = -ENOMEM;
@@ -206,6 +228,43 @@ err_free:
 err_inbox:
     ferry_inbox_release(ib);
     return rc;
+}
+
+static int submit(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
+                  const ferry_task_opts *opts, ferry_future **out)
+{
+    struct ferry_inbox *ib;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!loop || !fn)
+        return -EINVAL;
+    if (ferry_loop_is_current(loop))
+        return -EDEADLK;
+    rc = ferry_inbox_get(&ib, loop);
+    if (rc)
+        return rc;
+    return submit_ib(ib, fn, arg, as_task, opts, out);
+}
+
+int ferry__future_spawn(struct ferry_inbox *ib, ferry_task_fn fn, void *arg,
+                        const ferry_task_opts *opts, bool on_loop_ok, ferry_future **out)
+{
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!ib || !fn)
+        return -EINVAL;
+    if (!on_loop_ok && ferry__inbox_on_loop(ib))
+        return -EDEADLK;
+    rc = ferry__inbox_ref(ib);
+    if (rc)
+        return rc;
+    return submit_ib(ib, fn, arg, true, opts, out);
 }
 
 int ferry_loop_spawn_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
@@ -257,6 +316,135 @@ int ferry_future_wait(ferry_future *f, int64_t timeout, int *status)
         ferry__pool_block_exit();
     return rc;
 }
+
+/* ==== loop thread: tasks awaiting a future ============================= */
+
+/*
+ * After the wait of the node `w`, linked in f->twaiters before it: take it
+ * out if the completion has not, else wait until its wake (on its way) has
+ * been delivered, so that the node may go.  Requires mu; may release it
+ * meanwhile.
+ */
+static void fwait_leave_locked(struct ferry_future *f, struct fwait *w)
+{
+    if (ferry__link_linked(&w->link)) {
+        ferry__list_remove(&w->link);
+    } else if (!w->tw.delivered) {
+        pthread_mutex_unlock(&f->mu);
+        ferry__task_wake_settle(&w->tw);
+        pthread_mutex_lock(&f->mu);
+    }
+}
+
+int ferry_future_await(ferry_future *f, int *status)
+{
+    struct fwait w;
+    int rc, st;
+
+    if (!f)
+        return -EINVAL;
+    rc = ferry__task_wake_init(&w.tw, "future", f);
+    if (rc)
+        return rc;
+    rc = ferry__check(w.tw.w.task);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&f->mu);
+    if (!f->done) {
+        ferry__link_init(&w.link);
+        ferry__list_push_back(&f->twaiters, &w.link);
+        pthread_mutex_unlock(&f->mu);
+        rc = ferry__task_wake_wait(&w.tw);
+        pthread_mutex_lock(&f->mu);
+        fwait_leave_locked(f, &w);
+        /* Interrupted: nothing taken, the future stays as it was. */
+        if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+            pthread_mutex_unlock(&f->mu);
+            return rc;
+        }
+    }
+    st = f->status;
+    pthread_mutex_unlock(&f->mu);
+    if (status)
+        *status = st;
+    return 0;
+}
+
+/* Select's future case (port/loop_port.h): reading a done future takes
+ * nothing, so a wake that reached a case that lost needs no passing on. */
+
+static int sel_try(void *obj, bool send, void *buf, int *result)
+{
+    struct ferry_future *f = obj;
+    int rc = 0;
+
+    (void)send;
+    (void)buf;
+    pthread_mutex_lock(&f->mu);
+    if (f->done) {
+        *result = f->status;
+        rc = 1;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel,
+                   void **node, struct ferry__waiter **wp)
+{
+    struct ferry_future *f = obj;
+    struct fwait *w = ferry__malloc(sizeof *w);
+    int rc;
+
+    (void)send;
+    if (!w)
+        return -ENOMEM;
+    rc = ferry__task_wake_init_self(&w->tw, self, "future", f);
+    if (rc) {
+        ferry__free(w);
+        return rc;
+    }
+    w->tw.w.sel = sel;
+    ferry__link_init(&w->link);
+    pthread_mutex_lock(&f->mu);
+    if (f->done) {
+        pthread_mutex_unlock(&f->mu);
+        ferry__free(w);
+        return 1;
+    }
+    ferry__list_push_back(&f->twaiters, &w->link);
+    pthread_mutex_unlock(&f->mu);
+    *node = w;
+    *wp = &w->tw.w;
+    return 0;
+}
+
+static void sel_disarm(void *obj, bool send, void *node)
+{
+    struct ferry_future *f = obj;
+    struct fwait *w = node;
+
+    (void)send;
+    pthread_mutex_lock(&f->mu);
+    fwait_leave_locked(f, w);
+    pthread_mutex_unlock(&f->mu);
+    ferry__free(w);
+}
+
+static int sel_done(void *obj, bool send, void *buf, bool perform, int *result)
+{
+    (void)send;
+    return perform ? sel_try(obj, false, buf, result) : 0;
+}
+
+const struct ferry__sel_ext ferry__future_sel_ext = {
+    .try_op = sel_try,
+    .arm = sel_arm,
+    .disarm = sel_disarm,
+    .done = sel_done,
+};
+
+/* ==== any thread ======================================================= */
 
 bool ferry_future_done(ferry_future *f)
 {

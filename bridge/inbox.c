@@ -111,13 +111,16 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
     return 0;
 }
 
-/* Requires mu. */
+/* Requires mu.  A close waiting for reserved or expected completions
+ * (inbox_loop.c) looks at the queue again once one has come. */
 static int complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
 {
     n->next = NULL;
     *ib->ctail = n;
     ib->ctail = &n->next;
     ib->posts++;
+    if (ib->closer_waits)
+        pthread_cond_signal(&ib->idle);
     if (!ib->woken) {
         ib->woken = true;
         return wake_locked(ib);
@@ -133,6 +136,28 @@ void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n)
     err = complete_locked(ib, n);
     pthread_mutex_unlock(&ib->mu);
     log_write_error(err);
+}
+
+int ferry__inbox_post_node(struct ferry_inbox *ib, struct ferry__cnode *n)
+{
+    int err;
+
+    pthread_mutex_lock(&ib->mu);
+    if (ferry__inbox_refused_locked(ib)) {
+        pthread_mutex_unlock(&ib->mu);
+        return -ESHUTDOWN;
+    }
+    err = complete_locked(ib, n);
+    pthread_mutex_unlock(&ib->mu);
+    log_write_error(err);
+    return 0;
+}
+
+void ferry__inbox_expect(struct ferry_inbox *ib)
+{
+    pthread_mutex_lock(&ib->mu);
+    ib->reserved++;
+    pthread_mutex_unlock(&ib->mu);
 }
 
 int ferry__inbox_reserve(struct ferry_inbox *ib)
@@ -222,10 +247,23 @@ int ferry_inbox_post(ferry_inbox *ib, ferry_cb cb, void *arg)
     return ferry__inbox_post(ib, cb, arg);
 }
 
+int ferry__inbox_ref(struct ferry_inbox *ib)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&ib->mu);
+    if (ferry__inbox_refused_locked(ib))
+        rc = -ESHUTDOWN;
+    else
+        inbox_ref(ib);
+    pthread_mutex_unlock(&ib->mu);
+    return rc;
+}
+
 int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
 {
     struct ferry_inbox *ib;
-    int rc = 0;
+    int rc;
 
     if (!out || !loop)
         return -EINVAL;
@@ -233,12 +271,7 @@ int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
     ib = ferry__inbox_of(loop);
     if (!ib)
         return -ESHUTDOWN;
-    pthread_mutex_lock(&ib->mu);
-    if (ferry__inbox_refused_locked(ib))
-        rc = -ESHUTDOWN;
-    else
-        inbox_ref(ib);
-    pthread_mutex_unlock(&ib->mu);
+    rc = ferry__inbox_ref(ib);
     if (!rc)
         *out = ib;
     return rc;

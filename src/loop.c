@@ -97,6 +97,11 @@ bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon)
     return !t || t->key > ferry__loop_now(loop) + horizon;
 }
 
+bool ferry__loop_closing(const ferry_loop *loop)
+{
+    return loop->closing;
+}
+
 int64_t ferry__loop_slow_threshold(const ferry_loop *loop)
 {
     return loop->slow_ns;

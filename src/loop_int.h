@@ -119,7 +119,8 @@ struct ferry_task {
     struct ferry__waiter  *waiter;    /* current wait, or NULL */
     ferry_scope           *scope;     /* innermost scope, or NULL */
     int                    status;    /* fn's return value once DONE */
-    uint8_t                gflags;    /* FERRY__GCHILD_*: how its group holds it */
+    uint8_t                gflags;    /* FERRY__GCHILD_*: how its group holds it;
+                                       * FERRY__TASK_BODY_ALWAYS */
     struct ferry__stack    stk;       /* survives reuse (see ferry__stack_task()) */
     ferry_task_fn          fn;        /* body */
     void                  *arg;       /* body's argument */
@@ -140,6 +141,9 @@ struct ferry_task {
 /* ferry_task.gflags. */
 #define FERRY__GCHILD_ISOLATE 0x1u   /* FERRY_GROUP_ISOLATE: a failure is counted only */
 #define FERRY__GCHILD_HANDLE  0x2u   /* the spawner holds a handle as well as the group */
+/* Not of a group: the body runs even if the task was cancelled before its
+ * first run (ferry__task_spawn_always()). */
+#define FERRY__TASK_BODY_ALWAYS 0x4u
 
 /* Room of the task structure at the top of its stack: a whole number of
  * cache lines. */

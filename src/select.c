@@ -73,13 +73,28 @@ static bool case_enabled(const ferry_case *c)
     }
 }
 
+/* The table of a case on an object of a layer above (a channel, a
+ * future), or NULL for the loop's own objects. */
+static const struct ferry__sel_ext *case_ext(const ferry_case *c, const ferry_task *self)
+{
+    switch (c->kind) {
+    case FERRY_CASE_CHAN_RECV:
+    case FERRY_CASE_CHAN_SEND:
+        return self->loop->hooks.chan;
+    case FERRY_CASE_FUTURE:
+        return self->loop->hooks.future;
+    default:
+        return NULL;
+    }
+}
+
 /* The checks that do not depend on the objects' state: -EINVAL, -EPERM,
  * -EDEADLK, or 0. */
 static int case_check(const ferry_case *c, ferry_task *self)
 {
     ferry_task *t;
 
-    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_CHAN_SEND ||
+    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_FUTURE ||
         (c->flags & ~FERRY_CASE_OFF))
         return -EINVAL;
     if (!case_enabled(c))
@@ -98,7 +113,8 @@ static int case_check(const ferry_case *c, ferry_task *self)
     case FERRY_CASE_CHAN_RECV:
         return c->buf ? 0 : -EINVAL;
     case FERRY_CASE_CHAN_SEND:
-        return self->loop->hooks.chan ? 0 : -EPERM;
+    case FERRY_CASE_FUTURE:
+        return case_ext(c, self) ? 0 : -EPERM;
     case FERRY_CASE_JOIN:
         t = c->obj;
         if (t->loop != self->loop)
@@ -214,13 +230,15 @@ static int case_try(ferry_case *c, ferry_task *self)
         return 1;
     case FERRY_CASE_CHAN_RECV:
     case FERRY_CASE_CHAN_SEND:
-        if (!self->loop->hooks.chan)
+    case FERRY_CASE_FUTURE:
+        if (!case_ext(c, self))
             return -EPERM;
-        rc = self->loop->hooks.chan->try_op(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf, &res);
+        rc = case_ext(c, self)->try_op(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf, &res);
         if (rc != 1)
             return rc;
-        c->result = res;
-        c->value = 0;
+        /* A future's status is its case's value. */
+        c->result = c->kind == FERRY_CASE_FUTURE ? 0 : res;
+        c->value = c->kind == FERRY_CASE_FUTURE ? res : 0;
         return 1;
     default:
         return 0;
@@ -262,6 +280,8 @@ static const char *case_what(int kind)
         return "select join";
     case FERRY_CASE_SIGNAL:
         return "select signal";
+    case FERRY_CASE_FUTURE:
+        return "select future";
     default:
         return "select";
     }
@@ -283,8 +303,8 @@ static int case_arm(ferry_case *c, struct ferry__waiter **wp, void **node, ferry
     switch (c->kind) {
     case FERRY_CASE_CHAN_RECV:
     case FERRY_CASE_CHAN_SEND:
-        rc = self->loop->hooks.chan->arm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, self, sel,
-                                         node, wp);
+    case FERRY_CASE_FUTURE:
+        rc = case_ext(c, self)->arm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, self, sel, node, wp);
         if (rc)
             return rc;
         (*wp)->what = case_what(c->kind);
@@ -336,8 +356,8 @@ static int case_arm(ferry_case *c, struct ferry__waiter **wp, void **node, ferry
 static void case_disarm(ferry_case *c, struct ferry__waiter *w, void *node, ferry_task *self)
 {
     if (node) {
-        /* The channel frees the node, and its waiter with it. */
-        self->loop->hooks.chan->disarm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, node);
+        /* The channel or future frees the node, and its waiter with it. */
+        case_ext(c, self)->disarm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, node);
         return;
     }
     if (ferry__link_linked(&w->link))
@@ -365,11 +385,12 @@ static int case_done(ferry_case *c, struct ferry__waiter *w, bool perform, ferry
     switch (c->kind) {
     case FERRY_CASE_CHAN_RECV:
     case FERRY_CASE_CHAN_SEND:
-        if (!self->loop->hooks.chan->done(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf,
-                                          perform, &res))
+    case FERRY_CASE_FUTURE:
+        if (!case_ext(c, self)->done(c->obj, c->kind == FERRY_CASE_CHAN_SEND, c->buf, perform,
+                                     &res))
             return 0;
-        c->result = res;
-        c->value = 0;
+        c->result = c->kind == FERRY_CASE_FUTURE ? 0 : res;
+        c->value = c->kind == FERRY_CASE_FUTURE ? res : 0;
         return 1;
     case FERRY_CASE_QUEUE_GET:
     case FERRY_CASE_QUEUE_PUT:

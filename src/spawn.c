@@ -196,3 +196,17 @@ int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void 
 {
     return ferry__task_spawn(out, loop, fn, arg, opts, NULL, 0);
 }
+
+int ferry__task_spawn_always(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                             const ferry_task_opts *opts)
+{
+    ferry_task *t;
+    int rc = ferry__task_spawn(&t, loop, fn, arg, opts, NULL, 0);
+
+    if (rc)
+        return rc;
+    /* Ready, not yet run: nothing has looked at the flag. */
+    t->gflags |= FERRY__TASK_BODY_ALWAYS;
+    t->handle = false;
+    return 0;
+}

@@ -80,7 +80,7 @@ void ferry__task_resume(ferry_task *t)
 
     if (!t->started) {
         t->started = true;
-        if (t->cancelled) {
+        if (t->cancelled && !(t->gflags & FERRY__TASK_BODY_ALWAYS)) {
             /* Cancelled before its first run: the body never runs. */
             task_finish(t, -ECANCELED);
             ferry__task_release(t);

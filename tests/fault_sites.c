@@ -1106,6 +1106,148 @@ static int select_task(void *arg)
     return rc == 2 ? 0 : rc;
 }
 
+/* ---- a runtime of two loops ------------------------------------------------ */
+
+/* Made on this thread (its loop 0 is a second loop of the thread, beside
+ * tu_loop), loop 1 on a thread of its own: both threads' allocations are
+ * swept. */
+static ferry_runtime *g_rt;
+
+static int op_runtime_new(void)
+{
+    g_rt = NULL;
+    return ferry_runtime_new(&g_rt, &(ferry_runtime_opts){ .loops = 2 });
+}
+
+static int rt_noop(void *arg, void **result)
+{
+    (void)arg;
+    *result = arg;
+    return 3;
+}
+
+/* Both flavours of the call, to loop 1 and inline. */
+static int rt_check_main(void *arg)
+{
+    void *res = NULL;
+    int st = 0, bad = 0;
+
+    (void)arg;
+    for (unsigned i = 0; i < 2; i++) {
+        bad |= ferry_runtime_call(NULL, i, rt_noop, &g_rt, 0, &st, &res) || st != 3 ||
+               res != &g_rt;
+        bad |= ferry_runtime_call(NULL, i, rt_noop, &g_rt, FERRY_CALL_CALLBACK, &st, &res) ||
+               st != 3;
+    }
+    return bad;
+}
+
+static void undo_runtime_new(int rc)
+{
+    int st = -1;
+
+    if (rc == 0) {
+        if (ferry_runtime_run(g_rt, rt_check_main, NULL, &st) != 0 || st != 0)
+            FAILF("runtime_new: the runtime's calls do not work after it");
+        ferry_runtime_free(g_rt);
+    } else if (g_rt) {
+        FAILF("runtime_new: failed but set *out");
+    }
+    g_rt = NULL;
+}
+
+static void setup_runtime(void)
+{
+    if (ferry_runtime_new(&g_rt, &(ferry_runtime_opts){ .loops = 2 }) != 0)
+        FAILF("runtime: setup");
+}
+
+static void teardown_runtime(void)
+{
+    ferry_runtime_free(g_rt);
+    g_rt = NULL;
+}
+
+static int rt_on_all_fn(void *arg)
+{
+    (void)arg;
+    return ferry_yield() ? -1 : 0;
+}
+
+/* ferry_runtime_on_all(): its children and the tasks of its calls. */
+static int rt_on_all_main(void *arg)
+{
+    int st[2] = { -1, -1 }, rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_runtime_on_all(NULL, rt_on_all_fn, NULL, st);
+    sweep_disarm();
+    return rc ? rc : st[0] | st[1];
+}
+
+static int op_runtime_on_all(void)
+{
+    int st = -1, rc = ferry_runtime_run(g_rt, rt_on_all_main, NULL, &st);
+
+    return rc ? rc : st;
+}
+
+static void undo_runtime_calls(int rc)
+{
+    int st = -1;
+
+    (void)rc;
+    if (ferry_runtime_run(g_rt, rt_check_main, NULL, &st) != 0 || st != 0)
+        FAILF("runtime: the calls do not work after a failure");
+}
+
+/* A select on a future of loop 1's task: its node is allocated. */
+static atomic_int rt_gate, rt_gated_runs;
+
+static int rt_gated(void *arg)
+{
+    (void)arg;
+    atomic_store(&rt_gated_runs, 1);
+    while (!atomic_load(&rt_gate))
+        if (ferry_sleep(FERRY_MSEC(1)))
+            return -1;
+    return 4;
+}
+
+static int rt_select_main(void *arg)
+{
+    ferry_future *f;
+    ferry_case c[2];
+    int rc, st = 0;
+
+    (void)arg;
+    atomic_store(&rt_gate, 0);
+    atomic_store(&rt_gated_runs, 0);
+    if (ferry_runtime_spawn(NULL, 1, rt_gated, NULL, NULL, &f))
+        return -1000;
+    /* Its task made and running before anything fails. */
+    while (!atomic_load(&rt_gated_runs))
+        ferry_sleep(FERRY_USEC(200));
+    c[0] = FERRY_CASE_FUTURE_INIT(f);
+    c[1] = FERRY_CASE_DEADLINE_INIT(ferry_now() + tu_ms(20));
+    sweep_arm();
+    rc = ferry_select(c, 2, 0);
+    sweep_disarm();
+    atomic_store(&rt_gate, 1);
+    if (ferry_future_await(f, &st) || st != 4)
+        rc = -2000;
+    ferry_future_free(f);
+    return rc == 1 ? 0 : rc;
+}
+
+static int op_runtime_select(void)
+{
+    int st = -1, rc = ferry_runtime_run(g_rt, rt_select_main, NULL, &st);
+
+    return rc ? rc : st;
+}
+
 /* ---- task-local values --------------------------------------------------- */
 
 /* A value per task, and the copies children inherit: the key's refs count
@@ -2057,6 +2199,12 @@ static const struct sweep sweeps[] = {
       "ferry__fuzz_shuffle" },
     { "stack unmap",         setup_fresh_loop, op_stack_unmap,    undo_stack_unmap, "munmap" },
     { "loop_call_threadsafe",NULL,             op_future,         undo_future,      "eventfd write" },
+    /* As loop_new, for each loop. */
+    { "runtime_new",         NULL,             op_runtime_new,    undo_runtime_new, "fork mark" },
+    { "runtime_on_all",      setup_runtime,    op_runtime_on_all, undo_runtime_calls,
+      "eventfd write", true, teardown_runtime },
+    { "select on a future",  setup_runtime,    op_runtime_select, undo_runtime_calls,
+      "eventfd write", true, teardown_runtime },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },

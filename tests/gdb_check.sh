@@ -109,6 +109,16 @@ check loops "^loop 0x[0-9a-f]+  thread 2  2 live task\(s\), running no task$" \
 check tasks "^loop 0x[0-9a-f]+ \(thread 1\): 9 live task\(s\)" "ferry tasks: the loop's header"
 check tasks "^loop 0x[0-9a-f]+ \(thread 2\): 2 live task\(s\)" "ferry tasks: the second loop's header"
 check tasks "'in_thread2' +waiting +fd read" "the second loop's task waits on the pipe"
+check loops "^loop 0x[0-9a-f]+  thread 3  2 live task\(s\), running no task  runtime 0x[0-9a-f]+, loop 0 of 2$" \
+    "ferry loops: loop 0 of the runtime, with its runtime and index"
+check loops "^loop 0x[0-9a-f]+  thread 4  1 live task\(s\), running no task  runtime 0x[0-9a-f]+, loop 1 of 2$" \
+    "ferry loops: loop 1 of the runtime, on a thread of its own"
+check tasks "^loop 0x[0-9a-f]+ \(thread 3, runtime 0x[0-9a-f]+, loop 0 of 2\): 2 live task\(s\)" \
+    "ferry tasks: the runtime's loop 0"
+check tasks "^loop 0x[0-9a-f]+ \(thread 4, runtime 0x[0-9a-f]+, loop 1 of 2\): 1 live task\(s\)" \
+    "ferry tasks: the runtime's loop 1"
+check tasks "'rt_caller' +waiting +call 0x" "a task of the runtime waits in a call to another loop"
+check tasks "'call' +waiting +sleep " "the call's task sleeps on the other loop"
 check tasks "'main' +waiting +join 0x" "the second loop's main task waits on a join"
 check tasks "'main' +running " "the main task runs"
 check tasks "'waits_on_lock' +waiting +lock 0x" "a task waits on the lock"
@@ -173,7 +183,7 @@ check bt-yielder " yielder " "the yielder's backtrace has its body"
 check bt-fresh "^task [0-9]+ 'fresh' \(ready\)" "a task not started has a backtrace too"
 check bt-fresh "has not started: it will begin in fresh\(0x" "a task not started names its body"
 check bt-main "'main' \(running\) runs now" "the running task is sent to bt"
-check bt-two "ferry: 2 tasks match main" "a name two loops use is ambiguous"
+check bt-two "ferry: 3 tasks match main" "a name three loops use is ambiguous"
 check bt-thread2 " ferry_wait_fd " "the other thread's task waits in ferry_wait_fd"
 check bt-thread2 " in_thread2 " "the other thread's task's backtrace has its body"
 check_not bt-thread2 "gdb_target_stopped|main_task" "the other thread's task's backtrace is not the thread's"

@@ -7,7 +7,9 @@
  * recursion (so that its stack use is large), on the join of another
  * task; one yields without end (ready), one has ended (not listed), one
  * has not started yet.  A second thread runs a loop of its own, whose task
- * waits on a pipe.  It prints ferry_loop_dump() to stdout, so that the
+ * waits on a pipe.  A third thread runs a runtime of two loops
+ * (ferry/runtime.h): a task of its loop 0 waits in a call to loop 1, whose
+ * task sleeps.  It prints ferry_loop_dump() to stdout, so that the
  * check can compare gdb's figures with it, calls the stop function, prints
  * the dump again (gdb's reading must not have changed it), then lets every
  * task end and exits 0 (gdb continues it to the end).
@@ -69,6 +71,69 @@ static void *thread_fn(void *arg)
 {
     (void)arg;
     return (void *)(intptr_t)ferry_run(thread_main, NULL);
+}
+
+/* The third thread's runtime: rt_caller, a task of its loop 0, waits in
+ * a call to loop 1, where the call's task sleeps; the runtime's main task
+ * posts `rt_ready` once both wait, then waits for rt_pipe. */
+static int rt_pipe[2] = { -1, -1 };
+static sem_t rt_ready;
+static int rt_remote_started;
+
+static int rt_remote(void *arg, void **result)
+{
+    (void)arg;
+    (void)result;
+    __atomic_store_n(&rt_remote_started, 1, __ATOMIC_RELEASE);
+    return ferry_sleep(FERRY_SEC(3600)) == -ECANCELED ? 0 : -1;
+}
+
+static int rt_caller(void *arg)
+{
+    int st = -1, rc;
+
+    (void)arg;
+    rc = ferry_runtime_call(NULL, 1, rt_remote, NULL, 0, &st, NULL);
+    return rc ? rc : st;
+}
+
+static void rt_settled(void *arg)
+{
+    (void)arg;
+    sem_post(&rt_ready);
+}
+
+static int rt_main(void *arg)
+{
+    ferry_task *t;
+    int status = -1;
+
+    (void)arg;
+    if (ferry_task_spawn(&t, NULL, rt_caller, NULL, &(ferry_task_opts){ .name = "rt_caller" }))
+        return -1;
+    while (!__atomic_load_n(&rt_remote_started, __ATOMIC_ACQUIRE))
+        ferry_sleep(FERRY_MSEC(1));
+    if (ferry_call_soon(ferry_loop_current(), rt_settled, NULL) ||
+        ferry_wait_fd(rt_pipe[0], FERRY_READ, NULL) < 0)
+        return -1;
+    /* Cancelling the caller cancels the call's task on loop 1. */
+    if (ferry_task_cancel(t) || ferry_task_join(t, &status))
+        return -1;
+    return status;
+}
+
+static void *rt_thread_fn(void *arg)
+{
+    ferry_runtime *rt;
+    int st = -1;
+
+    (void)arg;
+    if (ferry_runtime_new(&rt, &(ferry_runtime_opts){ .loops = 2 }))
+        return (void *)1;
+    if (ferry_runtime_run(rt, rt_main, NULL, &st))
+        st = -1;
+    ferry_runtime_free(rt);
+    return (void *)(intptr_t)st;
 }
 
 /* Where gdb stops the program.  noinline and with a side effect, so that
@@ -189,6 +254,9 @@ static int main_task(void *arg)
         while (sem_timedwait(&thread_ready, &until) != 0)
             if (errno != EINTR)
                 return 1;
+        while (sem_timedwait(&rt_ready, &until) != 0)
+            if (errno != EINTR)
+                return 1;
     }
     if (ferry_task_spawn(&t[n++], NULL, fresh, NULL, &(ferry_task_opts){ .name = "fresh" }))
         return 1;
@@ -205,7 +273,7 @@ static int main_task(void *arg)
 
     /* Let everything end. */
     stop_yielding = 1;
-    if (write(pipefd[1], "x", 1) != 1)
+    if (write(pipefd[1], "x", 1) != 1 || write(rt_pipe[1], "x", 1) != 1)
         return 1;
     if (ferry_lock_release(&lock) || ferry_queue_put(&queue, &item) || ferry_event_set(&go) ||
         ferry_task_cancel(t[2]))
@@ -227,16 +295,19 @@ static int main_task(void *arg)
 
 int main(void)
 {
-    pthread_t th;
-    void *thread_rc = NULL;
+    pthread_t th, rt_th;
+    void *thread_rc = NULL, *rt_rc = NULL;
     int rc;
 
-    if (pipe(pipefd) != 0 || sem_init(&thread_ready, 0, 0) != 0 ||
-        pthread_create(&th, NULL, thread_fn, NULL) != 0)
+    if (pipe(pipefd) != 0 || sem_init(&thread_ready, 0, 0) != 0 || pipe(rt_pipe) != 0 ||
+        sem_init(&rt_ready, 0, 0) != 0 || pthread_create(&th, NULL, thread_fn, NULL) != 0 ||
+        pthread_create(&rt_th, NULL, rt_thread_fn, NULL) != 0)
         return 1;
     rc = ferry_run(main_task, NULL);
     if (pthread_join(th, &thread_rc) != 0 || thread_rc != NULL)
         rc = rc ? rc : -1;
+    if (pthread_join(rt_th, &rt_rc) != 0 || rt_rc != NULL)
+        rc = rc ? rc : -2;
     if (rc != 0) {
         fprintf(stderr, "gdb_target: %d\n", rc);
         return 1;

@@ -6,7 +6,8 @@
  * Making a loop: check the options (src/), set the process up for threads
  * and make or check the event_base (process.c), make the loop on it
  * (src/), attach the inbox that other threads post through, with room for
- * the pools' per-loop list of jobs (bridge/), and start the loop with the
+ * the pools' per-loop list of jobs and the loop's place in a runtime
+ * (bridge/), and start the loop with the
  * hooks by which it reaches them.  Freeing goes the other way: the loop
  * ends its tasks, closes the inbox through its hook, then frees itself and
  * its base.
@@ -16,7 +17,7 @@
 
 #include <event2/event.h>
 
-#include "bridge_int.h"
+#include "runtime_int.h"
 #include "env.h"
 #include "loop_new.h"
 #include "loops.h"
@@ -58,7 +59,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     rc = ferry__loop_create(&loop, opts, base, own);
     if (rc)
         goto err_free_base;
-    rc = ferry__inbox_new(&ib, loop, base, own, ferry__to_thread_room);
+    rc = ferry__inbox_new(&ib, loop, base, own, ferry__inbox_room());
     if (rc)
         goto err_discard_loop;
     hooks.ctx = ib;
@@ -67,6 +68,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     hooks.close = ferry__inbox_close;
     hooks.getaddrinfo = ferry__gai_on_pool;
     hooks.chan = &ferry__chan_sel_ext;
+    hooks.future = &ferry__future_sel_ext;
     ferry__loop_start(loop, &hooks);
     *out = loop;
     return 0;

@@ -331,6 +331,23 @@ int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
  */
 int ferry_future_wait(ferry_future *fut, int64_t timeout, int *status /* OUT */);
 
+/*
+ * ferry_future_wait() for a task: suspend the calling task (not its loop)
+ * until the future is done, then store the status in *status as
+ * ferry_future_wait() does.  Any number of tasks, of any loops, may await
+ * one future.  Awaiting only waits: a task cancelled (or whose deadline
+ * passes) while it awaits stops waiting and leaves the future as it was,
+ * its task still running; to end that task, ferry_future_cancel() it and
+ * await again (ferry_runtime_call() is the call that cancels its remote
+ * task and waits for it by itself).  On the loop the future's task runs on
+ * too.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: 0 (done, *status set if not NULL); -ECANCELED, -ETIMEDOUT
+ * (not waited to the end; nothing changed); -EPERM (not in a task);
+ * -EINVAL.
+ */
+int ferry_future_await(ferry_future *fut, int *status /* OUT, optional */);
+
 /* Thread: any.  Suspends: no.
  * Returns: true once the result is in; false before, and for NULL. */
 bool ferry_future_done(ferry_future *fut);

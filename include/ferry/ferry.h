@@ -14,7 +14,9 @@
  *                   sockets: listen, accept, connect
  *   ferry/net.h     name resolution for tasks (getaddrinfo)
  *   ferry/select.h  wait on several cases (fd, stream, event, queue, task
- *                   end, signal, time) and perform exactly one
+ *                   end, future, signal, time) and perform exactly one
+ *   ferry/runtime.h a runtime of N loops on N threads, the call from a
+ *                   task on one loop to another, futures across loops
  *   ferry/tls.h     TLS over a stream (OpenSSL), when FERRY_HAVE_TLS
  *                   (ferry/features.h) says this build has it
  *
@@ -36,6 +38,7 @@
 #include "ferry/stream.h"
 #include "ferry/net.h"
 #include "ferry/select.h"
+#include "ferry/runtime.h"
 #include "ferry/features.h"
 #if FERRY_HAVE_TLS
 #include "ferry/tls.h"

@@ -2,7 +2,8 @@
  *
  * ferry_select() takes an array of cases (an fd or a stream readable or
  * writable, an event set, a queue get or put, a channel receive or send,
- * a task's end, a signal subscription, a time) and performs exactly one of
+ * a task's end, a future done, a signal subscription, a time) and
+ * performs exactly one of
  * them: the one that
  * became possible first, or, when several are possible at once, one drawn
  * at random from the loop's generator (FERRY_SELECT_PRIORITY: the first
@@ -19,8 +20,11 @@
  * for one, as for a queue), a join
  * ends the task's handle and reports its status
  * (ferry_task_join()), a signal case receives one delivery
- * (ferry_sigsub_recv()).  An fd, stream or event case only reports: the
- * descriptor is readable, the event is set; nothing is consumed.
+ * (ferry_sigsub_recv()).  An fd, stream, event or future case only
+ * reports: the descriptor is readable, the event is set, the future is done
+ * (its status in `value`, as ferry_future_await() gives it: the way to
+ * select on a task of another loop, spawned with ferry_runtime_spawn(),
+ * ferry/runtime.h); nothing is consumed.
  *
  * A case whose object is NULL, or an fd case with a negative fd, or any
  * case with FERRY_CASE_OFF in its flags, is disabled: it is skipped, so a
@@ -67,6 +71,8 @@ enum ferry_case_kind {
     FERRY_CASE_DEADLINE,   /* `at` (ferry_now() clock) has come */
     FERRY_CASE_CHAN_RECV,  /* an item of `obj` (ferry_chan) into *(void **)buf */
     FERRY_CASE_CHAN_SEND,  /* the item `buf` into `obj` (ferry_chan) */
+    FERRY_CASE_FUTURE,     /* `obj` (ferry_future) done: its status in
+                            * `value`, as ferry_future_await() reports it */
 };
 
 /* Case flag: skip this case. */
@@ -118,6 +124,8 @@ typedef struct ferry_case {
     ((ferry_case){ .kind = FERRY_CASE_CHAN_RECV, .obj = (ch), .buf = (out) })
 #define FERRY_CASE_SEND_INIT(ch, item) \
     ((ferry_case){ .kind = FERRY_CASE_CHAN_SEND, .obj = (ch), .buf = (item) })
+#define FERRY_CASE_FUTURE_INIT(fut) \
+    ((ferry_case){ .kind = FERRY_CASE_FUTURE, .obj = (fut) })
 
 /*
  * Wait until one of the `n` cases can be performed, perform it, and return

@@ -108,6 +108,16 @@ int ferry__wait_held(struct ferry__waiter *w);
  * Returns false (and does nothing) if it is not WAITING. */
 bool ferry__grant(struct ferry__waiter *w, int result);
 
+/*
+ * ferry_task_spawn() of a detached task whose body runs even if the task
+ * is cancelled before its first run (its first suspension point then
+ * reports the cancellation): for a body that must answer someone waiting
+ * for it on another loop (bridge/call.c), also while its loop ends.
+ * Returns as ferry_task_spawn().
+ */
+int ferry__task_spawn_always(ferry_loop *loop, ferry_task_fn fn, void *arg,
+                             const ferry_task_opts *opts);
+
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
 
@@ -118,9 +128,12 @@ int64_t ferry__task_deadline(const struct ferry_task *t);
 /* ---- The loop ------------------------------------------------------------- */
 
 /*
- * A select's case on an object of a layer above (the mixed channel of
- * bridge/), whose waiters are not in a wait queue of the loop.  `send`
- * picks the side; `buf` is the item to send, or where a received one goes.
+ * A select's case on an object of a layer above (the mixed channel and the
+ * future of bridge/), whose waiters are not in a wait queue of the loop.
+ * `send` picks the side (a future has one: false); `buf` is the item to
+ * send, or where a received one goes.  A future's case reports the
+ * future's status in *result, which the select hands on as the case's
+ * `value` (its `result` is 0).
  *   try:    1 performed (*result: 0, or the object's error such as
  *           -ESHUTDOWN), 0 not possible now;
  *   arm:    link a node for the task `self` whose waiter (*w, with its
@@ -158,7 +171,7 @@ struct ferry__sel_ext {
  *                  default pool) for the calling task, abandoned if the
  *                  task is interrupted: the resolver's fallback where evdns
  *                  cannot answer (dns.c).  Returns as ferry_getaddrinfo().
- *   chan           the channel's cases of ferry_select();
+ *   chan, future   the channel's and the future's cases of ferry_select();
  * The loop clears the three functions that take `ctx` once it has called
  * close(); `ctx` stays, so that a thread that still reaches the loop finds
  * the closed inbox.
@@ -171,6 +184,7 @@ struct ferry__loop_hooks {
     int (*getaddrinfo)(ferry_pool *pool, const char *host, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res);
     const struct ferry__sel_ext *chan;   /* select's channel cases */
+    const struct ferry__sel_ext *future; /* select's future cases */
 };
 
 /* The bridge's per-loop state (hooks.ctx), NULL if the loop has none.
@@ -182,6 +196,10 @@ void *ferry__loop_bridge(const ferry_loop *loop);
  * `horizon` ns, no stop requested.  What the bridge asks before it keeps
  * the loop's thread busy waiting for a completion. */
 bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon);
+
+/* True from the start of ferry_loop_free(): the loop cancels its tasks,
+ * refuses new ones (-ESHUTDOWN) and closes. */
+bool ferry__loop_closing(const ferry_loop *loop);
 
 /* The blocked-loop detector's threshold in ns (0: off). */
 int64_t ferry__loop_slow_threshold(const ferry_loop *loop);

@@ -1,8 +1,10 @@
 # ferry_gdb.py - gdb commands that see ferry's loops and tasks.
 #
-#   ferry loops                   every live loop: its thread, its tasks
+#   ferry loops                   every live loop: its thread, its tasks, its
+#                                 runtime and index if it is a runtime's
 #   ferry tasks [LOOP]            the tasks of LOOP (an expression), or of
-#                                 every live loop: id, name, state, what a
+#                                 every live loop (each loop of every
+#                                 runtime too): id, name, state, what a
 #                                 waiting task waits on, the stack it used
 #   ferry bt TASK [LOOP]          the backtrace of a suspended task; TASK is
 #                                 its id, its name or its address
@@ -158,6 +160,36 @@ def _loop_thread(loop):
     return found
 
 
+def _loop_runtime(loop):
+    """(runtime address, index, number of loops) of a loop of a runtime
+    (ferry/runtime.h), or None.  The loop's place is in its inbox's
+    extension room, after the pools' part (bridge/call.c)."""
+    try:
+        ctx = loop["hooks"]["ctx"]
+        if int(ctx) == 0:
+            return None
+        ib = ctx.cast(_type("struct ferry_inbox").pointer())
+        room = gdb.lookup_type("struct loop_jobs").sizeof
+        try:
+            align = gdb.lookup_type("max_align_t").alignof
+        except (gdb.error, AttributeError):
+            align = 16
+        off = (room + align - 1) // align * align
+        place_t = gdb.lookup_type("struct ferry__loop_rt")
+        place = gdb.Value(int(ib["ext"].address) + off).cast(place_t.pointer())
+        rt = place["rt"]
+        if int(rt) == 0:
+            return None
+        return int(rt), int(place["index"]), int(rt["n"])
+    except (gdb.error, _FerryError):
+        return None
+
+
+def _runtime_note(loop, fmt):
+    rt = _loop_runtime(loop)
+    return fmt % rt if rt is not None else ""
+
+
 def _tasks(loop):
     for link in _list_links(int(loop["tasks"].address)):
         yield _container_of(link, _task_t(), "all")
@@ -236,8 +268,11 @@ def _stack_used(t):
 
 def _print_tasks(loop):
     th = _loop_thread(loop)
-    where = " (thread %d)" % th.num if th is not None else ""
-    print("loop 0x%x%s: %d live task(s)" % (int(loop), where, int(loop["live"])))
+    where = "thread %d" % th.num if th is not None else ""
+    where += _runtime_note(loop, (", " if where else "") +
+                           "runtime 0x%x, loop %d of %d")
+    print("loop 0x%x%s: %d live task(s)" % (
+        int(loop), " (%s)" % where if where else "", int(loop["live"])))
     print("  %5s  %-24s %-8s %-32s %s" % ("ID", "NAME", "STATE", "WAITS ON", "STACK USED"))
     for t in _tasks(loop):
         state = int(t["state"])
@@ -281,10 +316,11 @@ and the task it runs now."""
                 cur = loop["current"]
                 running = ("task %d '%s'" % (int(cur["id"]), _task_name(cur))
                            if int(cur) else "no task")
-                print("loop 0x%x  thread %s  %d live task(s), running %s%s" % (
+                print("loop 0x%x  thread %s  %d live task(s), running %s%s%s" % (
                     int(loop), th.num if th is not None else "?", int(loop["live"]),
                     running,
-                    "  (this thread's)" if mine is not None and int(mine) == int(loop) else ""))
+                    "  (this thread's)" if mine is not None and int(mine) == int(loop) else "",
+                    _runtime_note(loop, "  runtime 0x%x, loop %d of %d")))
         except _FerryError as e:
             raise gdb.GdbError(str(e))
 
