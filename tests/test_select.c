@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -883,6 +884,160 @@ T(chan_wake_reaching_a_select_that_took_another_case_is_passed_on)
     cr_assert_eq(tu_run(chan_pass_main, NULL), 0);
     cr_assert_eq(g_rc[0], 1);
     cr_assert_eq(g_rc[1], 0x99);
+    ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+/* ---- a channel wake on its way while the select unwinds --------------------- */
+
+/* These tests need the inbox to stay undrained while tasks take turns: the
+ * loop polls (and so drains what threads posted) only when nothing is
+ * ready, never every few steps. */
+static void polls_when_idle_setup(void)
+{
+    ferry_loop_opts o = { .io_interval = 1u << 30 };
+
+    tu_alloc_setup();
+    cr_assert_eq(ferry_loop_new(&tu_loop, &o), 0);
+    ferry_loop_set_slow_threshold(tu_loop, 0);
+}
+
+#define T_IDLE_POLL(name) \
+    Test(select, name, .init = polls_when_idle_setup, .fini = tu_loop_teardown, .timeout = 20.)
+
+static ferry_chan *g_ch2;
+
+/* A thread's send, done while the loop's thread waits for it: the wake of
+ * the task it pops stays in the inbox until the loop next polls. */
+static void *thread_try_send(void *arg)
+{
+    return (void *)(intptr_t)ferry_chan_send_blocking(g_ch, arg, 0);
+}
+
+/* A select that never returns cannot be reported from the loop: the test
+ * process ends with a message instead of hanging until its timeout. */
+static int join_or_die(ferry_task *t, const char *what)
+{
+    ferry_scope sc;
+    int st = -99999, rc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(5000), 0);
+    rc = ferry_task_join(t, &st);
+    ferry_scope_exit(&sc);
+    if (rc == -ETIMEDOUT) {
+        fprintf(stderr, "%s: has not returned 5 s later\n", what);
+        fflush(stderr);
+        _exit(3);
+    }
+    return rc ? -99998 : st;
+}
+
+static int sel_chan_then_queue(void *arg)
+{
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_GET_INIT(&g_q[0], &g_item) };
+
+    (void)arg;
+    g_rc[1] = ferry_select(c, 2, 0);
+    g_rc[2] = got != NULL;
+    return 0;
+}
+
+static int wake_on_its_way_queue_main(void *arg)
+{
+    ferry_task *s;
+    int v = 7;
+
+    (void)arg;
+    s = spawn(sel_chan_then_queue, NULL);
+    settle();                                /* parked on both cases */
+    g_rc[0] = (int)(intptr_t)tu_on_thread(thread_try_send, (void *)(intptr_t)0x55);
+    ferry_task_cancel(s);
+    ferry_yield();          /* s unwinds: its channel wake is still on its way */
+    g_rc[3] = ferry_queue_put(&g_q[0], &v);  /* meanwhile its queue case is there */
+    g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
+    g_rc[5] = ferry_queue_try_get(&g_q[0], &g_val[0]);
+    g_rc[6] = (int)ferry_chan_len(g_ch);
+    return 0;
+}
+
+/* Cancelled while a thread's wake of its channel case travels through the
+ * inbox, a select waits for that wake before it frees the case; a queue put
+ * meanwhile neither stops it from returning -ECANCELED nor goes to it. */
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_returns_and_leaves_the_queue_put_alone)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(wake_on_its_way_queue_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "the thread's send: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], -ECANCELED, "select returned %d", g_rc[1]);
+    cr_assert_eq(g_rc[2], 0, "the channel case received");
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_rc[5], 0, "the put's element is not in the queue: %d", g_rc[5]);
+    cr_assert_eq(g_val[0], 7);
+    cr_assert_eq(g_rc[6], 1, "the thread's item is not in the channel");
+    ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+static int sel_two_chans(void *arg)
+{
+    void *got = NULL, *got2 = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_RECV_INIT(g_ch2, &got2) };
+
+    (void)arg;
+    g_rc[1] = ferry_select(c, 2, 0);
+    g_rc[2] = got != NULL || got2 != NULL;
+    return 0;
+}
+
+static int recv_ch2(void *arg)
+{
+    void *got = NULL;
+    int rc;
+
+    (void)arg;
+    rc = ferry_chan_recv(g_ch2, &got);
+    return rc ? rc : (int)(intptr_t)got;
+}
+
+static int wake_on_its_way_chan_main(void *arg)
+{
+    ferry_task *s, *r;
+
+    (void)arg;
+    s = spawn(sel_two_chans, NULL);
+    settle();
+    r = spawn(recv_ch2, NULL);              /* waits behind the select */
+    settle();
+    g_rc[0] = (int)(intptr_t)tu_on_thread(thread_try_send, (void *)(intptr_t)0x55);
+    ferry_task_cancel(s);
+    ferry_yield();          /* s unwinds: its first channel's wake is on its way */
+    g_rc[3] = ferry_chan_try_send(g_ch2, (void *)(intptr_t)0x66);
+    g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
+    g_rc[5] = join_or_die(r, "receiver behind the cancelled select");
+    g_rc[6] = (int)ferry_chan_len(g_ch);
+    return 0;
+}
+
+/* The same with a second channel case, woken on the loop's thread while
+ * the first one's wake travels: the select returns -ECANCELED and that
+ * wake reaches the receiver waiting behind it. */
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_passes_the_other_chans_wake_on)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(ferry_chan_new(&g_ch2, 1), 0);
+    cr_assert_eq(tu_run(wake_on_its_way_chan_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "the thread's send: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], -ECANCELED, "select returned %d", g_rc[1]);
+    cr_assert_eq(g_rc[2], 0, "a channel case received");
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_rc[5], 0x66, "the receiver got %d", g_rc[5]);
+    cr_assert_eq(g_rc[6], 1, "the thread's item is not in the channel");
+    ferry_chan_free(g_ch2);
     ferry_chan_free(g_ch);
     queues_destroy();
 }
