@@ -932,53 +932,127 @@ static int join_or_die(ferry_task *t, const char *what)
     return rc ? -99998 : st;
 }
 
-static int sel_chan_then_queue(void *arg)
-{
-    void *got = NULL;
-    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_GET_INIT(&g_q[0], &g_item) };
+/* The other case of a select whose channel case a thread's wake took out,
+ * made ready while the select unwinds and waits for that wake. */
+enum { OTHER_GET, OTHER_PUT, OTHER_EVENT, OTHER_JOIN };
 
+static ferry_event g_ev2;
+static ferry_task *g_target;      /* OTHER_JOIN: the task the case joins */
+
+static int end_on_ev2(void *arg)
+{
     (void)arg;
+    ferry_event_wait(&g_ev2);
+    return 5;
+}
+
+static int sel_chan_and_other(void *arg)
+{
+    static const int one = 1;
+    int kind = (int)(intptr_t)arg;
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_JOIN_INIT(g_target) };
+
+    if (kind == OTHER_GET)
+        c[1] = FERRY_CASE_GET_INIT(&g_q[0], &g_item);
+    else if (kind == OTHER_PUT)
+        c[1] = FERRY_CASE_PUT_INIT(&g_q[1], &one);
+    else if (kind == OTHER_EVENT)
+        c[1] = FERRY_CASE_EVENT_INIT(&g_ev);
     g_rc[1] = ferry_select(c, 2, 0);
     g_rc[2] = got != NULL;
     return 0;
 }
 
-static int wake_on_its_way_queue_main(void *arg)
+static int wake_on_its_way_other_main(void *arg)
 {
+    int kind = (int)(intptr_t)arg, v = 7;
     ferry_task *s;
-    int v = 7;
+    void *got = NULL;
 
-    (void)arg;
-    s = spawn(sel_chan_then_queue, NULL);
+    g_target = kind == OTHER_JOIN ? spawn(end_on_ev2, NULL) : NULL;
+    if (kind == OTHER_PUT && ferry_queue_put(&g_q[1], &v) != 0)    /* full */
+        return -1;
+    s = spawn(sel_chan_and_other, arg);
     settle();                                /* parked on both cases */
     g_rc[0] = (int)(intptr_t)tu_on_thread(thread_try_send, (void *)(intptr_t)0x55);
     ferry_task_cancel(s);
     ferry_yield();          /* s unwinds: its channel wake is still on its way */
-    g_rc[3] = ferry_queue_put(&g_q[0], &v);  /* meanwhile its queue case is there */
+    switch (kind) {         /* meanwhile its other case becomes ready */
+    case OTHER_GET:
+        g_rc[3] = ferry_queue_put(&g_q[0], &v);
+        break;
+    case OTHER_PUT:
+        g_rc[3] = ferry_queue_get(&g_q[1], &g_val[1]);
+        break;
+    case OTHER_EVENT:
+        g_rc[3] = ferry_event_set(&g_ev);
+        break;
+    default:
+        g_rc[3] = ferry_event_set(&g_ev2);
+        ferry_yield();      /* the target ends */
+        break;
+    }
     g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
-    g_rc[5] = ferry_queue_try_get(&g_q[0], &g_val[0]);
-    g_rc[6] = (int)ferry_chan_len(g_ch);
+    /* What the other case would have taken is still there. */
+    switch (kind) {
+    case OTHER_GET:
+        g_rc[5] = ferry_queue_try_get(&g_q[0], &g_val[0]) == 0 && g_val[0] == 7;
+        break;
+    case OTHER_PUT:
+        g_rc[5] = ferry_queue_size(&g_q[1]) == 0;
+        break;
+    case OTHER_EVENT:
+        g_rc[5] = ferry_event_is_set(&g_ev);
+        break;
+    default:
+        g_rc[5] = join(g_target) == 5;
+        break;
+    }
+    g_rc[6] = ferry_chan_try_recv(g_ch, &got) == 0 && got == (void *)(intptr_t)0x55;
     return 0;
 }
 
 /* Cancelled while a thread's wake of its channel case travels through the
- * inbox, a select waits for that wake before it frees the case; a queue put
- * meanwhile neither stops it from returning -ECANCELED nor goes to it. */
-T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_returns_and_leaves_the_queue_put_alone)
+ * inbox, a select waits for that wake before it frees the case.  Its other
+ * case becoming ready meanwhile neither keeps it from returning -ECANCELED
+ * nor is taken: a queue's element or room, an event, a task to join. */
+static void wake_on_its_way_other(int kind)
 {
-    queues_init(0);
+    queues_init(1);
+    cr_assert_eq(ferry_event_init(&g_ev2), 0);
     cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
-    cr_assert_eq(tu_run(wake_on_its_way_queue_main, NULL), 0);
+    cr_assert_eq(tu_run(wake_on_its_way_other_main, (void *)(intptr_t)kind), 0);
     cr_assert_eq(g_rc[0], 0, "the thread's send: %d", g_rc[0]);
     cr_assert_eq(g_rc[1], -ECANCELED, "select returned %d", g_rc[1]);
     cr_assert_eq(g_rc[2], 0, "the channel case received");
     cr_assert_eq(g_rc[3], 0);
     cr_assert_eq(g_rc[4], 0);
-    cr_assert_eq(g_rc[5], 0, "the put's element is not in the queue: %d", g_rc[5]);
-    cr_assert_eq(g_val[0], 7);
-    cr_assert_eq(g_rc[6], 1, "the thread's item is not in the channel");
+    cr_assert(g_rc[5], "the other case took what it would have taken");
+    cr_assert(g_rc[6], "the thread's item is not in the channel");
     ferry_chan_free(g_ch);
+    cr_assert_eq(ferry_event_destroy(&g_ev2), 0);
     queues_destroy();
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_queue_element_alone)
+{
+    wake_on_its_way_other(OTHER_GET);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_queue_room_alone)
+{
+    wake_on_its_way_other(OTHER_PUT);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_an_event_alone)
+{
+    wake_on_its_way_other(OTHER_EVENT);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_task_to_join_alone)
+{
+    wake_on_its_way_other(OTHER_JOIN);
 }
 
 static int sel_two_chans(void *arg)
