@@ -934,7 +934,7 @@ static int join_or_die(ferry_task *t, const char *what)
 
 /* The other case of a select whose channel case a thread's wake took out,
  * made ready while the select unwinds and waits for that wake. */
-enum { OTHER_GET, OTHER_PUT, OTHER_EVENT, OTHER_JOIN };
+enum { OTHER_GET, OTHER_PUT, OTHER_EVENT, OTHER_JOIN, OTHER_SIGNAL };
 
 static ferry_event g_ev2;
 static ferry_task *g_target;      /* OTHER_JOIN: the task the case joins */
@@ -959,6 +959,8 @@ static int sel_chan_and_other(void *arg)
         c[1] = FERRY_CASE_PUT_INIT(&g_q[1], &one);
     else if (kind == OTHER_EVENT)
         c[1] = FERRY_CASE_EVENT_INIT(&g_ev);
+    else if (kind == OTHER_SIGNAL)
+        c[1] = FERRY_CASE_SIGNAL_INIT(g_sub);
     g_rc[1] = ferry_select(c, 2, 0);
     g_rc[2] = got != NULL;
     return 0;
@@ -966,11 +968,13 @@ static int sel_chan_and_other(void *arg)
 
 static int wake_on_its_way_other_main(void *arg)
 {
-    int kind = (int)(intptr_t)arg, v = 7;
+    int kind = (int)(intptr_t)arg, v = 7, sig = SIGUSR1;
     ferry_task *s;
     void *got = NULL;
 
     g_target = kind == OTHER_JOIN ? spawn(end_on_ev2, NULL) : NULL;
+    if (kind == OTHER_SIGNAL && ferry_sigsub_new(&g_sub, tu_loop, &sig, 1) != 0)
+        return -1;
     if (kind == OTHER_PUT && ferry_queue_put(&g_q[1], &v) != 0)    /* full */
         return -1;
     s = spawn(sel_chan_and_other, arg);
@@ -988,9 +992,12 @@ static int wake_on_its_way_other_main(void *arg)
     case OTHER_EVENT:
         g_rc[3] = ferry_event_set(&g_ev);
         break;
-    default:
+    case OTHER_JOIN:
         g_rc[3] = ferry_event_set(&g_ev2);
         ferry_yield();      /* the target ends */
+        break;
+    default:
+        g_rc[3] = raise(SIGUSR1);   /* the loop sees it at its next poll */
         break;
     }
     g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
@@ -1005,8 +1012,13 @@ static int wake_on_its_way_other_main(void *arg)
     case OTHER_EVENT:
         g_rc[5] = ferry_event_is_set(&g_ev);
         break;
-    default:
+    case OTHER_JOIN:
         g_rc[5] = join(g_target) == 5;
+        break;
+    default:
+        g_rc[5] = ferry_sigsub_try_recv(g_sub, &sig) == 0 && sig == SIGUSR1;
+        ferry_sigsub_free(g_sub);
+        g_sub = NULL;
         break;
     }
     g_rc[6] = ferry_chan_try_recv(g_ch, &got) == 0 && got == (void *)(intptr_t)0x55;
@@ -1016,7 +1028,9 @@ static int wake_on_its_way_other_main(void *arg)
 /* Cancelled while a thread's wake of its channel case travels through the
  * inbox, a select waits for that wake before it frees the case.  Its other
  * case becoming ready meanwhile neither keeps it from returning -ECANCELED
- * nor is taken: a queue's element or room, an event, a task to join. */
+ * nor is taken: a queue's element or room, an event, a task to join, a
+ * signal's delivery (which reaches the loop at the same poll as the
+ * wake). */
 static void wake_on_its_way_other(int kind)
 {
     queues_init(1);
@@ -1053,6 +1067,11 @@ T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_an_event_alone)
 T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_task_to_join_alone)
 {
     wake_on_its_way_other(OTHER_JOIN);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_signal_delivery_alone)
+{
+    wake_on_its_way_other(OTHER_SIGNAL);
 }
 
 static int sel_two_chans(void *arg)
