@@ -114,8 +114,9 @@ static const uint8_t cmd_table_v3[] = {
     C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT,
 };
 
-/* Command weights of format 4: format 3's, plus the channels' task side
- * and more selects (most of them over a channel). */
+/* Command weights of format 4: format 3's commands (most of them less
+ * often), the channels' task side, and more selects (most of them over a
+ * channel). */
 static const uint8_t cmd_table_v4[] = {
     C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
     C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
@@ -313,6 +314,8 @@ struct config {
 /* ---- 2. the reference model -------------------------------------------- */
 
 enum { M_NONE = 0, M_READY, M_WAIT, M_DONE };
+/* An actor's channel nodes, numbered actor * ND_PER + slot. */
+enum { ND_PARK = 0, ND_SEL0 = 1, ND_PER = 3 };
 enum { WS_IDLE = 0, WS_WAITING, WS_GRANTED, WS_CANCELLED, WS_TIMEDOUT };
 /* Phases: PH_PARK is "idle, waiting for a command"; PH_START is "given a
  * command, not run yet"; others are per command. */
@@ -358,16 +361,13 @@ struct mact {
         bool fired;       /* a wake took it out */
         bool delivered;   /* that wake reached the loop */
         bool settling;    /* the actor waits (shielded) for that delivery */
-    } nd[3];
+    } nd[ND_PER];
     /* The group this actor owns (ferry_group_init on its first spawn). */
     bool     g_init, g_failing, g_closed;
     int      g_live, g_status;
     int      g_ch[MAXA];  /* live children, in spawn order */
     int      g_nch;
 };
-
-/* An actor's channel nodes, numbered actor * ND_PER + slot. */
-enum { ND_PARK = 0, ND_SEL0 = 1, ND_PER = 3 };
 
 /* A channel (bridge/chan.c): a FIFO ring, the queues of task nodes of
  * each side, closed or not. */
@@ -520,12 +520,6 @@ static const int *m_sel_cases(const struct model *m, int id)
     return sel_pair(m->fmt, m->a[id].cmd.arg);
 }
 
-/* Take node `nd` (an actor's, numbered as in ND_PER) out of queue q[0..*n). */
-static void nd_del(int *q, int *n, int nd)
-{
-    ids_del(q, n, nd);
-}
-
 static struct mnode *m_node(struct model *m, int nd)
 {
     return &m->a[nd / ND_PER].nd[nd % ND_PER];
@@ -615,7 +609,7 @@ static void mch_wake_one(struct model *m, int k, bool receivers, bool thread)
     if (*n == 0)
         return;
     nd = q[0];
-    nd_del(q, n, nd);
+    ids_del(q, n, nd);
     m_node(m, nd)->linked = false;
     m_node(m, nd)->fired = true;
     if (thread)
@@ -681,9 +675,9 @@ static void mch_unlink(struct model *m, int k, bool send, int nd)
     if (!n->linked)
         return;
     if (send)
-        nd_del(c->sendq, &c->nsend, nd);
+        ids_del(c->sendq, &c->nsend, nd);
     else
-        nd_del(c->recvq, &c->nrecv, nd);
+        ids_del(c->recvq, &c->nrecv, nd);
     n->linked = false;
 }
 
