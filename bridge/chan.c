@@ -21,6 +21,8 @@
 struct cwait {
     struct ferry__link  link;   /* mu: in recvq or sendq until woken */
     struct ferry__task_wake tw;     /* the waiting task */
+    bool                fired;  /* loop thread, a select's node: a wake took
+                                 * it out (set by sel_detach) */
 };
 
 struct ferry_chan {
@@ -482,6 +484,7 @@ static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__
         return rc;
     }
     cw->tw.w.sel = sel;
+    cw->fired = false;
     ferry__link_init(&cw->link);
     pthread_mutex_lock(&ch->mu);
     if (side_ready_locked(ch, send)) {
@@ -496,23 +499,38 @@ static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__
     return 0;
 }
 
+/* The select has stopped waiting.  A wake that took the node out (or that
+ * is still on its way through the inbox) must now grant nothing: the
+ * select may be about to wait for it in sel_disarm(), and a case waiter
+ * granted then would decide a select that is no longer waiting (its
+ * siblings, this node's settle waiter among them, made idle; the grant
+ * itself lost). */
+static void sel_detach(void *obj, bool send, void *node)
+{
+    struct ferry_chan *ch = obj;
+    struct cwait *cw = node;
+
+    (void)send;
+    pthread_mutex_lock(&ch->mu);
+    cw->fired = !ferry__link_linked(&cw->link);
+    if (!cw->fired)
+        ferry__list_remove(&cw->link);
+    pthread_mutex_unlock(&ch->mu);
+    if (cw->tw.w.state == FERRY__W_WAITING)
+        cw->tw.w.state = FERRY__W_IDLE;
+}
+
 static void sel_disarm(void *obj, bool send, void *node)
 {
     struct ferry_chan *ch = obj;
     struct cwait *cw = node;
-    bool won = cw->tw.w.state == FERRY__W_GRANTED, fired;
+    bool won = cw->tw.w.state == FERRY__W_GRANTED;
 
-    pthread_mutex_lock(&ch->mu);
-    fired = !ferry__link_linked(&cw->link);
-    if (!fired) {
-        ferry__list_remove(&cw->link);
-    } else if (!cw->tw.delivered) {
-        /* The inbox still holds the node: wait until it is delivered. */
-        pthread_mutex_unlock(&ch->mu);
+    /* The inbox still holds the node: wait until it is delivered. */
+    if (cw->fired && !cw->tw.delivered)
         ferry__task_wake_settle(&cw->tw);
-        pthread_mutex_lock(&ch->mu);
-    }
-    if (fired && !won && side_ready_locked(ch, send) && !ch->closed)
+    pthread_mutex_lock(&ch->mu);
+    if (cw->fired && !won && side_ready_locked(ch, send) && !ch->closed)
         wake_one_locked(ch, !send);
     pthread_mutex_unlock(&ch->mu);
     ferry__free(cw);
@@ -553,6 +571,7 @@ static int sel_done(void *obj, bool send, void *buf, bool perform, int *result)
 const struct ferry__sel_ext ferry__chan_sel_ext = {
     .try_op = sel_try,
     .arm = sel_arm,
+    .detach = sel_detach,
     .disarm = sel_disarm,
     .done = sel_done,
 };

@@ -30,6 +30,7 @@
 struct fwait {
     struct ferry__link      link;      /* mu: in ferry_future.twaiters until completion */
     struct fwait           *next_fire; /* the completer's, once it unlinked the node */
+    bool                    fired;     /* select's detach found it unlinked: a wake is on its way */
     struct ferry__task_wake tw;        /* the waiting task */
 };
 
@@ -405,6 +406,7 @@ static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__
         return rc;
     }
     w->tw.w.sel = sel;
+    w->fired = false;
     ferry__link_init(&w->link);
     pthread_mutex_lock(&f->mu);
     if (f->done) {
@@ -419,15 +421,33 @@ static int sel_arm(void *obj, bool send, struct ferry_task *self, struct ferry__
     return 0;
 }
 
-static void sel_disarm(void *obj, bool send, void *node)
+/* Take the node out without suspending (select's first step of undoing a
+ * wait): a node still linked could be fired after the select stopped
+ * waiting.  One the completion unlinked keeps its wake, on its way. */
+static void sel_detach(void *obj, bool send, void *node)
 {
     struct ferry_future *f = obj;
     struct fwait *w = node;
 
     (void)send;
     pthread_mutex_lock(&f->mu);
-    fwait_leave_locked(f, w);
+    w->fired = !ferry__link_linked(&w->link);
+    if (!w->fired)
+        ferry__list_remove(&w->link);
     pthread_mutex_unlock(&f->mu);
+    if (w->tw.w.state == FERRY__W_WAITING)
+        w->tw.w.state = FERRY__W_IDLE;
+}
+
+/* The second step: wait for a wake still on its way, then free the node. */
+static void sel_disarm(void *obj, bool send, void *node)
+{
+    struct ferry_future *f = obj;
+    struct fwait *w = node;
+
+    (void)send;
+    if (w->fired && !w->tw.delivered)
+        ferry__task_wake_settle(&w->tw);
     ferry__free(w);
 }
 
@@ -440,6 +460,7 @@ static int sel_done(void *obj, bool send, void *buf, bool perform, int *result)
 const struct ferry__sel_ext ferry__future_sel_ext = {
     .try_op = sel_try,
     .arm = sel_arm,
+    .detach = sel_detach,
     .disarm = sel_disarm,
     .done = sel_done,
 };

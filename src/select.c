@@ -351,13 +351,16 @@ static int case_arm(ferry_case *c, struct ferry__waiter **wp, void **node, ferry
     return 0;
 }
 
-/* Undo pass 2 for one case: unlink its waiter and drop what it registered.
- * A granted waiter keeps its state for case_done(). */
-static void case_disarm(ferry_case *c, struct ferry__waiter *w, void *node, ferry_task *self)
+/* Undo pass 2 for one case, without suspending: unlink its waiter and
+ * drop what it registered (a channel's node is only taken out of its
+ * channel: cases_disarm() frees it).  A granted waiter keeps its state
+ * for case_done(); any other is left IDLE, so no grant reaches it. */
+static void case_detach(ferry_case *c, struct ferry__waiter *w, void *node, ferry_task *self)
 {
     if (node) {
-        /* The channel or future frees the node, and its waiter with it. */
-        case_ext(c, self)->disarm(c->obj, c->kind == FERRY_CASE_CHAN_SEND, node);
+        /* Only taken out of its channel or future here: cases_disarm()
+         * frees it. */
+        case_ext(c, self)->detach(c->obj, c->kind == FERRY_CASE_CHAN_SEND, node);
         return;
     }
     if (ferry__link_linked(&w->link))
@@ -370,6 +373,29 @@ static void case_disarm(ferry_case *c, struct ferry__waiter *w, void *node, ferr
         ferry__stream_sel_disarm(c->obj, w);
     if (w->state == FERRY__W_WAITING)
         w->state = FERRY__W_IDLE;
+}
+
+/*
+ * Undo pass 2 for the first `n` cases.  Every case is taken out before a
+ * channel's disarm may suspend (for a wake still on its way from another
+ * thread): a case still linked then could be granted while the select no
+ * longer waits, and that grant would be lost (the winner is already read)
+ * and would leave its siblings idle, the waiter that the suspended disarm
+ * waits on among them, so that the wake it waits for would wake nobody.
+ */
+static void cases_disarm(ferry_case *cases, struct ferry__waiter **w, void **node, size_t n,
+                         ferry_task *self)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        case_detach(&cases[i], w[i], node[i], self);
+    for (i = 0; i < n; i++) {
+        /* The channel or future frees the node, and its waiter with it. */
+        if (node[i])
+            case_ext(&cases[i], self)->disarm(cases[i].obj,
+                                              cases[i].kind == FERRY_CASE_CHAN_SEND, node[i]);
+    }
 }
 
 /*
@@ -523,16 +549,14 @@ int ferry_select(ferry_case *cases, size_t n, unsigned flags)
                 break;
         }
         if (rc) {
-            for (i = 0; i < armed; i++)
-                case_disarm(&cases[i], w[i], node[i], self);
+            cases_disarm(cases, w, node, armed, self);
             if (rc == 1)
                 continue;       /* a channel became ready meanwhile */
             return rc;
         }
         rc = ferry__wait(NULL, &sel.master, until);
         win = sel.winner;
-        for (i = 0; i < n; i++)
-            case_disarm(&cases[i], w[i], node[i], self);
+        cases_disarm(cases, w, node, n, self);
         if (rc < 0) {
             /* Cancelled or a scope's deadline: a grant that came anyway
              * goes back, so nothing was performed. */

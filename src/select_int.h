@@ -26,9 +26,11 @@ struct ferry__sel {
 
 /* ferry__grant() of a case's waiter `w` (WAITING): grant it, unlink every
  * sibling, and wake the task unless cancellation or a deadline woke it
- * already (the select then hands the grant back).  Returns true.  Cold
- * and out of line, so that ferry__grant() stays small enough to be
- * inlined into the primitives' release paths. */
+ * already (the select then hands the grant back).  Returns true.  Only
+ * until the selecting task runs again: its first step takes every case
+ * out, so no case waiter is WAITING once it may suspend again.  Cold and
+ * out of line, so that ferry__grant() stays small enough to be inlined
+ * into the primitives' release paths. */
 __attribute__((cold, noinline)) bool ferry__sel_grant(struct ferry__waiter *w, int result);
 
 /*

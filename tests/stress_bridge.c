@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -679,4 +680,311 @@ Test(stress_bridge, chan_four_task_producers_four_thread_consumers,
      .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 120.)
 {
     mx_run(mx_tasks_to_threads);
+}
+
+/* ==== selects over thread-fed channels, under deadlines and cancels ===== */
+
+/*
+ * Six tasks loop on ferry_select() inside scopes whose deadlines are 0 to
+ * 300 us away: receives from a channel a thread feeds and gets from a
+ * queue a task feeds, sends to a channel a thread drains and puts into a
+ * queue a task drains, or all four at once.  Another task cancels one of
+ * them now and then and starts a replacement.  Every item is counted end to
+ * end.  A checker task watches every select: with such deadlines one that
+ * has not returned after 250 of the checker's 20 ms rounds never will (it
+ * is then cancelled, to see whether that ends it), and the test process
+ * exits with a report instead of waiting for the test's timeout.
+ */
+
+#define SX_TASKS 6
+#define SX_ROUNDS_STUCK 250
+
+struct sx {
+    ferry_chan  *in;           /* fed by a thread */
+    ferry_chan  *out;          /* drained by a thread */
+    ferry_queue  qin;          /* fed by a task */
+    ferry_queue  qout;         /* drained by a task */
+    ferry_event  done_ev;      /* every item of `in` and `qin` received */
+    long         per;          /* items the feeders send, each */
+    /* loop thread only */
+    bool         done;
+    bool         stop_chaos;
+    bool         stop_checker;
+    long         issued;       /* ids handed to sends and puts */
+    long         got_in, got_qin, sent_out, sent_qout;
+    uint64_t     sum_in, sum_qin, sum_out, sum_qout;
+    long         calls, timedout, cancelled, cancels, bad;
+    long         rounds;       /* the checker's */
+    long         since[SX_TASKS];  /* round the task's select began, -1 */
+    ferry_task  *task[SX_TASKS];
+    /* the drainers */
+    long         drained_out, drained_qout;
+    uint64_t     dsum_out, dsum_qout;
+};
+
+struct sx_slot { struct sx *m; int i; };
+
+static void *sx_feed_thread(void *arg)
+{
+    struct sx *m = arg;
+
+    for (long i = 1; i <= m->per; i++)
+        if (ferry_chan_send_blocking(m->in, (void *)(intptr_t)i, FERRY_NEVER))
+            return (void *)1;
+    return NULL;
+}
+
+static void *sx_drain_thread(void *arg)
+{
+    struct sx *m = arg;
+    void *v;
+    int rc;
+
+    while ((rc = ferry_chan_recv_blocking(m->out, &v, FERRY_NEVER)) == 0) {
+        m->drained_out++;
+        m->dsum_out += (uint64_t)(intptr_t)v;
+    }
+    return rc == -ESHUTDOWN ? NULL : (void *)1;
+}
+
+static int sx_feed_task(void *arg)
+{
+    struct sx *m = arg;
+
+    for (long i = 1; i <= m->per; i++) {
+        int v = (int)i, rc = ferry_queue_put(&m->qin, &v);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int sx_drain_task(void *arg)
+{
+    struct sx *m = arg;
+    int v, rc;
+
+    while ((rc = ferry_queue_get(&m->qout, &v)) == 0) {
+        m->drained_qout++;
+        m->dsum_qout += (uint64_t)v;
+    }
+    return rc == -ESHUTDOWN ? 0 : rc;
+}
+
+static int sx_selector(void *arg)
+{
+    struct sx_slot *sl = arg;
+    struct sx *m = sl->m;
+    unsigned seed = 0x9e3779b9u ^ (unsigned)(sl->i * 7919 + m->cancels * 104729 + 1);
+    long out_id = 0, qout_id = 0;
+
+    while (!m->done) {
+        void *got = NULL;
+        int qv = 0, qput, rc, n = 0;
+        ferry_case c[4];
+        unsigned shape = rnd(&seed) % 3;
+        ferry_scope sc;
+
+        if (!out_id)
+            out_id = ++m->issued;
+        if (!qout_id)
+            qout_id = ++m->issued;
+        qput = (int)qout_id;
+        if (shape != 1) {
+            c[n++] = FERRY_CASE_RECV_INIT(m->in, &got);
+            c[n++] = FERRY_CASE_GET_INIT(&m->qin, &qv);
+        }
+        if (shape != 0) {
+            c[n++] = FERRY_CASE_SEND_INIT(m->out, (void *)(intptr_t)out_id);
+            c[n++] = FERRY_CASE_PUT_INIT(&m->qout, &qput);
+        }
+        ferry_scope_enter(&sc, ferry_now() + FERRY_USEC(rnd(&seed) % 301), 0);
+        m->since[sl->i] = m->rounds;
+        rc = ferry_select(c, (size_t)n, 0);
+        m->since[sl->i] = -1;
+        ferry_scope_exit(&sc);
+        m->calls++;
+        if (rc == -ECANCELED) {
+            m->cancelled++;
+            return 0;
+        }
+        if (rc == -ETIMEDOUT) {
+            m->timedout++;
+            continue;
+        }
+        if (rc < 0 || c[rc].result != 0) {
+            m->bad++;
+            return rc < 0 ? rc : c[rc].result;
+        }
+        switch (c[rc].kind) {
+        case FERRY_CASE_CHAN_RECV:
+            m->got_in++;
+            m->sum_in += (uint64_t)(intptr_t)got;
+            break;
+        case FERRY_CASE_QUEUE_GET:
+            m->got_qin++;
+            m->sum_qin += (uint64_t)qv;
+            break;
+        case FERRY_CASE_CHAN_SEND:
+            m->sent_out++;
+            m->sum_out += (uint64_t)out_id;
+            out_id = 0;
+            break;
+        default:
+            m->sent_qout++;
+            m->sum_qout += (uint64_t)qout_id;
+            qout_id = 0;
+            break;
+        }
+        if (m->got_in == m->per && m->got_qin == m->per && !m->done) {
+            m->done = true;
+            ferry_event_set(&m->done_ev);
+        }
+    }
+    return 0;
+}
+
+static int sx_join(ferry_task *t)
+{
+    int st = -99999;
+
+    return ferry_task_join(t, &st) ? -99998 : st;
+}
+
+/* Cancels a random selector every 0-2 ms and starts another in its place. */
+static int sx_chaos(void *arg)
+{
+    struct sx_slot *sl = arg;
+    struct sx *m = sl[0].m;
+    unsigned seed = 12345;
+
+    while (!m->stop_chaos) {
+        int i = (int)(rnd(&seed) % SX_TASKS), st;
+
+        if (ferry_sleep(FERRY_USEC(rnd(&seed) % 2000)))
+            return -1;
+        if (m->stop_chaos)
+            break;
+        ferry_task_cancel(m->task[i]);
+        st = sx_join(m->task[i]);
+        m->task[i] = NULL;
+        if (st != 0)
+            m->bad++;
+        m->cancels++;
+        if (ferry_task_spawn(&m->task[i], NULL, sx_selector, &sl[i], NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* A select that has not returned after SX_ROUNDS_STUCK rounds never
+ * will: report it, cancel it, say whether that ended it, and end the
+ * process (the loop cannot finish with the task stuck in it). */
+static int sx_checker(void *arg)
+{
+    struct sx *m = arg;
+
+    while (!m->stop_checker) {
+        ferry_sleep(FERRY_MSEC(20));
+        m->rounds++;
+        for (int i = 0; i < SX_TASKS; i++) {
+            ferry_task *t = m->task[i];
+
+            if (!t || m->since[i] < 0 || m->rounds - m->since[i] < SX_ROUNDS_STUCK)
+                continue;
+            fprintf(stderr, "selector %d: one ferry_select() under a deadline of at most "
+                    "300 us has not returned for %ld rounds of 20 ms (%ld selects, %ld "
+                    "cancels so far)\n", i, m->rounds - m->since[i], m->calls, m->cancels);
+            ferry_task_cancel(t);
+            ferry_sleep(tu_ms(1000));
+            fprintf(stderr, "selector %d: cancelled 1 s ago, %s\n", i,
+                    ferry_task_state(t) == FERRY_TASK_DONE ? "ended" : "still waiting");
+            fflush(stderr);
+            _exit(3);
+        }
+    }
+    return 0;
+}
+
+static int sx_main(void *arg)
+{
+    struct sx *m = arg;
+    struct sx_slot sl[SX_TASKS];
+    ferry_task *feeder, *drainer, *chaos, *checker;
+    pthread_t feed_th, drain_th;
+    void *th_rc;
+    int rc = 0;
+
+    for (int i = 0; i < SX_TASKS; i++) {
+        sl[i] = (struct sx_slot){ m, i };
+        m->since[i] = -1;
+    }
+    feed_th = tu_start_thread(sx_feed_thread, m);
+    drain_th = tu_start_thread(sx_drain_thread, m);
+    if (ferry_task_spawn(&feeder, NULL, sx_feed_task, m, NULL) ||
+        ferry_task_spawn(&drainer, NULL, sx_drain_task, m, NULL) ||
+        ferry_task_spawn(&checker, NULL, sx_checker, m, NULL))
+        return -1;
+    for (int i = 0; i < SX_TASKS; i++)
+        if (ferry_task_spawn(&m->task[i], NULL, sx_selector, &sl[i], NULL))
+            return -1;
+    if (ferry_task_spawn(&chaos, NULL, sx_chaos, sl, NULL))
+        return -1;
+    ferry_event_wait(&m->done_ev);
+    m->stop_chaos = true;
+    if (sx_join(chaos) != 0)
+        rc = -2;
+    for (int i = 0; i < SX_TASKS; i++)
+        if (sx_join(m->task[i]) != 0)
+            rc = -3;
+    m->stop_checker = true;
+    if (sx_join(checker) != 0 || sx_join(feeder) != 0)
+        rc = -4;
+    ferry_queue_shutdown(&m->qout, false);
+    if (sx_join(drainer) != 0)
+        rc = -5;
+    ferry_chan_close(m->out);
+    pthread_join(drain_th, &th_rc);
+    if (th_rc)
+        rc = -6;
+    pthread_join(feed_th, &th_rc);
+    if (th_rc)
+        rc = -7;
+    return rc;
+}
+
+Test(stress_bridge, selects_over_thread_fed_chans_under_deadlines_and_cancels_all_return,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 300.)
+{
+    struct sx m = {0};
+    uint64_t want;
+
+    m.per = tu_scaled(50000);
+    want = (uint64_t)m.per * (uint64_t)(m.per + 1) / 2;
+    cr_assert_eq(ferry_chan_new(&m.in, 4), 0);
+    cr_assert_eq(ferry_chan_new(&m.out, 4), 0);
+    cr_assert_eq(ferry_queue_init(&m.qin, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(ferry_queue_init(&m.qout, sizeof(int), 4, FERRY_QUEUE_FIFO, NULL, NULL), 0);
+    cr_assert_eq(ferry_event_init(&m.done_ev), 0);
+    cr_assert_eq(tu_run(sx_main, &m), 0);
+    cr_log_info("%ld selects: %ld timed out, %ld cancelled (%ld cancels); "
+                "%ld + %ld received, %ld + %ld sent", m.calls, m.timedout, m.cancelled,
+                m.cancels, m.got_in, m.got_qin, m.sent_out, m.sent_qout);
+    cr_assert_eq(m.bad, 0);
+    cr_assert_eq(m.got_in, m.per);
+    cr_assert_eq(m.sum_in, want);
+    cr_assert_eq(m.got_qin, m.per);
+    cr_assert_eq(m.sum_qin, want);
+    cr_assert_eq(m.drained_out, m.sent_out);
+    cr_assert_eq(m.dsum_out, m.sum_out);
+    cr_assert_eq(m.drained_qout, m.sent_qout);
+    cr_assert_eq(m.dsum_qout, m.sum_qout);
+    cr_assert_gt(m.timedout, 0);
+    cr_assert_gt(m.cancelled, 0);
+    cr_assert_eq(ferry_chan_len(m.in), 0);
+    ferry_event_destroy(&m.done_ev);
+    cr_assert_eq(ferry_queue_destroy(&m.qin), 0);
+    cr_assert_eq(ferry_queue_destroy(&m.qout), 0);
+    ferry_chan_free(m.out);
+    ferry_chan_free(m.in);
 }

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -883,6 +884,253 @@ T(chan_wake_reaching_a_select_that_took_another_case_is_passed_on)
     cr_assert_eq(tu_run(chan_pass_main, NULL), 0);
     cr_assert_eq(g_rc[0], 1);
     cr_assert_eq(g_rc[1], 0x99);
+    ferry_chan_free(g_ch);
+    queues_destroy();
+}
+
+/* ---- a channel wake on its way while the select unwinds --------------------- */
+
+/* These tests need the inbox to stay undrained while tasks take turns: the
+ * loop polls (and so drains what threads posted) only when nothing is
+ * ready, never every few steps. */
+static void polls_when_idle_setup(void)
+{
+    ferry_loop_opts o = { .io_interval = 1u << 30 };
+
+    tu_alloc_setup();
+    cr_assert_eq(ferry_loop_new(&tu_loop, &o), 0);
+    ferry_loop_set_slow_threshold(tu_loop, 0);
+}
+
+#define T_IDLE_POLL(name) \
+    Test(select, name, .init = polls_when_idle_setup, .fini = tu_loop_teardown, .timeout = 20.)
+
+static ferry_chan *g_ch2;
+
+/* A thread's send, done while the loop's thread waits for it: the wake of
+ * the task it pops stays in the inbox until the loop next polls. */
+static void *thread_try_send(void *arg)
+{
+    return (void *)(intptr_t)ferry_chan_send_blocking(g_ch, arg, 0);
+}
+
+/* A select that never returns cannot be reported from the loop: the test
+ * process ends with a message instead of hanging until its timeout. */
+static int join_or_die(ferry_task *t, const char *what)
+{
+    ferry_scope sc;
+    int st = -99999, rc;
+
+    ferry_scope_enter(&sc, ferry_now() + tu_ms(5000), 0);
+    rc = ferry_task_join(t, &st);
+    ferry_scope_exit(&sc);
+    if (rc == -ETIMEDOUT) {
+        fprintf(stderr, "%s: has not returned 5 s later\n", what);
+        fflush(stderr);
+        _exit(3);
+    }
+    return rc ? -99998 : st;
+}
+
+/* The other case of a select whose channel case a thread's wake took out,
+ * made ready while the select unwinds and waits for that wake. */
+enum { OTHER_GET, OTHER_PUT, OTHER_EVENT, OTHER_JOIN, OTHER_SIGNAL };
+
+static ferry_event g_ev2;
+static ferry_task *g_target;      /* OTHER_JOIN: the task the case joins */
+
+static int end_on_ev2(void *arg)
+{
+    (void)arg;
+    ferry_event_wait(&g_ev2);
+    return 5;
+}
+
+static int sel_chan_and_other(void *arg)
+{
+    static const int one = 1;
+    int kind = (int)(intptr_t)arg;
+    void *got = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_JOIN_INIT(g_target) };
+
+    if (kind == OTHER_GET)
+        c[1] = FERRY_CASE_GET_INIT(&g_q[0], &g_item);
+    else if (kind == OTHER_PUT)
+        c[1] = FERRY_CASE_PUT_INIT(&g_q[1], &one);
+    else if (kind == OTHER_EVENT)
+        c[1] = FERRY_CASE_EVENT_INIT(&g_ev);
+    else if (kind == OTHER_SIGNAL)
+        c[1] = FERRY_CASE_SIGNAL_INIT(g_sub);
+    g_rc[1] = ferry_select(c, 2, 0);
+    g_rc[2] = got != NULL;
+    return 0;
+}
+
+static int wake_on_its_way_other_main(void *arg)
+{
+    int kind = (int)(intptr_t)arg, v = 7, sig = SIGUSR1;
+    ferry_task *s;
+    void *got = NULL;
+
+    g_target = kind == OTHER_JOIN ? spawn(end_on_ev2, NULL) : NULL;
+    if (kind == OTHER_SIGNAL && ferry_sigsub_new(&g_sub, tu_loop, &sig, 1) != 0)
+        return -1;
+    if (kind == OTHER_PUT && ferry_queue_put(&g_q[1], &v) != 0)    /* full */
+        return -1;
+    s = spawn(sel_chan_and_other, arg);
+    settle();                                /* parked on both cases */
+    g_rc[0] = (int)(intptr_t)tu_on_thread(thread_try_send, (void *)(intptr_t)0x55);
+    ferry_task_cancel(s);
+    ferry_yield();          /* s unwinds: its channel wake is still on its way */
+    switch (kind) {         /* meanwhile its other case becomes ready */
+    case OTHER_GET:
+        g_rc[3] = ferry_queue_put(&g_q[0], &v);
+        break;
+    case OTHER_PUT:
+        g_rc[3] = ferry_queue_get(&g_q[1], &g_val[1]);
+        break;
+    case OTHER_EVENT:
+        g_rc[3] = ferry_event_set(&g_ev);
+        break;
+    case OTHER_JOIN:
+        g_rc[3] = ferry_event_set(&g_ev2);
+        ferry_yield();      /* the target ends */
+        break;
+    default:
+        g_rc[3] = raise(SIGUSR1);   /* the loop sees it at its next poll */
+        break;
+    }
+    g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
+    /* What the other case would have taken is still there. */
+    switch (kind) {
+    case OTHER_GET:
+        g_rc[5] = ferry_queue_try_get(&g_q[0], &g_val[0]) == 0 && g_val[0] == 7;
+        break;
+    case OTHER_PUT:
+        g_rc[5] = ferry_queue_size(&g_q[1]) == 0;
+        break;
+    case OTHER_EVENT:
+        g_rc[5] = ferry_event_is_set(&g_ev);
+        break;
+    case OTHER_JOIN:
+        g_rc[5] = join(g_target) == 5;
+        break;
+    default:
+        g_rc[5] = ferry_sigsub_try_recv(g_sub, &sig) == 0 && sig == SIGUSR1;
+        ferry_sigsub_free(g_sub);
+        g_sub = NULL;
+        break;
+    }
+    g_rc[6] = ferry_chan_try_recv(g_ch, &got) == 0 && got == (void *)(intptr_t)0x55;
+    return 0;
+}
+
+/* Cancelled while a thread's wake of its channel case travels through the
+ * inbox, a select waits for that wake before it frees the case.  Its other
+ * case becoming ready meanwhile neither keeps it from returning -ECANCELED
+ * nor is taken: a queue's element or room, an event, a task to join, a
+ * signal's delivery (which reaches the loop at the same poll as the
+ * wake). */
+static void wake_on_its_way_other(int kind)
+{
+    queues_init(1);
+    cr_assert_eq(ferry_event_init(&g_ev2), 0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(tu_run(wake_on_its_way_other_main, (void *)(intptr_t)kind), 0);
+    cr_assert_eq(g_rc[0], 0, "the thread's send: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], -ECANCELED, "select returned %d", g_rc[1]);
+    cr_assert_eq(g_rc[2], 0, "the channel case received");
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert(g_rc[5], "the other case took what it would have taken");
+    cr_assert(g_rc[6], "the thread's item is not in the channel");
+    ferry_chan_free(g_ch);
+    cr_assert_eq(ferry_event_destroy(&g_ev2), 0);
+    queues_destroy();
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_queue_element_alone)
+{
+    wake_on_its_way_other(OTHER_GET);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_queue_room_alone)
+{
+    wake_on_its_way_other(OTHER_PUT);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_an_event_alone)
+{
+    wake_on_its_way_other(OTHER_EVENT);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_task_to_join_alone)
+{
+    wake_on_its_way_other(OTHER_JOIN);
+}
+
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_leaves_a_signal_delivery_alone)
+{
+    wake_on_its_way_other(OTHER_SIGNAL);
+}
+
+static int sel_two_chans(void *arg)
+{
+    void *got = NULL, *got2 = NULL;
+    ferry_case c[2] = { FERRY_CASE_RECV_INIT(g_ch, &got), FERRY_CASE_RECV_INIT(g_ch2, &got2) };
+
+    (void)arg;
+    g_rc[1] = ferry_select(c, 2, 0);
+    g_rc[2] = got != NULL || got2 != NULL;
+    return 0;
+}
+
+static int recv_ch2(void *arg)
+{
+    void *got = NULL;
+    int rc;
+
+    (void)arg;
+    rc = ferry_chan_recv(g_ch2, &got);
+    return rc ? rc : (int)(intptr_t)got;
+}
+
+static int wake_on_its_way_chan_main(void *arg)
+{
+    ferry_task *s, *r;
+
+    (void)arg;
+    s = spawn(sel_two_chans, NULL);
+    settle();
+    r = spawn(recv_ch2, NULL);              /* waits behind the select */
+    settle();
+    g_rc[0] = (int)(intptr_t)tu_on_thread(thread_try_send, (void *)(intptr_t)0x55);
+    ferry_task_cancel(s);
+    ferry_yield();          /* s unwinds: its first channel's wake is on its way */
+    g_rc[3] = ferry_chan_try_send(g_ch2, (void *)(intptr_t)0x66);
+    g_rc[4] = join_or_die(s, "select cancelled while its channel wake was on its way");
+    g_rc[5] = join_or_die(r, "receiver behind the cancelled select");
+    g_rc[6] = (int)ferry_chan_len(g_ch);
+    return 0;
+}
+
+/* The same with a second channel case, woken on the loop's thread while
+ * the first one's wake travels: the select returns -ECANCELED and that
+ * wake reaches the receiver waiting behind it. */
+T_IDLE_POLL(cancelled_with_a_chan_wake_on_its_way_passes_the_other_chans_wake_on)
+{
+    queues_init(0);
+    cr_assert_eq(ferry_chan_new(&g_ch, 1), 0);
+    cr_assert_eq(ferry_chan_new(&g_ch2, 1), 0);
+    cr_assert_eq(tu_run(wake_on_its_way_chan_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "the thread's send: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], -ECANCELED, "select returned %d", g_rc[1]);
+    cr_assert_eq(g_rc[2], 0, "a channel case received");
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_rc[4], 0);
+    cr_assert_eq(g_rc[5], 0x66, "the receiver got %d", g_rc[5]);
+    cr_assert_eq(g_rc[6], 1, "the thread's item is not in the channel");
+    ferry_chan_free(g_ch2);
     ferry_chan_free(g_ch);
     queues_destroy();
 }

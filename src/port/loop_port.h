@@ -140,9 +140,14 @@ int64_t ferry__task_deadline(const struct ferry_task *t);
  *           `sel` set to `sel`) the object's wake will grant on the loop's
  *           thread; *node is the node.  Returns 0; 1 ready meanwhile
  *           (nothing linked: try again); -ENOMEM, -EPERM (nothing linked);
- *   disarm: after the wait, once per armed node: take it out (a wake it
- *           received, or that is still on its way, and that did not win
- *           is passed on to the next waiter) and free it;
+ *   detach: after the wait, once per armed node, before any node's
+ *           disarm: take it out, so that no wake reaches it any more, and
+ *           make a wake that took it out already (received or still on
+ *           its way) grant nothing.  Never suspends;
+ *   disarm: then, once per armed node: wait for a wake still on its way
+ *           (shielded: the node cannot be freed while the inbox holds
+ *           it), pass a wake that did not win on to the next waiter, and
+ *           free the node;
  *   done:   the case won (its wake is a hint): perform it (`perform`;
  *           returns 1 and *result, or 0 if there was nothing to do after
  *           all: try again), or pass the wake on (returns 0).
@@ -151,6 +156,7 @@ struct ferry__sel_ext {
     int  (*try_op)(void *obj, bool send, void *buf, int *result);
     int  (*arm)(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel,
                 void **node, struct ferry__waiter **w);
+    void (*detach)(void *obj, bool send, void *node);
     void (*disarm)(void *obj, bool send, void *node);
     int  (*done)(void *obj, bool send, void *buf, bool perform, int *result);
 };

@@ -35,6 +35,7 @@
 enum dop {
     D_SPAWN, D_CANCEL, D_EXPIRE, D_STEP, D_QUIESCE, D_FL_FINISH, D_CMD,
     D_TIMER, D_TCANCEL, D_POST, D_WAIT,
+    D_CHT,       /* format 4: the channel thread sends, receives or closes */
 };
 
 enum cop {
@@ -49,7 +50,8 @@ enum cop {
     C_CLEANUP,   /* teardown only: release everything held, then end */
     C_SLEEP, C_G_SPAWN, C_G_WAIT, C_G_CANCEL,
     C_FAIL,      /* end with a status that is not 0 */
-    C_SELECT,    /* ferry_select() over two of queue get, queue put, event */
+    C_SELECT,    /* ferry_select() over two cases (sel_pair()) */
+    C_CH_SEND, C_CH_RECV,   /* format 4: a task's send to, receive from a channel */
     C_NCOP
 };
 
@@ -64,7 +66,7 @@ static const char *const cop_names[] = {
     "keylock_acquire", "keylock_release", "keylock_try",
     "exit", "cleanup",
     "sleep", "group_spawn", "group_wait", "group_cancel",
-    "fail", "select",
+    "fail", "select", "chan_send", "chan_recv",
 };
 
 /* Command weights of format 1: index by byte % length.  Never change it:
@@ -112,10 +114,79 @@ static const uint8_t cmd_table_v3[] = {
     C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT,
 };
 
-/* The two cases of a select command (its arg % 3), listed in this order:
- * get and event, put and event, get and put. */
-enum { SK_GET, SK_PUT, SK_EV };
+/* Command weights of format 4: format 3's commands (most of them less
+ * often), the channels' task side, and more selects (most of them over a
+ * channel). */
+static const uint8_t cmd_table_v4[] = {
+    C_LOCK_ACQ, C_LOCK_ACQ, C_LOCK_REL, C_LOCK_REL, C_LOCK_TRY,
+    C_SEM_ACQ, C_SEM_ACQ, C_SEM_REL, C_SEM_REL, C_SEM_TRY,
+    C_EV_WAIT, C_EV_WAIT, C_EV_SET, C_EV_SET, C_EV_CLEAR,
+    C_COND_WAIT, C_COND_NOTIFY,
+    C_Q_PUT, C_Q_PUT, C_Q_PUT, C_Q_GET, C_Q_GET, C_Q_TRYPUT, C_Q_TRYGET, C_Q_DONE, C_Q_JOIN,
+    C_Q_SHUT,
+    C_FL_DO,
+    C_KL_ACQ, C_KL_REL,
+    C_EXIT,
+    C_SLEEP, C_SLEEP,
+    C_G_SPAWN, C_G_WAIT, C_G_CANCEL, C_FAIL,
+    C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT, C_SELECT,
+    C_SELECT, C_SELECT, C_SELECT, C_SELECT,
+    C_CH_SEND, C_CH_SEND, C_CH_SEND, C_CH_RECV, C_CH_RECV, C_CH_RECV,
+};
+
+/* The kinds of a select's cases: the queue's get and put, the event, and
+ * a receive from and a send to each of the two channels. */
+enum { SK_GET, SK_PUT, SK_EV, SK_CR0, SK_CS0, SK_CR1, SK_CS1 };
+
+/* The two cases of a select command, listed in this order: format 3's by
+ * its arg % 3 (get and event, put and event, get and put), format 4's by
+ * its arg % 11 (a channel first or second, two channels, and format 3's). */
 static const int sel_kinds[3][2] = { { SK_GET, SK_EV }, { SK_PUT, SK_EV }, { SK_GET, SK_PUT } };
+static const int sel_kinds_v4[11][2] = {
+    { SK_CR0, SK_GET }, { SK_CS0, SK_PUT }, { SK_CR0, SK_EV }, { SK_GET, SK_CR1 },
+    { SK_CR0, SK_CR1 }, { SK_CR0, SK_CS1 }, { SK_CS0, SK_CR1 }, { SK_EV, SK_CS1 },
+    { SK_GET, SK_EV }, { SK_PUT, SK_EV }, { SK_GET, SK_PUT },
+};
+
+static const int *sel_pair(int fmt, int arg)
+{
+    return fmt == MODEL_FMT_V4 ? sel_kinds_v4[arg % 11] : sel_kinds[arg % 3];
+}
+
+/* A channel case: which channel, which side. */
+static bool sk_chan(int kind)
+{
+    return kind >= SK_CR0;
+}
+
+static int sk_ch(int kind)
+{
+    return (kind - SK_CR0) / 2;
+}
+
+static bool sk_send(int kind)
+{
+    return kind == SK_CS0 || kind == SK_CS1;
+}
+
+/* The channel of a task's channel command, and of the channel thread's
+ * operation (its arg2). */
+#define NCH 2
+static int cmd_ch(int arg)
+{
+    return (arg >> 1) % NCH;
+}
+
+/* What the channel thread does (the operation's arg): try to send, try to
+ * receive, or, rarely, close the channel. */
+enum { CT_SEND, CT_RECV, CT_CLOSE };
+
+static int cht_kind(int arg)
+{
+    if (arg % 16 == 14)
+        return (arg >> 4) == 0 ? CT_CLOSE : CT_SEND;
+    return arg % 16 < 7 ? CT_SEND : CT_RECV;
+}
 
 enum { DL_NONE = 0, DL_FAR = 1, DL_PAST = 2 };
 
@@ -151,7 +222,8 @@ struct op {
 
 /* Decode the operation at b[0..MODEL_OP_BYTES) of a sequence of format
  * `fmt`.  Format 1 is the original mix; format 2 adds timers, thread
- * posts, the driver's wait for them, and sleep and group commands. */
+ * posts, the driver's wait for them, and sleep and group commands; format
+ * 4 the channel thread. */
 static void decode_op(int fmt, const uint8_t *b, struct op *o)
 {
     unsigned k = b[0] % 100;
@@ -174,6 +246,21 @@ static void decode_op(int fmt, const uint8_t *b, struct op *o)
         else
             o->kind = D_CMD;
         o->c.op = cmd_table_v1[b[2] % sizeof cmd_table_v1];
+    } else if (fmt == MODEL_FMT_V4) {
+        /* Format 4: the channel thread, and more waits, in which the
+         * wakes it sent reach the tasks. */
+        static const struct { unsigned below; int kind; } mix[] = {
+            { 5, D_SPAWN }, { 11, D_CANCEL }, { 15, D_EXPIRE }, { 29, D_STEP },
+            { 33, D_QUIESCE }, { 35, D_FL_FINISH }, { 38, D_TIMER }, { 39, D_TCANCEL },
+            { 41, D_POST }, { 47, D_WAIT }, { 59, D_CHT }, { 100, D_CMD },
+        };
+        unsigned i = 0;
+        while (k >= mix[i].below)
+            i++;
+        o->kind = mix[i].kind;
+        o->c.op = cmd_table_v4[b[2] % sizeof cmd_table_v4];
+        o->act = b[4] % NACT;
+        o->sel = b[5];
     } else {
         static const struct { unsigned below; int kind; } mix[] = {
             { 5, D_SPAWN }, { 10, D_CANCEL }, { 13, D_EXPIRE }, { 31, D_STEP },
@@ -221,11 +308,14 @@ struct config {
     bool     sem_bounded;
     int      qkind;
     size_t   qcap;
+    int      chcap;       /* format 4: each channel's capacity, 1 to 3 */
 };
 
 /* ---- 2. the reference model -------------------------------------------- */
 
 enum { M_NONE = 0, M_READY, M_WAIT, M_DONE };
+/* An actor's channel nodes, numbered actor * ND_PER + slot. */
+enum { ND_PARK = 0, ND_SEL0 = 1, ND_PER = 3 };
 enum { WS_IDLE = 0, WS_WAITING, WS_GRANTED, WS_CANCELLED, WS_TIMEDOUT };
 /* Phases: PH_PARK is "idle, waiting for a command"; PH_START is "given a
  * command, not run yet"; others are per command. */
@@ -254,16 +344,39 @@ struct mact {
     int      done_n, last_rc, last_val;
     bool     slept;       /* sleep: its deadline passed (not its command's) */
     int      gi;          /* the actor whose group it is a child of, or -1 */
-    /* select: its cases' waiters are linked (in their queues until the
-     * actor runs again, also after a cancel); the queue whose grant won
-     * (WQ_QGET, WQ_QPUT, WQ_EV, or WQ_NONE) and that grant's result. */
+    /* select: its cases' waiters exist (from the arming until the actor
+     * runs again, also after a cancel), each WS_WAITING (linked in its
+     * queue; a channel's node may stay in its channel's queue after it is
+     * idle), WS_IDLE or WS_GRANTED; the case whose grant won (-1: none)
+     * and that grant's result; after the wait, its result and the next
+     * case to take apart. */
     bool     sel_on;
+    int      sel_cw[2];
     int      sel_won, sel_wres;
+    int      sel_rc, sel_di;
+    /* Its channel nodes: ND_PARK for a channel command, ND_SEL0 + i for
+     * case i of a select. */
+    struct mnode {
+        bool linked;      /* in its channel's queue */
+        bool fired;       /* a wake took it out */
+        bool delivered;   /* that wake reached the loop */
+        bool settling;    /* the actor waits (shielded) for that delivery */
+    } nd[ND_PER];
     /* The group this actor owns (ferry_group_init on its first spawn). */
     bool     g_init, g_failing, g_closed;
     int      g_live, g_status;
     int      g_ch[MAXA];  /* live children, in spawn order */
     int      g_nch;
+};
+
+/* A channel (bridge/chan.c): a FIFO ring, the queues of task nodes of
+ * each side, closed or not. */
+struct mchan {
+    int  items[MAXITEMS];
+    int  n;
+    bool closed;
+    int  recvq[MAXA * ND_PER], nrecv;
+    int  sendq[MAXA * ND_PER], nsend;
 };
 
 /* A timer (ferry_call_later) or a post from a thread, in the model. */
@@ -282,6 +395,7 @@ struct mlock {
 
 struct model {
     struct config cfg;
+    int  fmt;             /* MODEL_FMT_* */
     struct mact a[MAXA];
     int  na;
     int  wq[WQ_N][MAXA];
@@ -315,6 +429,11 @@ struct model {
     /* timers and posts, in creation order */
     struct mcb cb[MAXCB];
     int  ncb;
+    /* format 4: the channels, and the wakes the channel thread sent that
+     * are in the loop's inbox (channel nodes, in order) */
+    struct mchan ch[NCH];
+    int  inbox[MAXA * ND_PER];
+    int  ninbox;
 };
 
 static void rq_push(struct model *m, int id)
@@ -354,6 +473,20 @@ static int wq_first(const struct model *m, int q)
     return m->wqn[q] ? m->wq[q][0] : -1;
 }
 
+/* Remove `x` from the ordered array v[0..*n), if it is there. */
+static void ids_del(int *v, int *n, int x)
+{
+    int i, j;
+
+    for (i = 0; i < *n; i++)
+        if (v[i] == x) {
+            for (j = i; j + 1 < *n; j++)
+                v[j] = v[j + 1];
+            (*n)--;
+            return;
+        }
+}
+
 static void m_ready(struct model *m, int id)
 {
     m->a[id].st = M_READY;
@@ -376,40 +509,176 @@ static bool m_grant(struct model *m, int id, int res)
     return true;
 }
 
-/* The wait queue of a select case. */
+/* The wait queue of a select case on a loop primitive. */
 static int sel_wq(int kind)
 {
     return kind == SK_GET ? WQ_QGET : kind == SK_PUT ? WQ_QPUT : WQ_EV;
 }
 
-/* Take a select's case waiters out of their queues. */
-static void m_sel_unlink(struct model *m, int id)
+static const int *m_sel_cases(const struct model *m, int id)
 {
-    const int *k = sel_kinds[m->a[id].cmd.arg % 3];
-
-    wq_del(m, sel_wq(k[0]), id);
-    wq_del(m, sel_wq(k[1]), id);
-    m->a[id].sel_on = false;
+    return sel_pair(m->fmt, m->a[id].cmd.arg);
 }
 
-/* ferry__grant() of the first waiter of queue `q`: a select's case wins
- * its select (ferry__sel_grant()): its siblings leave their queues, and
+static struct mnode *m_node(struct model *m, int nd)
+{
+    return &m->a[nd / ND_PER].nd[nd % ND_PER];
+}
+
+/* ferry__sel_grant(): case i of actor id's select is granted.  It wins:
+ * its siblings that still wait become idle (a loop primitive's waiter
+ * leaves its queue, a channel's node stays in its channel's queue), and
  * the task is made ready unless a cancel or deadline did that already. */
-static bool m_grant_q(struct model *m, int q, int id, int res)
+static void m_sel_grant(struct model *m, int id, int i, int res)
 {
     struct mact *a = &m->a[id];
+    const int *k = m_sel_cases(m, id);
+    int j;
 
-    if (!a->sel_on)
-        return m_grant(m, id, res);
-    m_sel_unlink(m, id);
-    a->sel_won = q;
+    a->sel_cw[i] = WS_GRANTED;
+    if (!sk_chan(k[i]))
+        wq_del(m, sel_wq(k[i]), id);
+    a->sel_won = i;
     a->sel_wres = res;
+    for (j = 0; j < 2; j++) {
+        if (j == i || a->sel_cw[j] != WS_WAITING)
+            continue;
+        if (!sk_chan(k[j]))
+            wq_del(m, sel_wq(k[j]), id);
+        a->sel_cw[j] = WS_IDLE;
+    }
     if (a->st == M_WAIT && a->wstate == WS_WAITING) {
         a->wstate = WS_GRANTED;
         a->wres = 0;
         m_ready(m, id);
     }
-    return true;
+}
+
+/* ferry__grant() of the first waiter of queue `q`, actor id: a select's
+ * case wins its select (m_sel_grant()). */
+static bool m_grant_q(struct model *m, int q, int id, int res)
+{
+    struct mact *a = &m->a[id];
+    const int *k;
+    int i;
+
+    if (!a->sel_on)
+        return m_grant(m, id, res);
+    k = m_sel_cases(m, id);
+    for (i = 0; i < 2; i++)
+        if (!sk_chan(k[i]) && sel_wq(k[i]) == q && a->sel_cw[i] == WS_WAITING) {
+            m_sel_grant(m, id, i, res);
+            return true;
+        }
+    return false;
+}
+
+/* ---- channels ---------------------------------------------------------- */
+
+static bool mch_ready(const struct model *m, int k, bool send)
+{
+    const struct mchan *c = &m->ch[k];
+
+    return c->closed || (send ? c->n < m->cfg.chcap : c->n > 0);
+}
+
+/* A wake reaches node `nd` (deliver() of task_wake.c): the waiter the node
+ * holds now is granted if it waits: the task's own (a channel command, or
+ * a settle), or a select's case. */
+static void m_deliver(struct model *m, int nd)
+{
+    struct mnode *n = m_node(m, nd);
+    int id = nd / ND_PER, slot = nd % ND_PER;
+    struct mact *a = &m->a[id];
+
+    n->delivered = true;
+    if (n->settling || slot == ND_PARK)
+        m_grant(m, id, 0);
+    else if (a->sel_on && a->sel_cw[slot - ND_SEL0] == WS_WAITING)
+        m_sel_grant(m, id, slot - ND_SEL0, 0);
+}
+
+/* wake_one_locked(): the first node of a side's queue is taken out and
+ * woken: at once on the loop's thread, through the inbox from the channel
+ * thread. */
+static void mch_wake_one(struct model *m, int k, bool receivers, bool thread)
+{
+    struct mchan *c = &m->ch[k];
+    int *q = receivers ? c->recvq : c->sendq, *n = receivers ? &c->nrecv : &c->nsend, nd;
+
+    if (*n == 0)
+        return;
+    nd = q[0];
+    ids_del(q, n, nd);
+    m_node(m, nd)->linked = false;
+    m_node(m, nd)->fired = true;
+    if (thread)
+        m->inbox[m->ninbox++] = nd;
+    else
+        m_deliver(m, nd);
+}
+
+static void mch_put(struct model *m, int k, int v, bool thread)
+{
+    struct mchan *c = &m->ch[k];
+
+    c->items[c->n++] = v;
+    mch_wake_one(m, k, true, thread);
+}
+
+static int mch_take(struct model *m, int k, bool thread)
+{
+    struct mchan *c = &m->ch[k];
+    int v = c->items[0], i;
+
+    for (i = 0; i + 1 < c->n; i++)
+        c->items[i] = c->items[i + 1];
+    c->n--;
+    mch_wake_one(m, k, false, thread);
+    return v;
+}
+
+/* ferry_chan_close(): every node of both sides is woken. */
+static void mch_close(struct model *m, int k, bool thread)
+{
+    struct mchan *c = &m->ch[k];
+
+    if (c->closed)
+        return;
+    c->closed = true;
+    while (c->nrecv)
+        mch_wake_one(m, k, true, thread);
+    while (c->nsend)
+        mch_wake_one(m, k, false, thread);
+}
+
+/* Link node `nd` at the back of its side's queue. */
+static void mch_link(struct model *m, int k, bool send, int nd)
+{
+    struct mchan *c = &m->ch[k];
+    struct mnode *n = m_node(m, nd);
+
+    if (send)
+        c->sendq[c->nsend++] = nd;
+    else
+        c->recvq[c->nrecv++] = nd;
+    memset(n, 0, sizeof *n);
+    n->linked = true;
+}
+
+/* Take node `nd` out of its side's queue if it is there. */
+static void mch_unlink(struct model *m, int k, bool send, int nd)
+{
+    struct mchan *c = &m->ch[k];
+    struct mnode *n = m_node(m, nd);
+
+    if (!n->linked)
+        return;
+    if (send)
+        ids_del(c->sendq, &c->nsend, nd);
+    else
+        ids_del(c->recvq, &c->nrecv, nd);
+    n->linked = false;
 }
 
 /* ferry__check(). */
@@ -499,20 +768,6 @@ static void m_expire(struct model *m, int id)
 }
 
 /* Locks: take, pass, owner died. */
-
-/* Remove `x` from the ordered array v[0..*n), if it is there. */
-static void ids_del(int *v, int *n, int x)
-{
-    int i, j;
-
-    for (i = 0; i < *n; i++)
-        if (v[i] == x) {
-            for (j = i; j + 1 < *n; j++)
-                v[j] = v[j + 1];
-            (*n)--;
-            return;
-        }
-}
 
 static void m_lheld_del(struct model *m, int lk)
 {
@@ -956,19 +1211,18 @@ static int m_lock_acq_end(struct model *m, int id, int lk)
  * already past (it yields), which the clock decides. */
 static bool r_sleep_waited(int id);
 
-/* Start or continue the actor's command.  Returns through m_done() or by
- * suspending (st M_WAIT). */
 /* Pass 1 of a select command, in listed order: true if a case was
  * performed (*rc its index, *val the item got or the case's error). */
 static bool m_sel_try(struct model *m, int id, int *rc, int *val)
 {
     const struct cmd *c = &m->a[id].cmd;
+    const int *k = m_sel_cases(m, id);
     int i;
 
     for (i = 0; i < 2; i++) {
         *rc = i;
         *val = 0;
-        switch (sel_kinds[c->arg % 3][i]) {
+        switch (k[i]) {
         case SK_GET:
             if (m_q_avail(m) > 0) {
                 *val = m_q_pop(m);
@@ -989,9 +1243,30 @@ static bool m_sel_try(struct model *m, int id, int *rc, int *val)
                 return true;
             }
             break;
-        default:
+        case SK_EV:
             if (m->ev_set)
                 return true;
+            break;
+        default:
+            if (sk_send(k[i])) {
+                if (m->ch[sk_ch(k[i])].closed) {
+                    *val = -ESHUTDOWN;
+                    return true;
+                }
+                if (m->ch[sk_ch(k[i])].n < m->cfg.chcap) {
+                    mch_put(m, sk_ch(k[i]), c->val, false);
+                    return true;
+                }
+            } else {
+                if (m->ch[sk_ch(k[i])].n > 0) {
+                    *val = mch_take(m, sk_ch(k[i]), false);
+                    return true;
+                }
+                if (m->ch[sk_ch(k[i])].closed) {
+                    *val = -ESHUTDOWN;
+                    return true;
+                }
+            }
             break;
         }
     }
@@ -1000,37 +1275,130 @@ static bool m_sel_try(struct model *m, int id, int *rc, int *val)
     return false;
 }
 
-/* The select's winning grant (queue a->sel_won): perform the case, or
- * hand the grant back (ferry__queue_sel_done()).  Returns the value the
- * command reports when performed. */
-static int m_sel_done(struct model *m, int id, bool perform)
+/* Pass 2 of a select command: each case's waiter at the back of its
+ * queue, in listed order. */
+static void m_sel_arm(struct model *m, int id)
 {
     struct mact *a = &m->a[id];
+    const int *k = m_sel_cases(m, id);
+    int i;
 
-    if (a->sel_won == WQ_EV)
-        return a->sel_wres;
+    for (i = 0; i < 2; i++) {
+        if (sk_chan(k[i]))
+            mch_link(m, sk_ch(k[i]), sk_send(k[i]), id * ND_PER + ND_SEL0 + i);
+        else
+            wq_push(m, sel_wq(k[i]), id);
+        a->sel_cw[i] = WS_WAITING;
+    }
+    a->sel_on = true;
+    a->sel_won = -1;
+}
+
+/* The select's task runs again: every case is taken out before anything
+ * may wait (a case waiter left idle unless it won). */
+static void m_sel_detach(struct model *m, int id)
+{
+    struct mact *a = &m->a[id];
+    const int *k = m_sel_cases(m, id);
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        if (sk_chan(k[i]))
+            mch_unlink(m, sk_ch(k[i]), sk_send(k[i]), id * ND_PER + ND_SEL0 + i);
+        else if (a->sel_cw[i] == WS_WAITING)
+            wq_del(m, sel_wq(k[i]), id);
+        if (a->sel_cw[i] == WS_WAITING)
+            a->sel_cw[i] = WS_IDLE;
+    }
+    a->sel_on = false;
+}
+
+/* The channel case i's node, its wake (if any) delivered: a wake that took
+ * it out and did not win goes on to the next node of that side. */
+static void m_sel_disarm_end(struct model *m, int id, int i)
+{
+    struct mact *a = &m->a[id];
+    int kind = m_sel_cases(m, id)[i], k = sk_ch(kind);
+    struct mnode *n = &a->nd[ND_SEL0 + i];
+
+    if (n->fired && a->sel_cw[i] != WS_GRANTED && mch_ready(m, k, sk_send(kind)) &&
+        !m->ch[k].closed)
+        mch_wake_one(m, k, !sk_send(kind), false);
+    memset(n, 0, sizeof *n);
+}
+
+/* The select's winning case a->sel_won: perform it (ferry__queue_sel_done(),
+ * the channel's done), or hand the grant back.  Returns true if performed
+ * (*val: the item got, or the case's error), false if a channel case found
+ * nothing to do after all (the select starts again). */
+static bool m_sel_done(struct model *m, int id, bool perform, int *val)
+{
+    struct mact *a = &m->a[id];
+    int kind = m_sel_cases(m, id)[a->sel_won], k;
+
+    *val = 0;
+    if (sk_chan(kind)) {
+        k = sk_ch(kind);
+        if (!perform) {
+            if (mch_ready(m, k, sk_send(kind)) && !m->ch[k].closed)
+                mch_wake_one(m, k, !sk_send(kind), false);
+            return false;
+        }
+        if (sk_send(kind)) {
+            if (m->ch[k].closed) {
+                *val = -ESHUTDOWN;
+                return true;
+            }
+            if (m->ch[k].n < m->cfg.chcap) {
+                mch_put(m, k, a->cmd.val, false);
+                return true;
+            }
+            return false;
+        }
+        if (m->ch[k].n > 0) {
+            *val = mch_take(m, k, false);
+            return true;
+        }
+        if (m->ch[k].closed) {
+            *val = -ESHUTDOWN;
+            return true;
+        }
+        return false;
+    }
+    if (kind == SK_EV) {
+        *val = a->sel_wres;
+        return true;
+    }
     m->q_pending--;
-    if (a->sel_wres != 0)
-        return a->sel_wres;
-    if (a->sel_won == WQ_QPUT) {
+    if (a->sel_wres != 0) {
+        *val = a->sel_wres;
+        return true;
+    }
+    if (kind == SK_PUT) {
         m->q_res_put--;
         if (!perform || m->q_shutdown) {
             m_q_serve_putters(m);
-            return -ESHUTDOWN;
+            *val = -ESHUTDOWN;
+            return true;
         }
         m_q_push(m, a->cmd.val);
-        return 0;
+        return true;
     }
-    if (m->q_shutdown == 2)
-        return -ESHUTDOWN;
+    if (m->q_shutdown == 2) {
+        *val = -ESHUTDOWN;
+        return true;
+    }
     m->q_res_get--;
     if (!perform) {
         m_q_serve_getters(m);
-        return 0;
+        return true;
     }
-    return m_q_pop(m);
+    *val = m_q_pop(m);
+    return true;
 }
 
+/* Start or continue the actor's command.  Returns through m_done() or by
+ * suspending (st M_WAIT). */
 static void m_exec(struct model *m, int id, bool resumed)
 {
     struct mact *a = &m->a[id];
@@ -1504,31 +1872,118 @@ static void m_exec(struct model *m, int id, bool resumed)
             rc = m_check(m, id);
             if (rc)
                 break;
+        sel_again:
             if (m_sel_try(m, id, &rc, &val))
                 break;
+            /* Armed, then the wait's check: what it refuses is taken apart
+             * at once, with nothing in between. */
             rc = m_wait_begin(m, id, WQ_NONE);
             if (rc)
                 break;
-            /* The cases' waiters, in listed order, each at the back of
-             * its queue. */
-            wq_push(m, sel_wq(sel_kinds[c->arg % 3][0]), id);
-            wq_push(m, sel_wq(sel_kinds[c->arg % 3][1]), id);
-            a->sel_on = true;
-            a->sel_won = WQ_NONE;
+            m_sel_arm(m, id);
             a->phase = PH_WAIT1;
             return;
         }
-        if (a->sel_on)
-            m_sel_unlink(m, id);
-        rc = m_wait_result(m, id);
-        if (a->sel_won == WQ_NONE)
+        if (a->phase == PH_WAIT1) {
+            a->sel_rc = m_wait_result(m, id);
+            m_sel_detach(m, id);
+            a->sel_di = 0;
+        } else {
+            /* A channel case's wake, on its way when the select stopped
+             * waiting, has been delivered. */
+            a->shielded = false;
+            a->nd[ND_SEL0 + a->sel_di].settling = false;
+            m_sel_disarm_end(m, id, a->sel_di++);
+        }
+        for (; a->sel_di < 2; a->sel_di++) {
+            struct mnode *nd = &a->nd[ND_SEL0 + a->sel_di];
+
+            if (!sk_chan(m_sel_cases(m, id)[a->sel_di]))
+                continue;
+            if (nd->fired && !nd->delivered) {
+                nd->settling = true;
+                a->shielded = true;
+                m_wait_begin(m, id, WQ_NONE);     /* shielded: never refused */
+                a->phase = PH_WAIT2;
+                return;
+            }
+            m_sel_disarm_end(m, id, a->sel_di);
+        }
+        rc = a->sel_rc;
+        val = 0;
+        if (a->sel_won < 0)
             break;
-        val = m_sel_done(m, id, rc == 0);
-        if (rc == 0)
-            rc = sel_wq(sel_kinds[c->arg % 3][0]) == a->sel_won ? 0 : 1;
-        else
+        if (rc != 0) {
+            m_sel_done(m, id, false, &val);
             val = 0;
+            break;
+        }
+        if (!m_sel_done(m, id, true, &val))
+            goto sel_again;
+        rc = a->sel_won;
         break;
+
+    case C_CH_SEND:
+    case C_CH_RECV: {
+        /* ferry_chan_send/recv (park_locked()): the node is a hint, and a
+         * task that leaves after its wake was sent waits for its delivery
+         * and passes it on. */
+        bool send = c->op == C_CH_SEND, fired;
+        struct mnode *nd = &a->nd[ND_PARK];
+
+        k = cmd_ch(c->arg);
+        val = send ? 0 : -1;
+        if (!resumed) {
+            rc = m_check(m, id);
+            if (rc)
+                break;
+        ch_again:
+            if (send ? m->ch[k].closed : m->ch[k].n > 0) {
+                if (send)
+                    rc = -ESHUTDOWN;
+                else
+                    val = mch_take(m, k, false);
+                break;
+            }
+            if (send ? m->ch[k].n < m->cfg.chcap : m->ch[k].closed) {
+                if (send)
+                    mch_put(m, k, c->val, false);
+                else
+                    rc = -ESHUTDOWN;
+                break;
+            }
+            rc = m_wait_begin(m, id, WQ_NONE);
+            if (rc)
+                break;
+            mch_link(m, k, send, id * ND_PER + ND_PARK);
+            a->phase = PH_WAIT1;
+            return;
+        }
+        if (a->phase == PH_WAIT1) {
+            a->saved = m_wait_result(m, id);
+            if (nd->linked) {
+                mch_unlink(m, k, send, id * ND_PER + ND_PARK);
+            } else if (!nd->delivered) {
+                nd->settling = true;
+                a->shielded = true;
+                m_wait_begin(m, id, WQ_NONE);
+                a->phase = PH_WAIT2;
+                return;
+            }
+        } else {
+            nd->settling = false;
+            a->shielded = false;
+        }
+        rc = a->saved;
+        fired = nd->fired;
+        memset(nd, 0, sizeof *nd);
+        if (rc == -ECANCELED || rc == -ETIMEDOUT) {
+            if (fired && (send ? m->ch[k].n < m->cfg.chcap : m->ch[k].n > 0))
+                mch_wake_one(m, k, !send, false);
+            break;
+        }
+        goto ch_again;
+    }
     default:
         break;
     }
@@ -1615,8 +2070,9 @@ static void m_step(struct model *m)
 /*
  * The driver waits (D_WAIT) until the loop has polled: the loop polls only
  * once nothing is ready (the model's loop polls I/O and timers no other
- * time), so first everything ready runs.  At the poll the callbacks posted
- * from threads run, in order, inside it; then the timers that were due
+ * time), so first everything ready runs.  At the poll the inbox runs the
+ * channel thread's wakes (completions, in order, before posts), then the
+ * callbacks posted from threads, in order; then the timers that were due
  * run, in the order they were made (each was due since it was made, so
  * their deadlines are in that order); what they wake runs after them.
  * Short sleeps end too, in the order of their deadlines, which the clock
@@ -1630,6 +2086,9 @@ static void m_wait(struct model *m)
 
     while (m->rqn)
         m_run(m, rq_pop(m));
+    for (i = 0; i < m->ninbox; i++)
+        m_deliver(m, m->inbox[i]);
+    m->ninbox = 0;
     for (i = 0; i < m->ncb; i++)
         if (!m->cb[i].timer && m->cb[i].pending)
             m_cb_run(m, &m->cb[i]);
@@ -1715,13 +2174,18 @@ struct seq {
     int            in_fn[NKEYS];     /* actors inside the flight fn of a key */
     int            put_counter, fin_counter;
     struct rcb     cb[MAXCB];        /* timers and posts (the model's in m.cb) */
+    /* format 4: the channels (elements are ints), the items sent into
+     * each and received from each, in order */
+    ferry_chan    *ch[NCH];
+    int            ch_in[NCH][MAXITEMS], nch_in[NCH];
+    int            ch_out[NCH][MAXITEMS], nch_out[NCH];
     bool           stuck;            /* a wait gave up: some callback never ran */
     /* reporting */
     FILE          *trace;
     model_report  *rep;
     int            opi;
     bool           failed;
-    int            fmt;              /* MODEL_FMT_V1, _V2 or _V3 */
+    int            fmt;              /* MODEL_FMT_V1 to _V4 */
 };
 
 static struct seq *cur;   /* the sequence the actors belong to */
@@ -1949,6 +2413,26 @@ static void r_got(struct seq *s, int item)
         s->got[s->ngot++] = item;
 }
 
+/* An item sent into channel k, by a task or the channel thread. */
+static void r_ch_sent(struct seq *s, int k, int item)
+{
+    if (s->nch_in[k] < MAXITEMS)
+        s->ch_in[k][s->nch_in[k]++] = item;
+}
+
+/* An item received from channel k: the oldest one not received yet (the
+ * channel is a FIFO, and nothing suspends between a take and this). */
+static void r_ch_got(struct seq *s, int k, int item)
+{
+    int i = s->nch_out[k];
+
+    if (i >= s->nch_in[k] || s->ch_in[k][i] != item)
+        failf(s, "channel %d: receive #%d got %d, sent #%d was %d", k, i, item, i,
+              i < s->nch_in[k] ? s->ch_in[k][i] : -1);
+    if (i < MAXITEMS)
+        s->ch_out[k][s->nch_out[k]++] = item;
+}
+
 static int r_exec(struct seq *s, struct ract *a, int *val)
 {
     struct cmd *c = &a->cmd;
@@ -2030,20 +2514,24 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
     case C_SELECT: {
         /* Listed order (FERRY_SELECT_PRIORITY), so the model knows which
          * ready case is performed. */
+        const int *kinds = sel_pair(s->fmt, c->arg);
         ferry_case cs[2];
-        int put_item = c->val;
+        int put_item = c->val, got[2] = { -1, -1 };
 
-        item = -1;
         for (k = 0; k < 2; k++)
-            switch (sel_kinds[c->arg % 3][k]) {
+            switch (kinds[k]) {
             case SK_GET:
-                cs[k] = FERRY_CASE_GET_INIT(&s->q, &item);
+                cs[k] = FERRY_CASE_GET_INIT(&s->q, &got[k]);
                 break;
             case SK_PUT:
                 cs[k] = FERRY_CASE_PUT_INIT(&s->q, &put_item);
                 break;
-            default:
+            case SK_EV:
                 cs[k] = FERRY_CASE_EVENT_INIT(&s->ev);
+                break;
+            default:
+                cs[k] = sk_send(kinds[k]) ? FERRY_CASE_SEND_INIT(s->ch[sk_ch(kinds[k])], &put_item)
+                                          : FERRY_CASE_RECV_INIT(s->ch[sk_ch(kinds[k])], &got[k]);
                 break;
             }
         rc = ferry_select(cs, 2, FERRY_SELECT_PRIORITY);
@@ -2057,20 +2545,43 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
             *val = cs[rc].result;
             return rc;
         }
-        switch (sel_kinds[c->arg % 3][rc]) {
+        switch (kinds[rc]) {
         case SK_GET:
-            *val = item;
-            r_got(s, item);
+            *val = got[rc];
+            r_got(s, got[rc]);
             break;
         case SK_PUT:
             if (s->ninserted < MAXITEMS)
                 s->inserted[s->ninserted++] = put_item;
             break;
+        case SK_EV:
+            break;
         default:
+            if (sk_send(kinds[rc])) {
+                r_ch_sent(s, sk_ch(kinds[rc]), put_item);
+            } else {
+                *val = got[rc];
+                r_ch_got(s, sk_ch(kinds[rc]), got[rc]);
+            }
             break;
         }
         return rc;
     }
+    case C_CH_SEND:
+        k = cmd_ch(c->arg);
+        item = c->val;
+        rc = ferry_chan_send_elem(s->ch[k], &item);
+        if (rc == 0)
+            r_ch_sent(s, k, item);
+        return rc;
+    case C_CH_RECV:
+        k = cmd_ch(c->arg);
+        item = -1;
+        rc = ferry_chan_recv_elem(s->ch[k], &item);
+        *val = item;
+        if (rc == 0)
+            r_ch_got(s, k, item);
+        return rc;
     case C_Q_DONE:
         return ferry_queue_task_done(&s->q);
     case C_Q_JOIN:
@@ -2358,6 +2869,9 @@ static void compare(struct seq *s)
         }
     }
     cmp_runq(s);
+    for (k = 0; k < NCH; k++)
+        if (ferry_chan_len(s->ch[k]) != (size_t)m->ch[k].n)
+            failf(s, "channel %d: %zu items, model %d", k, ferry_chan_len(s->ch[k]), m->ch[k].n);
     if ((s->lock.owner ? r_id(s, s->lock.owner) : -1) != m->lk[LK_L].owner)
         failf(s, "lock owner: actor %d, model %d",
               s->lock.owner ? r_id(s, s->lock.owner) : -1, m->lk[LK_L].owner);
@@ -2448,6 +2962,11 @@ static void invariants(struct seq *s)
                       i, s->inserted[i]);
                 break;
             }
+    /* Channel items conserved (their order is checked at each receive). */
+    for (k = 0; k < NCH; k++)
+        if ((int)ferry_chan_len(s->ch[k]) != s->nch_in[k] - s->nch_out[k])
+            failf(s, "channel %d: %zu stored, but %d sent - %d received", k,
+                  ferry_chan_len(s->ch[k]), s->nch_in[k], s->nch_out[k]);
     /* A group counts its live children, and a closed one has none. */
     for (i = 0; i < s->na; i++) {
         ferry_group *g = &s->r[i].group;
@@ -2488,6 +3007,27 @@ static const struct ferry__waiter *waitq_first(struct ferry__waitq *q)
     return NULL;
 }
 
+/* True if a node of channel k's side `send` waits (the model's view: the
+ * channel's queues are its own): a task parked in a channel command, or a
+ * select's case while the select waits. */
+static bool m_chan_side_waits(const struct model *m, int k, bool send)
+{
+    const int *q = send ? m->ch[k].sendq : m->ch[k].recvq;
+    int n = send ? m->ch[k].nsend : m->ch[k].nrecv, i;
+
+    for (i = 0; i < n; i++) {
+        const struct mact *a = &m->a[q[i] / ND_PER];
+        int slot = q[i] % ND_PER;
+
+        if (a->st != M_WAIT || a->wstate != WS_WAITING)
+            continue;
+        if (slot == ND_PARK ? a->phase == PH_WAIT1
+                            : a->sel_on && a->sel_cw[slot - ND_SEL0] == WS_WAITING)
+            return true;
+    }
+    return false;
+}
+
 /* Nothing can run: no waiter may be blocked whose wake condition holds. */
 static void quiescent(struct seq *s)
 {
@@ -2511,7 +3051,9 @@ static void quiescent(struct seq *s)
         failf(s, "quiescent: the queue has room but putters wait");
     if (s->q.unfinished == 0 && waitq_has_waiting(&s->q.joiners))
         failf(s, "quiescent: every item is done but joiners wait");
-    if (s->q.pending || s->sem.pending || s->cond.pending)
+    /* A select whose queue case won keeps the reservation while it waits
+     * for a wake of the channel thread still in the inbox. */
+    if ((s->q.pending && s->m.ninbox == 0) || s->sem.pending || s->cond.pending)
         failf(s, "quiescent: woken waiters not accounted for (queue %zu, sem %" PRIu64 ", cond %zu)",
               s->q.pending, s->sem.pending, s->cond.pending);
     for (k = 0; k < NKEYS; k++) {
@@ -2533,6 +3075,14 @@ static void quiescent(struct seq *s)
     for (i = 0; i < s->na; i++)
         if (s->r[i].g_used && s->r[i].group.live == 0 && waitq_has_waiting(&s->r[i].group.waiters))
             failf(s, "quiescent: the group of actor %d has no child left but its wait sleeps", i);
+    /* With no wake of the channel thread in the inbox, every state change
+     * of a channel has woken a task of the side that can proceed. */
+    if (s->m.ninbox == 0)
+        for (k = 0; k < NCH; k++)
+            for (i = 0; i < 2; i++)
+                if (mch_ready(&s->m, k, i) && m_chan_side_waits(&s->m, k, i))
+                    failf(s, "quiescent: channel %d has %s (or is closed) but a task waits to %s",
+                          k, i ? "room" : "an item", i ? "send" : "receive");
 }
 
 /* Yield once on both sides and compare. */
@@ -2783,7 +3333,7 @@ static void trace_op(struct seq *s, const struct op *o, int id)
 {
     static const char *const dn[] = { "spawn", "cancel", "expire", "step", "quiesce",
                                       "flight_finish", "cmd", "timer", "timer_cancel",
-                                      "post", "wait" };
+                                      "post", "wait", "chan_thread" };
     if (!s->trace)
         return;
     fprintf(s->trace, "op %3d: %s", s->opi, dn[o->kind]);
@@ -2802,6 +3352,8 @@ static void trace_op(struct seq *s, const struct op *o, int id)
         fprintf(s->trace, " %d", id);
     else if (o->kind == D_POST)
         fprintf(s->trace, " %d from a thread, from %s", 1 + o->arg % 3, act_names[o->act]);
+    else if (o->kind == D_CHT)
+        fprintf(s->trace, " channel %d", id);
     fprintf(s->trace, "\n");
 }
 
@@ -2967,11 +3519,143 @@ static void op_post(struct seq *s, const struct op *o)
     }
 }
 
-/* Anything the driver's wait is for: a post or a due timer not run, an
- * actor inside a short sleep (real side). */
+/*
+ * The channel thread: one for the process.  D_CHT hands it one operation
+ * on a channel and waits until it is done, so the loop's thread does
+ * nothing meanwhile and the outcome depends on the sequence alone.  A
+ * task it wakes is woken through the loop's inbox, which the loop drains
+ * only when it polls, in the driver's next wait.
+ */
+static struct {
+    pthread_t        th;
+    bool             up;
+    pthread_mutex_t  mu;
+    pthread_cond_t   go;               /* signalled when an operation is handed over */
+    pthread_cond_t   done;             /* signalled when it is done */
+    bool             busy;             /* mu: an operation handed over, not done */
+    ferry_chan      *ch;               /* mu: the operation */
+    int              kind, val;
+    int              rc, got;          /* mu: its outcome */
+} chthr = { .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+            .done = PTHREAD_COND_INITIALIZER };
+
+static void *chthr_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&chthr.mu);
+    for (;;) {
+        ferry_chan *ch;
+        int kind, v, got = -1, rc;
+
+        while (!chthr.busy)
+            pthread_cond_wait(&chthr.go, &chthr.mu);
+        ch = chthr.ch;
+        kind = chthr.kind;
+        v = chthr.val;
+        pthread_mutex_unlock(&chthr.mu);
+        /* What a thread that feeds or drains a channel calls; 0: do not
+         * wait. */
+        if (kind == CT_SEND)
+            rc = ferry_chan_send_elem_blocking(ch, &v, 0);
+        else if (kind == CT_RECV)
+            rc = ferry_chan_recv_elem_blocking(ch, &got, 0);
+        else
+            rc = ferry_chan_close(ch);
+        pthread_mutex_lock(&chthr.mu);
+        chthr.rc = rc;
+        chthr.got = got;
+        chthr.busy = false;
+        pthread_cond_signal(&chthr.done);
+    }
+    return NULL;
+}
+
+/* Run one operation on the channel thread and wait for it: its return
+ * code, and in *got the item a receive took. */
+static int chthr_run(struct seq *s, ferry_chan *ch, int kind, int val, int *got)
+{
+    int rc;
+
+    if (!chthr.up) {
+        if (pthread_create(&chthr.th, NULL, chthr_main, NULL)) {
+            failf(s, "cannot start the channel thread");
+            return -EAGAIN;
+        }
+        pthread_detach(chthr.th);
+        chthr.up = true;
+    }
+    pthread_mutex_lock(&chthr.mu);
+    chthr.ch = ch;
+    chthr.kind = kind;
+    chthr.val = val;
+    chthr.busy = true;
+    pthread_cond_signal(&chthr.go);
+    while (chthr.busy)
+        pthread_cond_wait(&chthr.done, &chthr.mu);
+    rc = chthr.rc;
+    *got = chthr.got;
+    pthread_mutex_unlock(&chthr.mu);
+    return rc;
+}
+
+/* D_CHT: the channel thread sends a new item to, receives from, or closes
+ * channel arg2 % NCH, on both sides; the outcomes must agree at once. */
+static void op_cht(struct seq *s, const struct op *o)
+{
+    struct model *m = &s->m;
+    int k = o->arg2 % NCH, kind = cht_kind(o->arg), val = 0, got = -1, rc, mrc = 0, mval = -1;
+
+    if (kind == CT_SEND)
+        val = ++s->put_counter;
+    trace_op(s, o, k);
+    rc = chthr_run(s, s->ch[k], kind, val, &got);
+    switch (kind) {
+    case CT_SEND:
+        if (m->ch[k].closed)
+            mrc = -ESHUTDOWN;
+        else if (m->ch[k].n == m->cfg.chcap)
+            mrc = -EAGAIN;
+        else
+            mch_put(m, k, val, true);
+        if (rc == 0)
+            r_ch_sent(s, k, val);
+        break;
+    case CT_RECV:
+        if (m->ch[k].n > 0)
+            mval = mch_take(m, k, true);
+        else
+            mrc = m->ch[k].closed ? -ESHUTDOWN : -EAGAIN;
+        if (rc == 0)
+            r_ch_got(s, k, got);
+        else
+            got = -1;
+        break;
+    default:
+        mch_close(m, k, true);
+        break;
+    }
+    if (s->trace)
+        fprintf(s->trace, "    channel thread: %s -> %d (val %d)\n",
+                kind == CT_SEND ? "send" : kind == CT_RECV ? "recv" : "close", rc,
+                kind == CT_SEND ? val : got);
+    if (rc != mrc || (kind == CT_RECV && got != mval))
+        failf(s, "channel thread: %s on channel %d returned %d (val %d), model %d (val %d)",
+              kind == CT_SEND ? "send" : kind == CT_RECV ? "recv" : "close", k, rc,
+              kind == CT_SEND ? val : got, mrc, kind == CT_SEND ? val : mval);
+}
+
+/* Callbacks or completions (the channel thread's wakes) in the loop's
+ * inbox, not run yet. */
+static bool r_inbox_pending(struct seq *s)
+{
+    return s->loop->hooks.pending && s->loop->hooks.pending(s->loop->hooks.ctx);
+}
+
+/* Anything the driver's wait is for: a post or a due timer not run, a
+ * wake in the inbox, an actor inside a short sleep (real side). */
 static bool r_wait_pending(struct seq *s, int64_t *until)
 {
-    bool any = false;
+    bool any = r_inbox_pending(s);
     int i;
 
     *until = 0;
@@ -3092,6 +3776,9 @@ static void run_op(struct seq *s, const struct op *o)
     case D_WAIT:
         op_wait(s, o);
         break;
+    case D_CHT:
+        op_cht(s, o);
+        break;
     case D_CMD:
         /* Cancellation is level-triggered, so a cancelled actor can only
          * fail from now on: mostly retire it and bring in a fresh one. */
@@ -3117,7 +3804,7 @@ static void run_op(struct seq *s, const struct op *o)
             break;
         }
         guide(s, id, &c);
-        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT || c.op == C_SELECT)
+        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT || c.op == C_SELECT || c.op == C_CH_SEND)
             c.val = ++s->put_counter;
         trace_op(s, o, id);
         give(s, id, &c);
@@ -3127,6 +3814,22 @@ static void run_op(struct seq *s, const struct op *o)
         compare(s);
     if (!s->failed)
         invariants(s);
+}
+
+/* Channels a task that never ends may still be parked on: never freed,
+ * kept reachable. */
+static ferry_chan *abandoned_chans[64];
+static int nabandoned_chans;
+
+static void r_chans_abandon(struct seq *s)
+{
+    int k;
+
+    for (k = 0; k < NCH; k++) {
+        if (nabandoned_chans < (int)(sizeof abandoned_chans / sizeof abandoned_chans[0]))
+            abandoned_chans[nabandoned_chans++] = s->ch[k];
+        s->ch[k] = NULL;
+    }
 }
 
 /* End the sequence: cancel every actor, let each give back what it holds
@@ -3177,8 +3880,16 @@ static void teardown(struct seq *s)
             failf(s, "teardown: actor %d never ended (%s, waits on %s)", i,
                   cop_names[a->cmd.op],
                   t && t->waiter && t->waiter->what ? t->waiter->what : "?");
+            r_chans_abandon(s);
             return;   /* cannot free its primitives safely */
         }
+    }
+    for (i = 0; i < NCH; i++) {
+        if ((int)ferry_chan_len(s->ch[i]) != s->nch_in[i] - s->nch_out[i])
+            failf(s, "teardown: channel %d holds %zu, expected %d", i, ferry_chan_len(s->ch[i]),
+                  s->nch_in[i] - s->nch_out[i]);
+        ferry_chan_free(s->ch[i]);
+        s->ch[i] = NULL;
     }
     for (i = 0; i < s->m.ncb; i++)
         if (s->cb[i].pending)
@@ -3309,14 +4020,22 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
     s.rep = rep;
     s.opi = -1;
     s.fmt = len && bytes[0] == MODEL_FMT_V1 ? MODEL_FMT_V1 :
-            len && bytes[0] == MODEL_FMT_V3 ? MODEL_FMT_V3 : MODEL_FMT_V2;
+            len && bytes[0] == MODEL_FMT_V3 ? MODEL_FMT_V3 :
+            len && bytes[0] == MODEL_FMT_V4 ? MODEL_FMT_V4 : MODEL_FMT_V2;
     if (len >= MODEL_HDR_BYTES) {
         s.cfg.sem_bounded = (bytes[1] >> 2) & 1;
         s.cfg.sem_v0 = s.cfg.sem_bounded ? 1 + bytes[1] % 3 : bytes[1] % 4;
         s.cfg.qkind = bytes[2] % 3;
         s.cfg.qcap = (bytes[2] >> 2) % 4;
     }
+    s.cfg.chcap = 1 + (len >= MODEL_HDR_BYTES ? (bytes[1] >> 3) % 3 : 0);
     s.m.cfg = s.cfg;
+    s.m.fmt = s.fmt;
+    for (int k = 0; k < NCH; k++)
+        if (ferry_chan_new_elem(&s.ch[k], (size_t)s.cfg.chcap, sizeof(int))) {
+            failf(&s, "chan_new: out of memory");
+            return 1;
+        }
     s.m.sem_value = s.cfg.sem_v0;
     for (int i = 0; i < NLOCKS; i++)
         s.m.lk[i].owner = -1;
@@ -3331,13 +4050,17 @@ int model_check_bytes(ferry_loop *loop, const uint8_t *bytes, size_t len,
     ferry_flight_init(&s.fl);
     ferry_keylock_init(&s.kl);
     if (trace)
-        fprintf(trace, "sequence (format %d): semaphore %" PRIu64 "%s, queue %s capacity %zu\n",
+        fprintf(trace, "sequence (format %d): semaphore %" PRIu64 "%s, queue %s capacity %zu, "
+                "channels capacity %d\n",
                 s.fmt, s.cfg.sem_v0, s.cfg.sem_bounded ? " bounded" : "",
-                s.cfg.qkind == 0 ? "fifo" : s.cfg.qkind == 1 ? "lifo" : "priority", s.cfg.qcap);
+                s.cfg.qkind == 0 ? "fifo" : s.cfg.qkind == 1 ? "lifo" : "priority", s.cfg.qcap,
+                s.cfg.chcap);
     cur = &s;
     rc = ferry_task_spawn(&drv, loop, driver_main, &d, &(ferry_task_opts){ .name = "driver" });
     if (rc) {
         failf(&s, "spawn driver: %d", rc);
+        for (int k = 0; k < NCH; k++)
+            ferry_chan_free(s.ch[k]);
         return 1;
     }
     /* The driver stops the loop when it ends, even with tasks stuck. */
@@ -3376,8 +4099,9 @@ size_t model_seed_bytes(uint64_t seed, uint8_t *buf, size_t cap)
         n = cap;
     if (n == 0)
         return 0;
-    /* Half the seeds give format 3 (with selects). */
-    buf[0] = (nops & 1) ? MODEL_FMT_V3 : MODEL_FMT_V2;
+    /* A third of the seeds each give format 2, format 3 (with selects)
+     * and format 4 (with the channels and their thread). */
+    buf[0] = nops % 3 == 0 ? MODEL_FMT_V2 : nops % 3 == 1 ? MODEL_FMT_V3 : MODEL_FMT_V4;
     for (i = 1; i < n; i += 8) {
         uint64_t r = splitmix(&x);
         size_t j;

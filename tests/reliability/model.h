@@ -4,15 +4,16 @@
  * driver operations (spawn an actor task, give it a command, cancel it,
  * make its deadline pass, let the loop run one round or until nothing can
  * run, finish a singleflight call, make or cancel a timer, post callbacks
- * from another thread, wait for the loop to poll) and runs them twice at
- * once:
+ * from another thread, have a thread send to or receive from a channel,
+ * wait for the loop to poll) and runs them twice at once:
  *
  *   - on a REAL loop: the driver is itself a task; every actor is a task
  *     that parks between commands and calls the real primitives, sleeps,
  *     or spawns children into, waits for and cancels task groups;
  *   - on a sequential reference MODEL: a plain C simulation of the same
  *     tasks, wait queues, groups, timers and FIFO run queue, written from
- *     the contracts in include/ferry/{sync,queue,flight,task,loop}.h.
+ *     the contracts in include/ferry/{sync,queue,flight,task,loop,select,bridge}.h
+ *     (the channel as bridge/chan.c implements it: a wake is a hint).
  *
  * After every operation the two are compared (each command's return code
  * and value, task states, the run queue in order, lock owners, permits,
@@ -39,8 +40,15 @@
  * other value is format 2, which adds timers, posts, waits, sleeps and
  * groups; MODEL_FMT_V3 (3) is format 2 plus ferry_select() over the
  * queue's get and put and the event (in listed order, so that the model
- * can tell which case is performed).  Bytes 1 and 2 configure the semaphore and the queue.  Then
- * MODEL_OP_BYTES per operation.  A new operation mix is a new format.
+ * can tell which case is performed); MODEL_FMT_V4 (4) adds two channels
+ * (ferry_chan) that tasks send to and receive from, that selects wait on
+ * beside the queue and the event, and that a plain thread sends to,
+ * receives from and closes: the thread runs one operation at a time
+ * while the loop waits for it, and the wakes it sends reach the tasks
+ * through the loop's inbox at the driver's next wait, so that
+ * cancellations and deadlines land while they are on their way.  Bytes 1
+ * and 2 configure the semaphore, the queue and the channels' capacity.
+ * Then MODEL_OP_BYTES per operation.  A new operation mix is a new format.
  */
 #ifndef FERRY_MODEL_H
 #define FERRY_MODEL_H
@@ -64,6 +72,7 @@
 #define MODEL_FMT_V1 1
 #define MODEL_FMT_V2 2
 #define MODEL_FMT_V3 3
+#define MODEL_FMT_V4 4
 
 typedef struct model_report {
     int    failed;        /* 0: every check passed */

@@ -77,3 +77,27 @@ R(a_dead_task_breaks_its_locks_in_the_loop_order)
 {
     replay_file("regress-held-lock-order");
 }
+
+/* Found by format 4 (seed 0x3d02de7980a86a86, the first 16 operations):
+ * a select over a receive from channel 0 and a get from the queue is
+ * cancelled, the channel thread's send takes its channel case out and the
+ * wake waits in the inbox; the select waits for it while its get is still
+ * in the queue's list, a put grants that get, the grant leaves the waiter
+ * the select waits on idle, and the wake then wakes nobody (op 15, "actor
+ * 0 (select): 0 commands completed, model 1").  The select now takes every
+ * case out before it waits. */
+R(a_select_waiting_for_its_channel_wake_is_granted_nothing_else)
+{
+    replay_file("regress-select-chan-wake-on-its-way");
+}
+
+/* Found with the one above (seed 0x443b5a7aeb9cb194, the first 63
+ * operations): the same window, caught at the grant itself.  The put's
+ * element was reserved for the get of the select that was waiting for its
+ * channel wake, a select that had already stopped choosing and so could
+ * never take it or hand it back (op 62, "queue: count 1 res_get 1 ...
+ * pending 1; model 1 0 ... 0"). */
+R(a_grant_while_a_select_unwinds_is_not_lost)
+{
+    replay_file("regress-select-grant-while-unwinding");
+}
