@@ -442,9 +442,9 @@ static void sel_detach(void *obj, bool send, void *node)
 /* The second step: wait for a wake still on its way, then free the node. */
 static void sel_disarm(void *obj, bool send, void *node)
 {
-    struct ferry_future *f = obj;
     struct fwait *w = node;
 
+    (void)obj;
     (void)send;
     if (w->fired && !w->tw.delivered)
         ferry__task_wake_settle(&w->tw);
