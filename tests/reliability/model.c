@@ -1397,20 +1397,17 @@ static bool m_sel_done(struct model *m, int id, bool perform, int *val)
     return true;
 }
 
-/* Start or continue the actor's command.  Returns through m_done() or by
- * suspending (st M_WAIT). */
-static void m_exec(struct model *m, int id, bool resumed)
+/* m_exec() for the lock.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_lock(struct model *m, int id, bool resumed, int *rcp, int *valp)
 {
-    struct mact *a = &m->a[id];
-    struct cmd *c = &a->cmd;
-    int rc = 0, val = 0, k;
-    uint64_t n;
+    int rc = 0, val = 0;
 
-    switch (c->op) {
+    switch (m->a[id].cmd.op) {
     case C_LOCK_ACQ:
         if (!resumed) {
             if (m_lock_acq_begin(m, id, LK_L, PH_WAIT1, &rc))
-                return;
+                return true;
         } else {
             rc = m_lock_acq_end(m, id, LK_L);
         }
@@ -1431,7 +1428,24 @@ static void m_exec(struct model *m, int id, bool resumed)
         else
             m_lock_take(m, LK_L, id);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the semaphore.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_sem(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+    uint64_t n;
+
+    switch (c->op) {
     case C_SEM_ACQ:
         n = (uint64_t)(c->arg % 3 + 1);
         if (!resumed) {
@@ -1452,7 +1466,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 break;
             a->wn = n;
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         rc = m_wait_result(m, id);
         if (a->wstate == WS_GRANTED) {
@@ -1484,7 +1498,22 @@ static void m_exec(struct model *m, int id, bool resumed)
             a->sem_held += n;
         }
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the event.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_event(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    int rc = 0, val = 0;
+
+    switch (m->a[id].cmd.op) {
     case C_EV_WAIT:
         if (!resumed) {
             rc = m_check(m, id);
@@ -1494,7 +1523,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             if (rc)
                 break;
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         rc = m_wait_result(m, id);
         break;
@@ -1504,7 +1533,23 @@ static void m_exec(struct model *m, int id, bool resumed)
     case C_EV_CLEAR:
         m->ev_set = false;
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the condition.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_cond(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+
+    switch (c->op) {
     case C_COND_WAIT:
         if (!resumed) {
             if (m->lk[LK_L].owner != id) {
@@ -1517,7 +1562,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             m_lock_pass(m, LK_L);
             rc = m_wait_begin(m, id, WQ_COND);   /* check passed just now */
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         if (a->phase == PH_WAIT1) {
             rc = m_wait_result(m, id);
@@ -1529,7 +1574,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             a->saved = rc;
             a->shielded = true;
             if (m_lock_acq_begin(m, id, LK_L, PH_WAIT2, &rc))
-                return;
+                return true;
             a->shielded = false;
             rc = rc ? rc : a->saved;
             break;
@@ -1547,7 +1592,23 @@ static void m_exec(struct model *m, int id, bool resumed)
         }
         rc = m_cond_wake(m, c->op == C_COND_NOTIFY ? (unsigned)(c->arg % 3) : ~0u);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the queue's puts.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_queue_put(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+
+    switch (c->op) {
     case C_Q_PUT:
         if (!resumed) {
             if (m->q_shutdown) {
@@ -1565,7 +1626,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             if (rc)
                 break;
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         rc = m_wait_result(m, id);
         if (a->wstate != WS_GRANTED)
@@ -1585,6 +1646,22 @@ static void m_exec(struct model *m, int id, bool resumed)
     case C_Q_TRYPUT:
         rc = m_q_tryput(m, c->val);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
+
+/* m_exec() for the queue's gets.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_queue_get(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    int rc = 0, val = 0;
+
+    switch (m->a[id].cmd.op) {
     case C_Q_GET:
         val = -1;
         if (!resumed) {
@@ -1603,7 +1680,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             if (rc)
                 break;
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         rc = m_wait_result(m, id);
         if (a->wstate != WS_GRANTED)
@@ -1629,6 +1706,23 @@ static void m_exec(struct model *m, int id, bool resumed)
         else
             val = m_q_pop(m);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
+
+/* m_exec() for the queue's task_done, join and shutdown.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_queue(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+
+    switch (c->op) {
     case C_Q_DONE:
         if (m->q_unfinished == 0) {
             rc = -EINVAL;
@@ -1646,7 +1740,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             if (rc)
                 break;
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         rc = m_wait_result(m, id);
         if (a->wstate == WS_GRANTED)
@@ -1667,7 +1761,24 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_q_wake_all(m, WQ_QGET, -ESHUTDOWN);
         m_q_wake_all(m, WQ_QPUT, -ESHUTDOWN);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for singleflight.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_flight(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+    int k;
+
+    switch (c->op) {
     case C_FL_DO:
         k = c->arg % NKEYS;
         val = -1;
@@ -1681,7 +1792,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                     break;
                 a->wval = -1;
                 a->phase = PH_WAIT1;
-                return;
+                return true;
             }
             m->fl_active[k] = true;
             m->fl_leader[k] = id;
@@ -1717,7 +1828,7 @@ static void m_exec(struct model *m, int id, bool resumed)
         rc = m_wait_begin(m, id, WQ_NONE);
         if (rc == 0) {
             a->phase = PH_FN;
-            return;
+            return true;
         }
     fn_done:
         if ((rc == -ECANCELED || rc == -ETIMEDOUT) && m_check(m, id) != 0 &&
@@ -1725,7 +1836,23 @@ static void m_exec(struct model *m, int id, bool resumed)
             break;
         m_fl_finish(m, k, rc, val);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the per-key locks.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_keylock(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct cmd *c = &m->a[id].cmd;
+    int rc = 0, val = 0;
+    int k;
+
+    switch (c->op) {
     case C_KL_ACQ:
         k = c->arg % NKEYS;
         if (!resumed) {
@@ -1734,7 +1861,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 break;
             m_kl_ref(m, k);
             if (m_lock_acq_begin(m, id, LK_KL0 + k, PH_WAIT1, &rc))
-                return;
+                return true;
         } else {
             rc = m_lock_acq_end(m, id, LK_KL0 + k);
         }
@@ -1764,7 +1891,22 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_lock_pass(m, LK_KL0 + k);
         m_kl_unref(m, k);
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for sleep.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_sleep(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    int rc = 0, val = 0;
+
+    switch (m->a[id].cmd.op) {
     case C_SLEEP:
         if (!resumed) {
             rc = m_check(m, id);
@@ -1775,12 +1917,12 @@ static void m_exec(struct model *m, int id, bool resumed)
                 a->timer = true;                  /* the sleep's own deadline */
                 a->slept = false;
                 a->phase = PH_WAIT1;
-                return;
+                return true;
             }
             /* The deadline had passed: ferry_sleep_until() yields once. */
             a->phase = PH_WAIT2;
             m_ready(m, id);
-            return;
+            return true;
         }
         if (a->phase == PH_WAIT2) {
             rc = 0;                               /* back from the yield */
@@ -1797,7 +1939,23 @@ static void m_exec(struct model *m, int id, bool resumed)
                 rc = a->slept ? 0 : -ETIMEDOUT;
         }
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for groups.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_group(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+
+    switch (c->op) {
     case C_G_SPAWN:
         val = -1;
         if (!a->g_init || a->g_closed) {
@@ -1840,7 +1998,7 @@ static void m_exec(struct model *m, int id, bool resumed)
             rc = m_wait_begin(m, id, WQ_G0 + id);
             if (rc == 0) {
                 a->phase = PH_WAIT1;
-                return;
+                return true;
             }
             if (!a->saved) {
                 a->saved = rc;
@@ -1867,6 +2025,22 @@ static void m_exec(struct model *m, int id, bool resumed)
         m_group_cancel(m, val);
         break;
     }
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
+
+/* m_exec() for select.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_select(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    int rc = 0, val = 0;
+
+    switch (m->a[id].cmd.op) {
     case C_SELECT:
         if (!resumed) {
             rc = m_check(m, id);
@@ -1882,7 +2056,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 break;
             m_sel_arm(m, id);
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         if (a->phase == PH_WAIT1) {
             a->sel_rc = m_wait_result(m, id);
@@ -1905,7 +2079,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 a->shielded = true;
                 m_wait_begin(m, id, WQ_NONE);     /* shielded: never refused */
                 a->phase = PH_WAIT2;
-                return;
+                return true;
             }
             m_sel_disarm_end(m, id, a->sel_di);
         }
@@ -1922,7 +2096,25 @@ static void m_exec(struct model *m, int id, bool resumed)
             goto sel_again;
         rc = a->sel_won;
         break;
+    default:
+        break;
+    }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
 
+/* m_exec() for the channels.  Returns true if the actor suspended, else false with
+ * the command's result in *rcp and *valp. */
+static bool m_exec_chan(struct model *m, int id, bool resumed, int *rcp, int *valp)
+{
+    struct mact *a = &m->a[id];
+    struct cmd *c = &a->cmd;
+    int rc = 0, val = 0;
+    int k;
+    uint64_t n;
+
+    switch (c->op) {
     case C_CH_SEND:
     case C_CH_RECV: {
         /* ferry_chan_send/recv (park_locked()): the node is a hint, and a
@@ -1957,7 +2149,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 break;
             mch_link(m, k, send, id * ND_PER + ND_PARK);
             a->phase = PH_WAIT1;
-            return;
+            return true;
         }
         if (a->phase == PH_WAIT1) {
             a->saved = m_wait_result(m, id);
@@ -1968,7 +2160,7 @@ static void m_exec(struct model *m, int id, bool resumed)
                 a->shielded = true;
                 m_wait_begin(m, id, WQ_NONE);
                 a->phase = PH_WAIT2;
-                return;
+                return true;
             }
         } else {
             nd->settling = false;
@@ -1987,6 +2179,51 @@ static void m_exec(struct model *m, int id, bool resumed)
     default:
         break;
     }
+    *rcp = rc;
+    *valp = val;
+    return false;
+}
+
+/* Start or continue the actor's command.  Returns through m_done() or by
+ * suspending (st M_WAIT). */
+static void m_exec(struct model *m, int id, bool resumed)
+{
+    static bool (*const exec[C_NCOP])(struct model *, int, bool, int *, int *) = {
+        [C_LOCK_ACQ] = m_exec_lock,
+        [C_LOCK_REL] = m_exec_lock,
+        [C_LOCK_TRY] = m_exec_lock,
+        [C_SEM_ACQ] = m_exec_sem,
+        [C_SEM_REL] = m_exec_sem,
+        [C_SEM_TRY] = m_exec_sem,
+        [C_EV_WAIT] = m_exec_event,
+        [C_EV_SET] = m_exec_event,
+        [C_EV_CLEAR] = m_exec_event,
+        [C_COND_WAIT] = m_exec_cond,
+        [C_COND_NOTIFY] = m_exec_cond,
+        [C_COND_NOTIFY_ALL] = m_exec_cond,
+        [C_Q_PUT] = m_exec_queue_put,
+        [C_Q_TRYPUT] = m_exec_queue_put,
+        [C_Q_GET] = m_exec_queue_get,
+        [C_Q_TRYGET] = m_exec_queue_get,
+        [C_Q_DONE] = m_exec_queue,
+        [C_Q_JOIN] = m_exec_queue,
+        [C_Q_SHUT] = m_exec_queue,
+        [C_FL_DO] = m_exec_flight,
+        [C_KL_ACQ] = m_exec_keylock,
+        [C_KL_TRY] = m_exec_keylock,
+        [C_KL_REL] = m_exec_keylock,
+        [C_SLEEP] = m_exec_sleep,
+        [C_G_SPAWN] = m_exec_group,
+        [C_G_WAIT] = m_exec_group,
+        [C_G_CANCEL] = m_exec_group,
+        [C_SELECT] = m_exec_select,
+        [C_CH_SEND] = m_exec_chan,
+        [C_CH_RECV] = m_exec_chan,
+    };
+    int op = m->a[id].cmd.op, rc = 0, val = 0;
+
+    if (op >= 0 && op < C_NCOP && exec[op] && exec[op](m, id, resumed, &rc, &val))
+        return;
     m_done(m, id, rc, val);
 }
 
@@ -2433,14 +2670,12 @@ static void r_ch_got(struct seq *s, int k, int item)
         s->ch_out[k][s->nch_out[k]++] = item;
 }
 
-static int r_exec(struct seq *s, struct ract *a, int *val)
+/* r_exec() for the lock. */
+static int r_exec_lock(struct seq *s, struct ract *a, int *val)
 {
-    struct cmd *c = &a->cmd;
-    int k, rc, item;
-    uint64_t n = (uint64_t)(c->arg % 3 + 1);
+    int rc;
 
-    *val = 0;
-    switch (c->op) {
+    switch (a->cmd.op) {
     case C_LOCK_ACQ:
         rc = ferry_lock_acquire(&s->lock);
         if (rc == 0)
@@ -2456,6 +2691,19 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             a->holds_l = true;
         return rc;
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the semaphore. */
+static int r_exec_sem(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int rc;
+    uint64_t n = (uint64_t)(c->arg % 3 + 1);
+
+    switch (c->op) {
     case C_SEM_ACQ:
         a->in_sem = true;
         a->sem_cur = n;
@@ -2477,12 +2725,33 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             a->sem_held += n;
         return rc;
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the event. */
+static int r_exec_event(struct seq *s, struct ract *a, int *val)
+{
+    switch (a->cmd.op) {
     case C_EV_WAIT:
         return ferry_event_wait(&s->ev);
     case C_EV_SET:
         return ferry_event_set(&s->ev);
     case C_EV_CLEAR:
         return ferry_event_clear(&s->ev);
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the condition. */
+static int r_exec_cond(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int rc;
+
+    switch (c->op) {
     case C_COND_WAIT: {
         /* The lock is not ours while we wait; held again on every return
          * but -EOWNERDEAD (and -EPERM: it was not held). */
@@ -2496,6 +2765,18 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         return ferry_cond_notify(&s->cond, (unsigned)(c->arg % 3));
     case C_COND_NOTIFY_ALL:
         return ferry_cond_notify_all(&s->cond);
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the queue. */
+static int r_exec_queue(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int rc, item;
+
+    switch (c->op) {
     case C_Q_PUT:
     case C_Q_TRYPUT:
         item = c->val;
@@ -2511,6 +2792,26 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             r_got(s, item);
         return rc;
+    case C_Q_DONE:
+        return ferry_queue_task_done(&s->q);
+    case C_Q_JOIN:
+        return ferry_queue_join(&s->q);
+    case C_Q_SHUT:
+        if ((c->arg & 1) && s->q.shutdown != 2)
+            s->dropped += (int)ferry_queue_size(&s->q);
+        return ferry_queue_shutdown(&s->q, c->arg & 1);
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for select. */
+static int r_exec_select(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int k, rc;
+
+    switch (c->op) {
     case C_SELECT: {
         /* Listed order (FERRY_SELECT_PRIORITY), so the model knows which
          * ready case is performed. */
@@ -2567,6 +2868,18 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         }
         return rc;
     }
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the channels. */
+static int r_exec_chan(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int k, rc, item;
+
+    switch (c->op) {
     case C_CH_SEND:
         k = cmd_ch(c->arg);
         item = c->val;
@@ -2582,20 +2895,36 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             r_ch_got(s, k, item);
         return rc;
-    case C_Q_DONE:
-        return ferry_queue_task_done(&s->q);
-    case C_Q_JOIN:
-        return ferry_queue_join(&s->q);
-    case C_Q_SHUT:
-        if ((c->arg & 1) && s->q.shutdown != 2)
-            s->dropped += (int)ferry_queue_size(&s->q);
-        return ferry_queue_shutdown(&s->q, c->arg & 1);
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for singleflight. */
+static int r_exec_flight(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int k, rc, item;
+
+    switch (c->op) {
     case C_FL_DO:
         k = c->arg % NKEYS;
         item = -1;
         rc = ferry_flight_do(&s->fl, &k, sizeof k, fl_fn, a, &item, sizeof item);
         *val = item;
         return rc;
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for the per-key locks. */
+static int r_exec_keylock(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int k, rc;
+
+    switch (c->op) {
     case C_KL_ACQ:
         k = c->arg % NKEYS;
         rc = ferry_keylock_acquire(&s->kl, &k, sizeof k);
@@ -2614,6 +2943,18 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         if (rc == 0)
             a->holds_kl[k] = true;
         return rc;
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for sleep. */
+static int r_exec_sleep(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int rc;
+
+    switch (c->op) {
     case C_SLEEP: {
         int64_t until;
 
@@ -2637,6 +2978,18 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
             failf(s, "actor %d: sleep returned 0 before its deadline", (int)(a - s->r));
         return rc;
     }
+    default:
+        return 0;
+    }
+}
+
+/* r_exec() for groups. */
+static int r_exec_group(struct seq *s, struct ract *a, int *val)
+{
+    struct cmd *c = &a->cmd;
+    int rc;
+
+    switch (c->op) {
     case C_G_SPAWN: {
         int id = (int)(a - s->r), cid = s->na;
         struct ract *ch;
@@ -2674,6 +3027,56 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
         *val = ids[c->arg % no];
         return ferry_group_cancel(&s->r[*val].group);
     }
+    default:
+        return 0;
+    }
+}
+
+static int r_exec(struct seq *s, struct ract *a, int *val)
+{
+    *val = 0;
+    switch (a->cmd.op) {
+    case C_LOCK_ACQ:
+    case C_LOCK_REL:
+    case C_LOCK_TRY:
+        return r_exec_lock(s, a, val);
+    case C_SEM_ACQ:
+    case C_SEM_REL:
+    case C_SEM_TRY:
+        return r_exec_sem(s, a, val);
+    case C_EV_WAIT:
+    case C_EV_SET:
+    case C_EV_CLEAR:
+        return r_exec_event(s, a, val);
+    case C_COND_WAIT:
+    case C_COND_NOTIFY:
+    case C_COND_NOTIFY_ALL:
+        return r_exec_cond(s, a, val);
+    case C_Q_PUT:
+    case C_Q_TRYPUT:
+    case C_Q_GET:
+    case C_Q_TRYGET:
+    case C_Q_DONE:
+    case C_Q_JOIN:
+    case C_Q_SHUT:
+        return r_exec_queue(s, a, val);
+    case C_SELECT:
+        return r_exec_select(s, a, val);
+    case C_CH_SEND:
+    case C_CH_RECV:
+        return r_exec_chan(s, a, val);
+    case C_FL_DO:
+        return r_exec_flight(s, a, val);
+    case C_KL_ACQ:
+    case C_KL_REL:
+    case C_KL_TRY:
+        return r_exec_keylock(s, a, val);
+    case C_SLEEP:
+        return r_exec_sleep(s, a, val);
+    case C_G_SPAWN:
+    case C_G_WAIT:
+    case C_G_CANCEL:
+        return r_exec_group(s, a, val);
     default:
         return 0;
     }
