@@ -955,10 +955,46 @@ static void op_wait(struct seq *s, const struct op *o)
     model__m_wait(&s->m);
 }
 
+/* D_CMD: give an idle actor its next command (a cancelled one mostly its
+ * cleanup, and a fresh actor takes its place). */
+static void op_cmd(struct seq *s, const struct op *o)
+{
+    struct cmd c;
+    int id;
+
+    /* Cancellation is level-triggered, so a cancelled actor can only
+     * fail from now on: mostly retire it and bring in a fresh one. */
+    id = pick(s, o->actor, (o->actor & 0x80) ? p_idle : p_idle_fresh);
+    if (id < 0)
+        id = pick(s, o->actor, p_idle);
+    if (id < 0)
+        return;
+    c = o->c;
+    if (s->m.a[id].cancelled && (o->actor & 0x60) != 0) {
+        const struct mact *ma = &s->m.a[id];
+        /* Its group first: the wait, interrupted at once, cancels
+         * the children and still waits for them. */
+        c.op = C_CLEANUP;
+        if (ma->g_init && !ma->g_closed && ma->g_live > 0) {
+            c.op = C_G_WAIT;
+            guide_group_wait(s, id, &c);
+        }
+        trace_op(s, &(struct op){ .kind = D_CMD, .c = c }, id);
+        give(s, id, &c);
+        if (s->na < MAXA)
+            spawn(s);
+        return;
+    }
+    guide(s, id, &c);
+    if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT || c.op == C_SELECT || c.op == C_CH_SEND)
+        c.val = ++s->put_counter;
+    trace_op(s, o, id);
+    give(s, id, &c);
+}
+
 static void run_op(struct seq *s, const struct op *o)
 {
     int id = -1, i;
-    struct cmd c;
 
     switch (o->kind) {
     case D_SPAWN:
@@ -1024,34 +1060,7 @@ static void run_op(struct seq *s, const struct op *o)
         op_cht(s, o);
         break;
     case D_CMD:
-        /* Cancellation is level-triggered, so a cancelled actor can only
-         * fail from now on: mostly retire it and bring in a fresh one. */
-        id = pick(s, o->actor, (o->actor & 0x80) ? p_idle : p_idle_fresh);
-        if (id < 0)
-            id = pick(s, o->actor, p_idle);
-        if (id < 0)
-            break;
-        c = o->c;
-        if (s->m.a[id].cancelled && (o->actor & 0x60) != 0) {
-            const struct mact *ma = &s->m.a[id];
-            /* Its group first: the wait, interrupted at once, cancels
-             * the children and still waits for them. */
-            c.op = C_CLEANUP;
-            if (ma->g_init && !ma->g_closed && ma->g_live > 0) {
-                c.op = C_G_WAIT;
-                guide_group_wait(s, id, &c);
-            }
-            trace_op(s, &(struct op){ .kind = D_CMD, .c = c }, id);
-            give(s, id, &c);
-            if (s->na < MAXA)
-                spawn(s);
-            break;
-        }
-        guide(s, id, &c);
-        if (c.op == C_Q_PUT || c.op == C_Q_TRYPUT || c.op == C_SELECT || c.op == C_CH_SEND)
-            c.val = ++s->put_counter;
-        trace_op(s, o, id);
-        give(s, id, &c);
+        op_cmd(s, o);
         break;
     }
     if (!s->failed)
