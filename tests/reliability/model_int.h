@@ -374,6 +374,46 @@ int model__cancel_target(int n, const bool *live, const bool *sleeping, const in
 void model__m_step(struct model *m);
 void model__m_wait(struct model *m);
 
+/* model_ref.c: the model's state, waits and primitives, for its commands. */
+int model__lock_wq(int lk);
+int model__m_check(struct model *m, int id);
+int model__m_cond_wake(struct model *m, unsigned n);
+void model__m_done(struct model *m, int id, int rc, int val);
+void model__m_ev_set(struct model *m);
+void model__m_fl_finish(struct model *m, int k, int st, int val);
+bool model__m_fl_hand_over(struct model *m, int k);
+void model__m_group_cancel(struct model *m, int o);
+void model__m_kl_ref(struct model *m, int k);
+void model__m_kl_unref(struct model *m, int k);
+int model__m_live_count(const struct model *m);
+void model__m_lock_pass(struct model *m, int lk);
+void model__m_lock_take(struct model *m, int lk, int id);
+size_t model__m_q_avail(const struct model *m);
+size_t model__m_q_free(const struct model *m);
+int model__m_q_pop(struct model *m);
+void model__m_q_push(struct model *m, int v);
+void model__m_q_serve_getters(struct model *m);
+void model__m_q_serve_putters(struct model *m);
+int model__m_q_tryput(struct model *m, int v);
+void model__m_q_wake_all(struct model *m, int q, int res);
+const int *model__m_sel_cases(const struct model *m, int id);
+int model__m_sem_release(struct model *m, uint64_t n);
+void model__m_sem_serve(struct model *m);
+int model__m_wait_begin(struct model *m, int id, int q);
+int model__m_wait_result(struct model *m, int id);
+void model__mch_link(struct model *m, int k, bool send, int nd);
+void model__mch_unlink(struct model *m, int k, bool send, int nd);
+void model__mch_wake_one(struct model *m, int k, bool receivers, bool thread);
+int model__sel_wq(int kind);
+void model__wq_del(struct model *m, int q, int id);
+int model__wq_first(const struct model *m, int q);
+void model__wq_push(struct model *m, int q, int id);
+
+/* model_ref_cmds.c: an actor's command run or resumed on the model, and the
+ * teardown's cleanup. */
+void model__m_exec(struct model *m, int id, bool resumed);
+void model__m_cleanup(struct model *m, int id);
+
 /* model_real.c: the actors on the real loop and their records. */
 extern struct seq *model__cur;               /* the sequence the actors belong to */
 extern unsigned long model__stray_callbacks; /* callbacks that ran after their sequence */

@@ -247,7 +247,7 @@ void model__r_ch_got(struct seq *s, int k, int item)
 }
 
 /* r_exec() for the lock. */
-static int r_exec_lock(struct seq *s, struct ract *a, int *val)
+static int r_exec_lock(struct seq *s, struct ract *a)
 {
     int rc;
 
@@ -273,7 +273,7 @@ static int r_exec_lock(struct seq *s, struct ract *a, int *val)
 }
 
 /* r_exec() for the semaphore. */
-static int r_exec_sem(struct seq *s, struct ract *a, int *val)
+static int r_exec_sem(struct seq *s, struct ract *a)
 {
     struct cmd *c = &a->cmd;
     int rc;
@@ -307,7 +307,7 @@ static int r_exec_sem(struct seq *s, struct ract *a, int *val)
 }
 
 /* r_exec() for the event. */
-static int r_exec_event(struct seq *s, struct ract *a, int *val)
+static int r_exec_event(struct seq *s, struct ract *a)
 {
     switch (a->cmd.op) {
     case C_EV_WAIT:
@@ -322,7 +322,7 @@ static int r_exec_event(struct seq *s, struct ract *a, int *val)
 }
 
 /* r_exec() for the condition. */
-static int r_exec_cond(struct seq *s, struct ract *a, int *val)
+static int r_exec_cond(struct seq *s, struct ract *a)
 {
     struct cmd *c = &a->cmd;
     int rc;
@@ -495,7 +495,7 @@ static int r_exec_flight(struct seq *s, struct ract *a, int *val)
 }
 
 /* r_exec() for the per-key locks. */
-static int r_exec_keylock(struct seq *s, struct ract *a, int *val)
+static int r_exec_keylock(struct seq *s, struct ract *a)
 {
     struct cmd *c = &a->cmd;
     int k, rc;
@@ -525,7 +525,7 @@ static int r_exec_keylock(struct seq *s, struct ract *a, int *val)
 }
 
 /* r_exec() for sleep. */
-static int r_exec_sleep(struct seq *s, struct ract *a, int *val)
+static int r_exec_sleep(struct seq *s, struct ract *a)
 {
     struct cmd *c = &a->cmd;
     int rc;
@@ -615,19 +615,19 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
     case C_LOCK_ACQ:
     case C_LOCK_REL:
     case C_LOCK_TRY:
-        return r_exec_lock(s, a, val);
+        return r_exec_lock(s, a);
     case C_SEM_ACQ:
     case C_SEM_REL:
     case C_SEM_TRY:
-        return r_exec_sem(s, a, val);
+        return r_exec_sem(s, a);
     case C_EV_WAIT:
     case C_EV_SET:
     case C_EV_CLEAR:
-        return r_exec_event(s, a, val);
+        return r_exec_event(s, a);
     case C_COND_WAIT:
     case C_COND_NOTIFY:
     case C_COND_NOTIFY_ALL:
-        return r_exec_cond(s, a, val);
+        return r_exec_cond(s, a);
     case C_Q_PUT:
     case C_Q_TRYPUT:
     case C_Q_GET:
@@ -646,9 +646,9 @@ static int r_exec(struct seq *s, struct ract *a, int *val)
     case C_KL_ACQ:
     case C_KL_REL:
     case C_KL_TRY:
-        return r_exec_keylock(s, a, val);
+        return r_exec_keylock(s, a);
     case C_SLEEP:
-        return r_exec_sleep(s, a, val);
+        return r_exec_sleep(s, a);
     case C_G_SPAWN:
     case C_G_WAIT:
     case C_G_CANCEL:
