@@ -33,7 +33,7 @@ def source_dir(build):
 
 def registered(build, ctest):
     """Return [(test name, [program names])] for the tests under tests/."""
-    out = subprocess.run([ctest, '--test-dir', build, '--show-only=json-v1'],
+    out = subprocess.run([ctest, '--show-only=json-v1'], cwd=build,
                          check=True, capture_output=True, text=True).stdout
     data = json.loads(out)
     graph = data['backtraceGraph']
