@@ -429,4 +429,18 @@ void model__r_ch_sent(struct seq *s, int k, int item);
 void model__r_ch_got(struct seq *s, int k, int item);
 int model__actor_main(void *arg);
 
+/* model_driver.c: the run queue's test and the trace, for model_threads.c. */
+bool model__runq_empty(ferry_loop *loop);
+void model__trace_op(struct seq *s, const struct op *o, int id);
+
+/* model_threads.c: timers, posts from a thread, the channel thread and the
+ * driver's wait, as the driver runs them. */
+void model__op_cht(struct seq *s, const struct op *o);
+void model__op_post(struct seq *s, const struct op *o);
+void model__op_tcancel(struct seq *s, const struct op *o);
+void model__op_timer(struct seq *s, const struct op *o);
+void model__op_wait(struct seq *s, const struct op *o);
+void model__poster_flush(struct seq *s);
+bool model__r_wait_pending(struct seq *s, int64_t *until);
+
 #endif
