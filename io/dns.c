@@ -30,7 +30,7 @@
  * requests still waiting is a known way to crash libevent 2.1).
  * ferry_loop_free() cancels every task, so every lookup cancels its
  * queries; the loop then polls until the resolver is owed nothing
- * (ferry__dns_closing()), frees the evdns base, and polls once more for
+ * (resolver_closing(), its part's closing hook), frees the evdns base, and polls once more for
  * the callbacks that the base's own probes may have left.
  */
 #include "loop_only.h"
@@ -67,6 +67,7 @@
 #define FLAGS_POOL (AI_CANONNAME | AI_IDN | AI_CANONIDN)
 
 struct ferry__resolver {
+    struct ferry__loop_part part; /* in the loop's parts */
     ferry_loop        *loop;
     /* Configuration (ferry_loop_set_resolver()), owned copies. */
     int                mode;        /* FERRY_RESOLVE_* */
@@ -200,16 +201,30 @@ static void resolver_unmake(struct ferry__resolver *r)
     r->made = false;
 }
 
+static bool resolver_closing(struct ferry__loop_part *part);
+static void resolver_free(struct ferry__loop_part *part);
+
+/* The loop's part for its resolver: made at the first lookup or setting. */
+static const struct ferry__part_ops resolver_ops = { "resolver", resolver_closing,
+                                                     resolver_free };
+
+static struct ferry__resolver *resolver_find(const ferry_loop *loop)
+{
+    struct ferry__loop_part *p = ferry__loop_part_find(loop, &resolver_ops);
+
+    return p ? ferry__container_of(p, struct ferry__resolver, part) : NULL;
+}
+
 static int resolver_of(ferry_loop *loop, struct ferry__resolver **out)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = resolver_find(loop);
 
     if (!r) {
         r = ferry__calloc(1, sizeof *r);
         if (!r)
             return -ENOMEM;
         r->loop = loop;
-        loop->resolver = r;
+        ferry__loop_part_add(loop, &r->part, &resolver_ops);
     }
     *out = r;
     return 0;
@@ -774,12 +789,18 @@ int ferry_loop_set_resolver(ferry_loop *loop, const ferry_resolver_opts *opts)
 
 /* ---- the loop's end ---------------------------------------------------------------- */
 
-bool ferry__dns_closing(ferry_loop *loop)
+/*
+ * ferry_loop_free(), after every task has ended: true while the loop must
+ * poll once more before the resolver can go, because evdns still owes
+ * callbacks (of lookups that were cancelled) or has just been freed and
+ * may have left callbacks of its own to run.  From the first call on, new
+ * lookups get -ESHUTDOWN.
+ */
+static bool resolver_closing(struct ferry__loop_part *part)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = ferry__container_of(part, struct ferry__resolver, part);
+    ferry_loop *loop = r->loop;
 
-    if (!r)
-        return false;
     r->closed = true;
     if (r->inflight)
         return true;
@@ -799,20 +820,21 @@ bool ferry__dns_closing(ferry_loop *loop)
     return false;
 }
 
-void ferry__dns_loop_free(ferry_loop *loop)
+/* ferry_loop_free(), at the end: free what is left of the resolver. */
+static void resolver_free(struct ferry__loop_part *part)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = ferry__container_of(part, struct ferry__resolver, part);
 
-    if (!r)
-        return;
     resolver_unmake(r);
     ferry__free(r->ns_conf);
     ferry__free(r->hosts_conf);
+    ferry__loop_part_del(&r->part);
     ferry__free(r);
-    loop->resolver = NULL;
 }
 
 size_t ferry__dns_inflight(ferry_loop *loop)
 {
-    return loop->resolver ? loop->resolver->inflight : 0;
+    struct ferry__resolver *r = resolver_find(loop);
+
+    return r ? r->inflight : 0;
 }

@@ -59,17 +59,9 @@ const char *ferry__dns_resolv_conf(void);
 
 struct ferry__resolver;
 
-/*
- * ferry_loop_free(), after every task has ended: true while the loop must
- * poll once more before the resolver can go, because evdns still owes
- * callbacks (of lookups that were cancelled) or has just been freed and
- * may have left callbacks of its own to run.  From the first call on, new
- * lookups get -ESHUTDOWN.
- */
-bool ferry__dns_closing(ferry_loop *loop);
-
-/* ferry_loop_free(), at the end: free what is left of the resolver. */
-void ferry__dns_loop_free(ferry_loop *loop);
+/* A loop's resolver is one of its parts (ferry_int.h), made at its first
+ * use; the loop's end asks it to close (it may owe evdns callbacks) and
+ * frees it. */
 
 /* For tests: read these files instead of /etc/resolv.conf and
  * /etc/nsswitch.conf (NULL: those) when a resolver is made from now on.
