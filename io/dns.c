@@ -6,7 +6,7 @@
  *
  * A loop's resolver is made at its first lookup and freed with the loop.
  * /etc/nsswitch.conf, /etc/hosts and /etc/resolv.conf are read when it is
- * made and not again (docs/net.md).
+ * made and not again (docs/resolve.md).
  *
  * A lookup's DNS part does not use evdns_getaddrinfo(): that call reports
  * every failure but NXDOMAIN as one code (a timeout, a SERVFAIL and a

@@ -1,5 +1,5 @@
-/* dns_int.h - the loop's resolver (src/dns.c, DNS through evdns) and the
- * readers of the system files it uses (src/dns_conf.c).  Loop thread only.
+/* dns_int.h - the loop's resolver (io/dns.c, DNS through evdns) and the
+ * readers of the system files it uses (io/dns_conf.c).  Loop thread only.
  * Address lists are base/addrinfo.h's; getaddrinfo(3) on a pool is the
  * bridge's, reached through the loop's hooks (loop_port.h).
  */
@@ -11,12 +11,12 @@
 #include <stdint.h>
 #include <netdb.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "ferry_int.h"
 
 #include "addrinfo.h"
 
-/* ---- The system files (loop thread; src/dns_conf.c) ---------------------- */
+/* ---- The system files (loop thread; io/dns_conf.c) ---------------------- */
 
 /* One name of the hosts file: a line gives one entry per name on it. */
 struct ferry__hosts_ent {

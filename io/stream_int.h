@@ -1,5 +1,5 @@
 /* stream_int.h - the stream structure and its transport seam, shared by
- * src/stream.c (buffering, waiting, closing), src/net.c (listen, accept,
+ * io/stream.c (buffering, waiting, closing), io/socket.c (listen, accept,
  * connect) and any transport built on a stream (TLS).
  * Loop thread only.
  */
@@ -192,14 +192,14 @@ struct ferry_stream {
 /*
  * Make a stream of `fd` (non-blocking already; the stream owns it on
  * success) on `loop`, with the transport `io` and initial readiness
- * `ready`.  Nothing is checked: ferry_stream_open() and net.c check first.
+ * `ready`.  Nothing is checked: ferry_stream_open() and socket.c check first.
  * Returns: 0; -ENOMEM, -EINVAL (fd stays the caller's).
  */
 int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
                        const struct ferry__stream_io *io, uint8_t ready,
                        const ferry_stream_opts *opts);
 
-/* Close and free a stream that no task is inside (error paths of net.c). */
+/* Close and free a stream that no task is inside (error paths of socket.c). */
 void ferry__stream_destroy(ferry_stream *s);
 
 /* A task that counted itself in s->inside leaves (a transport's own
@@ -207,14 +207,14 @@ void ferry__stream_destroy(ferry_stream *s);
  * stream frees it. */
 void ferry__stream_unref(ferry_stream *s);
 
-/* ---- Connecting (net.c) ------------------------------------------------------ */
+/* ---- Connecting (socket.c) --------------------------------------------------- */
 
 struct addrinfo;
 
 /*
  * Connect to the addresses of `list` in turn (ferry_tcp_connect() after
  * resolving), the first that answers winning; with a deadline, each
- * attempt but the last gets its share of the time left (net.c).
+ * attempt but the last gets its share of the time left (socket.c).
  * Returns: as ferry_tcp_connect(), for the last address tried.
  */
 int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addrinfo *list,

@@ -36,7 +36,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "ferry/redis.h"
 #include "ferry/sync.h"
 #include "redis_int.h"

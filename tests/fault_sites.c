@@ -916,7 +916,7 @@ static void undo_post_thread(int rc)
     ferry_loop_run(g_bl, FERRY_RUN_DEFAULT);
     if (g_cbs != before + (rc == 0))
         FAILF("post from a thread: %d callbacks ran after rc %d", g_cbs - before, rc);
-    if (ferry_loop_inbox_stats(g_bl, &st) == 0 && rc == 0 && st.wakeups == 0)
+    if (ferry_loop_inbox_stats_get(g_bl, &st) == 0 && rc == 0 && st.wakeups == 0)
         FAILF("post from a thread: no wakeup counted");
     ferry_loop_free(g_bl);
     g_bl = NULL;
