@@ -2047,7 +2047,7 @@ static void scan_file(const char *dir, const char *rel)
 
 static void scan_sources(void)
 {
-    static const char *const dirs[] = { "base", "src", "bridge", "wire" };
+    static const char *const dirs[] = { "base", "src", "io", "bridge", "wire" };
     char cmd[4200], name[256];
     FILE *ls;
 
@@ -2111,7 +2111,8 @@ static int attribute_hits(void)
                 matched = 1;
             }
         }
-        if (!matched && strstr(out, "/src/") == NULL && strstr(out, "/bridge/") == NULL)
+        if (!matched && strstr(out, "/src/") == NULL && strstr(out, "/io/") == NULL &&
+            strstr(out, "/bridge/") == NULL)
             unmatched++;
     }
     pclose(p);
