@@ -1,7 +1,8 @@
 /* ioreg.c - the descriptors of a loop's streams and listeners: one
  * registration each for its whole life, readiness bits, and the waits of
  * the tasks that use them; the list of what a loop has open, closed with
- * the loop.
+ * the loop (the loop's "streams" part); and ferry_wait_fd(), a task's
+ * one-shot wait on any descriptor.
  * Loop thread only.
  *
  * Registration.  A descriptor is registered once, when the stream opens,
