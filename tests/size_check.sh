@@ -4,9 +4,9 @@
 #
 #   bash tests/size_check.sh [ROOT]
 #
-# Reads the folders of the library (libferry) under ROOT (the source tree
-# by default): base/, src/ (with src/ctx/ and src/port/), io/, bridge/ and
-# wire/, their .c and .h files.  A function is what starts with a line
+# Reads the library's folders under ROOT (the source tree by default):
+# base/, src/ (with src/ctx/ and src/port/), io/, bridge/ and wire/, and
+# redis/ (the ferry_redis library), their .c and .h files.  A function is what starts with a line
 # that is a lone "{" at the left margin (how every function body here
 # opens) and ends at its matching brace; the braces are counted with
 # comments, strings and character constants taken out.  Prints every
@@ -23,7 +23,7 @@ if [ $# -gt 1 ]; then
 fi
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 files=()
-for d in base src src/ctx src/port io bridge wire; do
+for d in base src src/ctx src/port io bridge wire redis; do
     [ -d "$root/$d" ] || continue
     for f in "$root/$d"/*.c "$root/$d"/*.h; do
         [ -f "$f" ] && files+=("$f")
