@@ -867,36 +867,9 @@ TL(ferry_run_cancels_waits_for_and_names_tasks_left_when_main_returns)
 }
 
 /* The default pool is shut down at the end of ferry_run(): its threads
- * are gone and its memory is given back; the next use starts a new one. */
-static int threads_now(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    int n = -1;
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    fclose(f);
-    return n;
-}
-
-/* The thread count before a test: after one thread has come and gone, so
- * that a runtime's own helper thread (ThreadSanitizer starts one at the
- * first pthread_create()) is already counted. */
-static void *warm_thread(void *arg)
-{
-    return arg;
-}
-
-static int threads_before(void)
-{
-    pthread_join(tu_start_thread(warm_thread, NULL), NULL);
-    return threads_now();
-}
-
+ * are gone and its memory is given back; the next use starts a new one.
+ * The pool joins its threads before it returns; the counts wait for the
+ * kernel to reap them (tu_threads_now()). */
 static int offload_job(void *arg)
 {
     return 31;
@@ -909,24 +882,25 @@ static int main_offloads(void *arg)
 
 TL(ferry_run_shuts_the_default_pool_down_and_a_later_use_starts_a_new_one)
 {
-    int before = threads_before();
+    int before = tu_threads_baseline();
     ferry_pool_stats st;
     long live;
 
     cr_assert_gt(before, 0);
     live = ferry__alloc_live();
     cr_assert_eq(ferry_run(main_offloads, NULL), 31);
-    cr_assert_eq(threads_now(), before, "the default pool's threads outlived ferry_run");
+    cr_assert_eq(tu_threads_wait(before), before, "the default pool's threads outlived ferry_run");
     cr_assert_eq(ferry__alloc_live(), live);
     /* A later use starts a new default pool, which the call shuts down. */
     cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
-    cr_assert_gt(threads_now(), before);
+    cr_assert_gt(tu_threads_now(), before);
     cr_assert_eq(ferry_run(main_offloads, NULL), 31);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_not_null(ferry_pool_default());
+    cr_assert_gt(tu_threads_now(), before);
     cr_assert_eq(ferry_pool_default_shutdown(0x80), -EINVAL);
     cr_assert_eq(ferry_pool_default_shutdown(0), 0);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_eq(ferry_pool_default_shutdown(0), 0);   /* none: nothing to do */
     cr_assert_eq(tu_leaks(), 0);
 }
@@ -971,16 +945,14 @@ static int main_abandons(void *arg)
 
 TL(ferry_run_does_not_wait_for_an_abandoned_job_of_the_default_pool)
 {
-    int before = threads_before(), waited = 0;
+    int before = tu_threads_baseline();
     long live = ferry__alloc_live();
 
     cr_assert_eq(ferry_run(main_abandons, NULL), 0);
     cr_assert_eq(atomic_load(&stuck_cleanups), 0, "ferry_run waited for the abandoned job");
-    cr_assert_eq(threads_now(), before + 1);
+    cr_assert_eq(tu_threads_wait(before + 1), before + 1);
     atomic_store(&stuck_release, 1);
-    while (threads_now() != before && waited++ < 5000)
-        usleep(1000);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_eq(atomic_load(&stuck_cleanups), 1);
     cr_assert_eq(tu_alloc_settle(live), 0);
 }
