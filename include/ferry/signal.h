@@ -13,11 +13,16 @@
  * subscriptions on one loop) that subscribe to the same signal each receive
  * each delivery once.
  *
- * Counting.  A delivery is one run of ferry's signal handler.  raise() and
- * kill(getpid(), ...) from a thread that does not block the signal run it
- * before they return, so each of them counts.  Deliveries that the kernel
- * merges (a signal sent again while it is still pending, before any thread
- * ran the handler) count once, as they would for any handler.
+ * Counting.  A delivery is one run of ferry's signal handler.  raise()
+ * (pthread_kill() of the calling thread) from a thread that does not block
+ * the signal runs it before it returns, so each call counts.
+ * kill(getpid(), ...) sends the signal to the process: the kernel gives it
+ * to any thread that does not block it (Linux tries the main thread
+ * first), which may run the handler only later.  Deliveries that the
+ * kernel merges (a signal sent again while it is still pending, before any
+ * thread ran the handler) count once, as they would for any handler: two
+ * kill(getpid(), SIGHUP) in a row, or two kill -HUP from outside, may be
+ * one delivery.
  *
  * Order.  Deliveries of different signals are received in the order the
  * loop saw them, lowest number first among those it saw at the same time;
