@@ -89,10 +89,10 @@ typedef struct ferry_sigsub ferry_sigsub;
  * on are counted for the new subscription; earlier ones are not.
  * Thread: loop (in a task or not).  Suspends: no.
  * Owns: the caller owns *out; free it with ferry_sigsub_free().
- * Returns: 0; -EINVAL (out or signums NULL, n 0, or a number refused as
- * above: nothing subscribed, *out NULL); -EPERM (not on the loop's thread,
- * or no loop on this thread); -ENOMEM (nothing subscribed, every
- * disposition as it was).
+ * Returns: 0; -EINVAL (out or signums NULL, n 0, a number refused as
+ * above, or loop NULL on a thread without a loop: nothing subscribed, *out
+ * NULL); -EPERM (not on the loop's thread); -ENOMEM (nothing subscribed,
+ * every disposition as it was).
  */
 int ferry_sigsub_new(ferry_sigsub **out /* OUT */, ferry_loop *loop, const int *signums,
                      size_t n);
