@@ -240,6 +240,8 @@ static int submit(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     if (!out)
         return -EINVAL;
     *out = NULL;
+    if (!loop)
+        loop = ferry_loop_current();
     if (!loop || !fn)
         return -EINVAL;
     if (ferry_loop_is_current(loop))
@@ -527,6 +529,8 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
      * A plain callback cannot suspend, so it never waits on a pool: a pool
      * thread waiting for one does not count, or jobs of other tasks
      * would fail with -EDEADLK where no deadlock is possible. */
+    if (!loop)
+        loop = ferry_loop_current();
     if (loop && ferry_loop_is_current(loop))
         return -EDEADLK;
     if (as_task)

@@ -545,7 +545,7 @@ int ferry_loop_set_resolver(ferry_loop *loop, const ferry_resolver_opts *opts)
     static const ferry_resolver_opts defaults;
     struct ferry__resolver *r;
     char *ns, *hosts;
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;

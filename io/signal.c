@@ -126,9 +126,7 @@ int ferry_sigsub_new(ferry_sigsub **out, ferry_loop *loop, const int *signums, s
     if (!out)
         return -EINVAL;
     *out = NULL;
-    if (!loop && !(loop = ferry_loop_current()))
-        return -EPERM;
-    rc = ferry__loop_check(loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     if (!signums || n == 0)

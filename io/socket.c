@@ -51,16 +51,6 @@ static int open_spare(void)
     return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-/* The loop `*loop` (NULL: this thread's), checked to be this thread's. */
-static int bind_loop(ferry_loop **loop)
-{
-    if (!*loop)
-        *loop = ferry__loop_tls();
-    if (!*loop)
-        return -EPERM;
-    return ferry__loop_check(*loop);
-}
-
 /* TCP_NODELAY for a stream ferry made of a TCP socket, unless the options
  * ask for Nagle's algorithm.  Best effort: the stream works either way. */
 static void set_nodelay(int fd, const ferry_stream_opts *opts)
@@ -251,7 +241,7 @@ int ferry_tcp_listen(ferry_listener **out, ferry_loop *loop, const char *host, i
                                    FERRY_LISTEN_V6ONLY)) ||
                   (opts->stream.flags & ~FERRY_STREAM_NAGLE) || opts->backlog < 0)))
         return -EINVAL;
-    rc = bind_loop(&loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     if (!host) {
@@ -297,7 +287,7 @@ int ferry_unix_listen(ferry_listener **out, ferry_loop *loop, const char *path,
     rc = unix_addr(path, &sa, &len);
     if (rc)
         return rc;
-    rc = bind_loop(&loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     return listen_on(out, loop, AF_UNIX, (struct sockaddr *)&sa, len, opts);

@@ -97,16 +97,6 @@ int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
     return 0;
 }
 
-/* The loop `*loop` (NULL: this thread's), checked to be this thread's. */
-static int bind_loop(ferry_loop **loop)
-{
-    if (!*loop)
-        *loop = ferry__loop_tls();
-    if (!*loop)
-        return -EPERM;
-    return ferry__loop_check(*loop);
-}
-
 int ferry_stream_open(ferry_stream **out, ferry_loop *loop, int fd, const ferry_stream_opts *opts)
 {
     const struct ferry__stream_io *io = &ferry__pipe_io;
@@ -118,7 +108,7 @@ int ferry_stream_open(ferry_stream **out, ferry_loop *loop, int fd, const ferry_
     *out = NULL;
     if (fd < 0 || (opts && (opts->flags & ~FERRY_STREAM_NAGLE)))
         return -EINVAL;
-    rc = bind_loop(&loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     if (fstat(fd, &st) != 0)

@@ -125,7 +125,7 @@ void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
 
 int ferry_loop_stop(ferry_loop *loop)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -136,7 +136,7 @@ int ferry_loop_stop(ferry_loop *loop)
 
 int ferry_loop_ref(ferry_loop *loop)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -146,7 +146,7 @@ int ferry_loop_ref(ferry_loop *loop)
 
 int ferry_loop_unref(ferry_loop *loop)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -158,12 +158,12 @@ int ferry_loop_unref(ferry_loop *loop)
 
 struct event_base *ferry_loop_base(ferry_loop *loop)
 {
-    return ferry__loop_check(loop) ? NULL : loop->base;
+    return ferry__loop_arg(&loop) ? NULL : loop->base;
 }
 
 int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -176,7 +176,7 @@ int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold)
 
 int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;

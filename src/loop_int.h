@@ -482,6 +482,16 @@ static inline ferry_task *ferry__self(void)
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);
 
+/* The loop argument of a public call, by the rule of loop.h: NULL stands
+ * for the calling thread's current loop.  Then ferry__loop_check() of it.
+ * Returns: 0 and *loop set; -EINVAL (NULL and no current loop); -EPERM. */
+static inline int ferry__loop_arg(ferry_loop **loop)
+{
+    if (!*loop)
+        *loop = ferry__loop_tls();
+    return ferry__loop_check(*loop);
+}
+
 /* ---- Entry checks, inline ----------------------------------------------- */
 
 /*

@@ -29,7 +29,7 @@ void ferry__loop_kick(ferry_loop *loop)
 int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg)
 {
     struct ferry__cbnode *c;
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -259,7 +259,7 @@ int ferry_loop_run(ferry_loop *loop, int mode)
 {
     ferry_task *prev_task;
     ferry_loop *prev;
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;

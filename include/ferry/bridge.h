@@ -1,5 +1,9 @@
 /* ferry/bridge.h - the border between a loop and threads.
  *
+ * A NULL loop given to a call here is the calling thread's current loop,
+ * -EINVAL on a thread without one (the rule of ferry/loop.h); only
+ * ferry_pool_submit() gives `loop` NULL a meaning of its own.
+ *
  * Everything that crosses threads goes through the functions here:
  *
  *   - posting a callback into a loop from any thread (call_soon_threadsafe),
@@ -47,9 +51,11 @@ extern "C" {
  * returns).  Posting allocates nothing per call (the queue's storage grows
  * in amortised steps and is reused).  The loop is woken through an eventfd
  * that is written only when the loop is not already awake.
+ * `loop` NULL: the calling thread's current loop (the rule of loop.h).
  * Thread: any, the loop's own included.  Suspends: no.
  * Returns: 0; -ESHUTDOWN (the loop is closed, nothing queued); -ENOMEM
- * (the queue could not grow, nothing queued); -EINVAL (loop or cb NULL).
+ * (the queue could not grow, nothing queued); -EINVAL (cb NULL, or loop
+ * NULL on a thread without a loop).
  * Owns: `arg` stays the caller's; ferry only passes it to cb.
  */
 int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg);

@@ -182,13 +182,14 @@ typedef struct ferry_resolver_opts {
 } ferry_resolver_opts;
 
 /*
- * Configure the resolver of `loop` for the lookups that start from now on
- * (opts NULL: back to the defaults).  The strings are copied; nothing is
- * read or opened until the next lookup.
+ * Configure the resolver of `loop` (NULL: the current loop) for the
+ * lookups that start from now on (opts NULL: back to the defaults).  The
+ * strings are copied; nothing is read or opened until the next lookup.
  * Thread: loop.  Suspends: no.
  * Returns: 0; -EBUSY (a lookup of this loop is in flight: nothing
  * changed); -EINVAL (an unknown mode, a nameserver that is not an address,
- * a negative or sub-millisecond timeout); -ENOMEM; -EPERM.
+ * a negative or sub-millisecond timeout, loop NULL on a thread without a
+ * loop); -ENOMEM; -EPERM.
  */
 int ferry_loop_set_resolver(ferry_loop *loop, const ferry_resolver_opts *opts);
 

@@ -107,8 +107,8 @@ typedef struct ferry_stream_opts {
  * with ferry_stream_close().  On an error `fd` stays the caller's, open.
  * Returns: 0; -EINVAL (out NULL, fd negative, a regular file or a
  * directory, a socket that is not SOCK_STREAM, a descriptor epoll refuses,
- * or a bad opts->flags); -EBADF (fd not open); -EPERM (not on the loop's
- * thread, or no loop on this thread); -ENOMEM.
+ * or a bad opts->flags, or loop NULL on a thread without a loop); -EBADF
+ * (fd not open); -EPERM (not on the loop's thread); -ENOMEM.
  */
 int ferry_stream_open(ferry_stream **out /* OUT */, ferry_loop *loop, int fd,
                       const ferry_stream_opts *opts);
@@ -277,7 +277,8 @@ typedef struct ferry_listen_opts {
  * Returns: 0; -EADDRINUSE, -EACCES, -EADDRNOTAVAIL and the other errors
  * of socket(2), bind(2) and listen(2), negated; -EINVAL (out NULL, port
  * outside 0..65535, a host that is not a numeric address, a bad flag or
- * backlog); -EPERM; -ENOMEM; -EMFILE, -ENFILE.
+ * backlog, loop NULL on a thread without a loop); -EPERM; -ENOMEM;
+ * -EMFILE, -ENFILE.
  */
 int ferry_tcp_listen(ferry_listener **out /* OUT */, ferry_loop *loop, const char *host,
                      int port, const ferry_listen_opts *opts);
@@ -291,7 +292,8 @@ int ferry_tcp_listen(ferry_listener **out /* OUT */, ferry_loop *loop, const cha
  * Thread: loop (in a task or not).  Suspends: no.
  * Owns: the caller owns *out; close it with ferry_listener_close().
  * Returns: 0; -EINVAL (out or path NULL, path empty or longer than a
- * sockaddr_un holds, FERRY_LISTEN_REUSEPORT or V6ONLY, a bad backlog);
+ * sockaddr_un holds, FERRY_LISTEN_REUSEPORT or V6ONLY, a bad backlog,
+ * loop NULL on a thread without a loop);
  * -EADDRINUSE, -EACCES, -ENOENT and the other errors of socket(2),
  * bind(2) and listen(2), negated; -EPERM; -ENOMEM; -EMFILE, -ENFILE.
  */
