@@ -69,6 +69,7 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     hooks.getaddrinfo = ferry__gai_on_pool;
     hooks.chan = &ferry__chan_sel_ext;
     hooks.future = &ferry__future_sel_ext;
+    hooks.fuzz_deliver = ferry__inbox_fuzz_deliver;
     ferry__loop_start(loop, &hooks);
     *out = loop;
     return 0;
