@@ -416,6 +416,15 @@ int ferry_run(ferry_task_fn fn, void *arg);
  * deepest use of any task on it since: to size stacks, look at tasks on
  * fresh stacks (the first ones of a loop, or a stack size of their own), or
  * at the largest figure.
+ *
+ * Under each suspended task come its frames, innermost first: the return
+ * addresses along the frame-pointer chain of its stack, each named after
+ * the function holding it where the object exports the name (link the
+ * program with -rdynamic), else as an offset in its object for addr2line.
+ * The walk reads the task's own stack only and checks every frame pointer
+ * against it: code built without frame pointers (-fno-omit-frame-pointer
+ * is not gcc's default at -O2 on x86-64) is left out or ends the list.
+ * docs/debugging.md has an example.
  * Thread: loop.  Returns: number of tasks printed; -EPERM; -EINVAL.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
