@@ -336,6 +336,12 @@ struct ferry_loop {
 
     /* ---- signals (signal.c, sigport.c) ---- */
     struct ferry__sigport  *sigport;     /* signal subscriptions (sig_int.h), or NULL */
+    /* ferry_loop_dump_on_signal(): the signal (0: none), where the dump
+     * goes (a stream on a duplicate of the caller's descriptor), and
+     * whether a dump is queued as a callback already. */
+    int                     dump_signum;
+    FILE                   *dump_file;
+    bool                    dump_queued;
 
     /* ---- streams and listeners (stream.c, net.c) ---- */
     struct ferry__netloop  *net;         /* (stream_int.h), or NULL */

@@ -174,6 +174,7 @@ void ferry__loop_start(ferry_loop *loop, const struct ferry__loop_hooks *hooks)
     loop->hooks = *hooks;
     ferry__overflow_setup(loop);
     ferry__loops_add(&loop->live_entry, loop);
+    ferry__signal_loop_start(loop);
     if (!ferry__tls_loop)
         ferry__tls_loop = loop;
 }

@@ -74,6 +74,10 @@ void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n);
  * frees them) and free its port. */
 void ferry__signal_loop_free(ferry_loop *loop);
 
+/* A loop starts: FERRY_DUMP_SIGNAL in the environment turns
+ * ferry_loop_dump_on_signal() on for it, to stderr. */
+void ferry__signal_loop_start(ferry_loop *loop);
+
 /*
  * ferry_sigsub_free() with a choice, for ferry_wait_signal(): `merge`
  * drops the deliveries the subscription counted and did not receive (they

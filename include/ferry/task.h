@@ -429,6 +429,33 @@ int ferry_run(ferry_task_fn fn, void *arg);
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
 
+/*
+ * Print ferry_loop_dump() of `loop` to `fd` each time the process receives
+ * `signum`, without a task of the program waiting for it: the signal is
+ * taken as a subscription is (ferry/signal.h: ferry's handler only counts
+ * it and wakes the loop), and the dump runs on the loop, as a callback
+ * between two turns, where no task of it is running, so every task's
+ * frames are printed.  Deliveries that come while a dump is queued make
+ * one dump.  A loop whose thread is stuck (a task that never yields)
+ * prints nothing: look at it with gdb (docs/debugging.md).
+ *
+ * Calling it again replaces the signal and the descriptor; `signum` 0
+ * turns it off.  ferry keeps a duplicate of `fd` (the caller may close
+ * its own), closed when it is turned off or the loop is freed.  While it
+ * is on, the signal counts as subscribed to (its default action, such as
+ * ending the process, does not happen).
+ *
+ * FERRY_DUMP_SIGNAL in the environment (a number, or a name such as USR1
+ * or SIGUSR1) does the same, to stderr, for every loop made while it is
+ * set; an invalid value is logged and ignored.
+ *
+ * Thread: loop.  Suspends: no.
+ * Returns: 0; -EINVAL (`signum` not one a subscription may take, or `fd`
+ * negative with `signum` not 0; nothing changed); -ENOMEM or -EBADF (the
+ * descriptor could not be duplicated; nothing changed); -EPERM.
+ */
+int ferry_loop_dump_on_signal(ferry_loop *loop, int signum, int fd);
+
 #ifdef __cplusplus
 }
 #endif
