@@ -79,55 +79,59 @@ static int take(ferry_sigsub *sub)
 
 /* ---- the dump on a signal ------------------------------------------------ */
 
-static void dump_now(ferry_loop *loop)
+static void dump_now(struct ferry__sigport *port)
 {
-    if (!loop->dump_file)
+    if (!port->dump_file)
         return;
-    ferry_loop_dump(loop, loop->dump_file);
-    fflush(loop->dump_file);
+    ferry_loop_dump(port->loop, port->dump_file);
+    fflush(port->dump_file);
 }
 
+/* The port outlives every queued dump: it goes with the loop's parts,
+ * after the loop's last turns ran its callbacks, and turns the dump off
+ * first. */
 static void dump_cb(void *arg)
 {
-    ferry_loop *loop = arg;
+    struct ferry__sigport *port = arg;
 
-    loop->dump_queued = false;
-    dump_now(loop);
+    port->dump_queued = false;
+    dump_now(port);
 }
 
 /* The dump's signal came: dump between two turns, or now if the callback
  * cannot be queued (no memory), rather than not at all. */
-static void dump_requested(ferry_loop *loop)
+static void dump_requested(struct ferry__sigport *port)
 {
-    if (loop->dump_queued)
+    if (port->dump_queued)
         return;
-    if (ferry_call_soon(loop, dump_cb, loop) == 0)
-        loop->dump_queued = true;
+    if (ferry_call_soon(port->loop, dump_cb, port) == 0)
+        port->dump_queued = true;
     else
-        dump_now(loop);
+        dump_now(port);
 }
 
 /* Turn the dump off: no more deliveries for it, and its stream closed.  A
  * queued callback finds no stream and prints nothing. */
-static void dump_off(ferry_loop *loop)
+static void dump_off(struct ferry__sigport *port)
 {
-    if (!loop->dump_signum)
+    if (!port || !port->dump_signum)
         return;
-    ferry__sig_del(loop, loop->dump_signum, false);
-    fclose(loop->dump_file);
-    loop->dump_file = NULL;
-    loop->dump_signum = 0;
+    ferry__sig_del(port->loop, port->dump_signum, false);
+    fclose(port->dump_file);
+    port->dump_file = NULL;
+    port->dump_signum = 0;
 }
 
 int ferry_loop_dump_on_signal(ferry_loop *loop, int signum, int fd)
 {
+    struct ferry__sigport *port;
     FILE *f;
     int dfd, rc = ferry__loop_check(loop);
 
     if (rc)
         return rc;
     if (signum == 0) {
-        dump_off(loop);
+        dump_off(ferry__sigport_of(loop));
         return 0;
     }
     if (!ferry__sig_valid(signum) || fd < 0)
@@ -147,9 +151,10 @@ int ferry_loop_dump_on_signal(ferry_loop *loop, int signum, int fd)
         fclose(f);
         return rc;
     }
-    dump_off(loop);
-    loop->dump_signum = signum;
-    loop->dump_file = f;
+    port = ferry__sigport_of(loop);
+    dump_off(port);
+    port->dump_signum = signum;
+    port->dump_file = f;
     return 0;
 }
 
@@ -192,10 +197,11 @@ void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n)
     struct ferry__link *l;
     uint64_t bit = ferry__sig_bit(signum);
 
-    if (signum == loop->dump_signum)
-        dump_requested(loop);
+    struct ferry__sigport *port = ferry__sigport_of(loop);
 
-    ferry__list_foreach(l, &loop->sigport->subs) {
+    if (signum == port->dump_signum)
+        dump_requested(port);
+    ferry__list_foreach(l, &port->subs) {
         ferry_sigsub *sub = ferry__container_of(l, ferry_sigsub, link);
         if (!(sub->mask & bit))
             continue;
@@ -273,7 +279,7 @@ int ferry_sigsub_new(ferry_sigsub **out, ferry_loop *loop, const int *signums, s
     }
     sub->loop = loop;
     sub->mask = mask;
-    ferry__list_push_back(&loop->sigport->subs, &sub->link);
+    ferry__list_push_back(&ferry__sigport_of(loop)->subs, &sub->link);
     *out = sub;
     return 0;
 
@@ -370,17 +376,40 @@ int ferry_sigsub_free(ferry_sigsub *sub)
     return ferry__sigsub_release(sub, false);
 }
 
-void ferry__signal_loop_free(ferry_loop *loop)
+void ferry__signal_loop_free(struct ferry__sigport *port)
 {
     struct ferry__link *l, *tmp;
 
-    if (!loop->sigport)
-        return;
     /* First: a delivery collected below must not queue a dump that no
      * turn would run. */
-    dump_off(loop);
-    ferry__sig_collect(loop);
-    ferry__list_foreach_safe(l, tmp, &loop->sigport->subs)
+    dump_off(port);
+    ferry__sig_collect(port->loop);
+    ferry__list_foreach_safe(l, tmp, &port->subs)
         sub_end(ferry__container_of(l, ferry_sigsub, link), false);
-    ferry__sig_port_free(loop);
+    ferry__sig_port_free(port);
+}
+
+/* A subscription that lives for one wait (ferry/signal.h has the rules):
+ * every loop waiting for the signal gets its own count of each delivery. */
+int ferry_wait_signal(int signum)
+{
+    ferry_sigsub *sub;
+    ferry_task *self;
+    int rc = ferry__enter_task_inline(&self), got;
+
+    if (rc)
+        return rc;
+    if (!ferry__sig_valid(signum))
+        return -EINVAL;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    rc = ferry_sigsub_new(&sub, self->loop, &signum, 1);
+    if (rc)
+        return rc;
+    rc = ferry_sigsub_recv(sub, &got);
+    /* Received: more deliveries during the wait merge into this one.  Not
+     * received: one that came is raised again for the old disposition. */
+    ferry__sigsub_release(sub, rc == 0);
+    return rc;
 }
