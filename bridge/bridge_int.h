@@ -48,6 +48,16 @@ int  ferry__inbox_new(struct ferry_inbox **out /* OUT */, ferry_loop *loop,
 /* The loop's hooks (port/loop_port.h) that the inbox implements; `ctx`
  * is the inbox. */
 bool ferry__inbox_pending(void *ctx);
+/* The loop's fuzz_deliver hook (loop_port.h; inbox_int.h has the rule). */
+void ferry__inbox_fuzz_deliver(void *ctx);
+struct ferry__task_wake;
+/* Loop thread, schedule fuzzing (inbox_int.h): a held task wake starts
+ * waiting (counted, if the loop is fuzzed); its wake came (true: parked
+ * until a poll lets it in; false: grant it now); its wait ended (no
+ * longer counted or parked). */
+void ferry__inbox_held_begin(struct ferry__task_wake *x);
+bool ferry__inbox_held_park(struct ferry__task_wake *x);
+void ferry__inbox_held_end(struct ferry__task_wake *x);
 void ferry__inbox_close(void *ctx);
 
 /* The room for other parts of the bridge, ext_size bytes, all-zero at
@@ -164,6 +174,10 @@ struct ferry__task_wake {
      * for the task, and waiting for it holds a virtual clock
      * (ferry__wait_held()).  Init clears it. */
     bool                 hold;
+    bool                 counted;   /* loop thread: in its inbox's `held` count */
+    bool                 parked;    /* loop thread: came, and waits for a poll to let
+                                     * it in (fuzzing; inbox_int.h), linked through
+                                     * cn.next, which the delivery no longer uses */
 };
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */

@@ -102,6 +102,8 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
     ib->q[ib->qlen].arg = arg;
     ib->qlen++;
     ib->posts++;
+    if (ib->fuzz_waits)
+        pthread_cond_signal(&ib->idle);
     if (!ib->woken) {
         ib->woken = true;
         err = wake_locked(ib);
@@ -119,7 +121,7 @@ static int complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
     *ib->ctail = n;
     ib->ctail = &n->next;
     ib->posts++;
-    if (ib->closer_waits)
+    if (ib->closer_waits || ib->fuzz_waits)
         pthread_cond_signal(&ib->idle);
     if (!ib->woken) {
         ib->woken = true;

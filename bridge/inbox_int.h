@@ -42,6 +42,19 @@
  * before clearing it; the third decides under mu too, so in every case a
  * post either finds a drain that will see it or writes the eventfd.
  *
+ * Under schedule fuzzing (a loop on its own base), nothing that threads
+ * sent runs when the eventfd fires: the loop calls
+ * ferry__inbox_fuzz_deliver() after every poll.  While tasks wait for
+ * work they handed to threads (pool jobs, room in a pool's queue, a call
+ * to another loop: the `held` wakes), that poll waits, for a bounded
+ * while, until all of that work has come back; a wake that comes is
+ * parked instead of granted.  Then the poll grants the parked wakes in
+ * the order of their tasks' numbers, each now or at a later poll as drawn
+ * from the seed.  Which task gets its completion at which poll then
+ * depends on the seed, not on how fast the threads were (docs/fuzzing.md,
+ * "What replays").  Posts and other completions run at the poll that
+ * finds them.
+ *
  * Closing (ferry_loop_free): refuse posts, then run every accepted post and
  * wait for every reserved completion (jobs submitted to run their callback
  * on this loop), then free the events.  The inbox memory and the eventfd
@@ -86,6 +99,8 @@ struct ferry_inbox {
     bool                 stop_queued;/* mu: stop_node is in the completion list */
     bool                 spinning;   /* mu: the loop waits in ferry__inbox_spin() */
     bool                 spin_kicked;/* mu: a poster found it waiting: the drain is owed */
+    bool                 fuzz_waits; /* mu: the loop waits on `idle` for threads' work
+                                      * (ferry__inbox_fuzz_deliver()) */
     atomic_bool          kick;       /* spin_kicked, published: set by posters (under mu),
                                       * cleared (under mu) and polled by the loop */
     atomic_int           waker_cpu;  /* CPU of the last thread that wrote the eventfd:
@@ -116,6 +131,19 @@ struct ferry_inbox {
     struct ferry__link   closers;    /* struct ferry__closer, run by close() */
     bool                 draining;   /* inside drain() */
     bool                 closing;    /* close() has begun */
+    /* Schedule fuzzing of a loop polling its own base: what threads send
+     * comes in only at ferry__inbox_fuzz_deliver(), after a poll.  Set
+     * once when the inbox is made. */
+    bool                 fuzz;
+    /* A wait for the work of `held` ran out of time: the next polls let
+     * in what has come without waiting, until `held` is 0 again. */
+    bool                 fuzz_late;
+    size_t               held;       /* task wakes for threads' work being waited for
+                                      * and not granted (task_wake.c), counted under
+                                      * fuzzing only */
+    struct ferry__cnode *parked;     /* of those, the ones that came, by task number,
+                                      * linked through their cn.next */
+    size_t               nparked;    /* wakes in `parked` */
 
     /* Room for the per-loop state of other parts of the bridge (the
      * pools' list of jobs to hand over), sized by ferry__inbox_new()'s

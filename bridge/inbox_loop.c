@@ -176,6 +176,8 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
     bool kicked;
     int rc = FERRY__SPIN_TIMEOUT;
 
+    if (ib->fuzz)
+        return FERRY__SPIN_GAVE_UP;    /* completions come in at polls only */
     pthread_mutex_lock(&ib->mu);
     if (ib->woken || ib->closed) {
         pthread_mutex_unlock(&ib->mu);
@@ -245,7 +247,7 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
     /* Read first: a write that lands after this keeps the fd readable. */
     if (fd >= 0)
         ferry__wakefd_drain(fd);
-    if (ib->draining || ib->step)
+    if (ib->draining || ib->step || ib->fuzz)
         return;                 /* a drain will look at the queue again */
     /* A loop attached to an application's base runs this inside the
      * application's dispatch, not inside ferry_loop_run(): keep the items
@@ -256,6 +258,126 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (drain(ib, FERRY__DRAIN_BATCH, true, true))
         schedule_step(ib);
+}
+
+/* How long a poll under fuzzing waits for the threads' work that tasks
+ * wait for: far above a short job's time (and the threads' fuzzing
+ * delays), short enough that work which never comes back by itself (it
+ * waits for this loop) costs one such wait until it does. */
+#define FUZZ_WAIT_NS FERRY_MSEC(50)
+
+void ferry__inbox_held_begin(struct ferry__task_wake *x)
+{
+    if (x->ib->fuzz) {
+        x->counted = true;
+        x->ib->held++;
+    }
+}
+
+/* A held wake stops counting: granted, or its wait ended. */
+static void held_drop(struct ferry__task_wake *x)
+{
+    struct ferry_inbox *ib = x->ib;
+
+    if (x->parked) {
+        struct ferry__cnode **p = &ib->parked;
+
+        while (*p != &x->cn)
+            p = &(*p)->next;
+        *p = x->cn.next;
+        x->parked = false;
+        ib->nparked--;
+    }
+    x->counted = false;
+    if (--ib->held == 0)
+        ib->fuzz_late = false;
+}
+
+void ferry__inbox_held_end(struct ferry__task_wake *x)
+{
+    if (x->counted)
+        held_drop(x);
+}
+
+bool ferry__inbox_held_park(struct ferry__task_wake *x)
+{
+    struct ferry_inbox *ib = x->ib;
+    uint64_t id = ferry__task_number(x->w.task);
+    struct ferry__cnode **p = &ib->parked;
+
+    if (ib->fuzz_late || ib->closing)
+        return false;
+    /* In task order: the order of arrival is the threads'. */
+    while (*p && ferry__task_number(ferry__container_of(*p, struct ferry__task_wake, cn)->w.task) <= id)
+        p = &(*p)->next;
+    x->cn.next = *p;
+    *p = &x->cn;
+    x->parked = true;
+    ib->nparked++;
+    return true;
+}
+
+/* Wait, on the loop thread, until something is in the queue or until
+ * `until` (real clock).  Returns false once `until` has passed. */
+static bool wait_arrival(struct ferry_inbox *ib, int64_t until)
+{
+    bool in_time = true;
+
+    pthread_mutex_lock(&ib->mu);
+    ib->fuzz_waits = true;
+    while (!ib->chead && !ib->qlen && in_time)
+        in_time = ferry__cond_wait_until(&ib->idle, &ib->mu, until) != ETIMEDOUT;
+    ib->fuzz_waits = false;
+    pthread_mutex_unlock(&ib->mu);
+    return in_time;
+}
+
+/* Grant parked wakes in task order, each now or later as the seed says
+ * (ferry__loop_fuzz_hold() grants while the loop has nothing else to
+ * run).  Returns true if some stay parked. */
+static bool unpark(struct ferry_inbox *ib, bool all)
+{
+    struct ferry__cnode *n = ib->parked, *next;
+
+    for (; n; n = next) {
+        struct ferry__task_wake *x = ferry__container_of(n, struct ferry__task_wake, cn);
+
+        next = n->next;
+        if (!all && ferry__loop_fuzz_hold(ib->loop))
+            continue;
+        held_drop(x);
+        ferry__grant(&x->w, x->result);
+    }
+    return ib->nparked != 0;
+}
+
+void ferry__inbox_fuzz_deliver(void *ctx)
+{
+    struct ferry_inbox *ib = ctx;
+    int64_t until;
+    bool left;
+
+    if (!ib->fuzz || ib->draining || ib->closing)
+        return;
+    if (ib->held > ib->nparked && !ib->fuzz_late) {
+        /* The jobs this turn offloaded go to their threads now, or the
+         * wait below would wait for jobs that no thread has. */
+        ferry__pool_handover(ib);
+    }
+    until = ferry__now_real() + FUZZ_WAIT_NS;
+    for (;;) {
+        left = drain(ib, FERRY__DRAIN_BATCH, true, false);
+        if (ib->held == ib->nparked || ib->fuzz_late)
+            break;
+        if (!left && !wait_arrival(ib, until))
+            ib->fuzz_late = true;       /* one more drain, then go on */
+        else if (left && ferry__now_real() >= until)
+            ib->fuzz_late = true;
+    }
+    /* Come back at the next poll for what is left, even if nothing new
+     * writes the eventfd (`woken` may stay set meanwhile). */
+    if (unpark(ib, ib->fuzz_late) || left)
+        event_active(ib->ev, EV_READ, 1);
 }
 
 bool ferry__inbox_pending(void *ctx)
@@ -333,6 +455,7 @@ int ferry__inbox_new(struct ferry_inbox **out, ferry_loop *loop, struct event_ba
     ib->ctail = &ib->chead;
     ib->owner = &ferry__inbox_token;
     ib->loop = loop;
+    ib->fuzz = own_base && ferry__loop_fuzzed(loop);
     ib->fork_mark = ferry__loop_fork_mark(loop);
     atomic_init(&ib->refs, 1);
     atomic_init(&ib->kick, false);

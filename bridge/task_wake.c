@@ -13,11 +13,24 @@
  */
 #include "bridge_int.h"
 
+/* A held wait, counted while it lasts (inbox_int.h). */
+static int wait_held(struct ferry__task_wake *x)
+{
+    int rc;
+
+    ferry__inbox_held_begin(x);
+    rc = ferry__wait_held(&x->w);
+    ferry__inbox_held_end(x);
+    return rc;
+}
+
 static void deliver(struct ferry__cnode *n)
 {
     struct ferry__task_wake *x = ferry__container_of(n, struct ferry__task_wake, cn);
 
     x->delivered = true;
+    if (x->counted && ferry__inbox_held_park(x))
+        return;                 /* granted by a later poll (fuzzing) */
     ferry__grant(&x->w, x->result);
 }
 
@@ -33,6 +46,8 @@ int ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *se
     x->result = 0;
     x->delivered = false;
     x->hold = false;
+    x->counted = false;
+    x->parked = false;
     return 0;
 }
 
@@ -72,7 +87,7 @@ int ferry__task_wake_wait(struct ferry__task_wake *x)
 {
     if (x->delivered)
         return x->result;    /* fired on this thread before we waited */
-    return x->hold ? ferry__wait_held(&x->w) : ferry__wait(NULL, &x->w, FERRY_NEVER);
+    return x->hold ? wait_held(x) : ferry__wait(NULL, &x->w, FERRY_NEVER);
 }
 
 void ferry__task_wake_settle(struct ferry__task_wake *x)
@@ -85,7 +100,7 @@ void ferry__task_wake_settle(struct ferry__task_wake *x)
     while (!x->delivered) {
         ferry__waiter_init(&x->w, x->w.task, x->w.what, x->w.obj);
         if (x->hold)
-            ferry__wait_held(&x->w);
+            wait_held(x);
         else
             ferry__wait(NULL, &x->w, FERRY_NEVER);
     }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ferry_int.h"
 #include "ferry/signal.h"
@@ -35,6 +36,12 @@ struct ferry__sigport {
     unsigned            refs[FERRY__NSIG];   /* subscriptions per signal */
     uint64_t            seen[FERRY__NSIG];   /* the signal's counter as far as it
                                               * has been handed to subscriptions */
+    /* io/signal.c: ferry_loop_dump_on_signal(): the signal (0: none),
+     * where the dump goes (a stream on a duplicate of the caller's
+     * descriptor), and whether a dump is queued as a callback already. */
+    int                 dump_signum;
+    FILE               *dump_file;
+    bool                dump_queued;
 };
 
 /* ---- io/sigport.c --------------------------------------------------------- */
@@ -77,6 +84,10 @@ void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n);
  * hook): end every subscription of the loop (they stay allocated for
  * ferry_sigsub_free(), which then only frees them) and free its port. */
 void ferry__signal_loop_free(struct ferry__sigport *port);
+
+/* A loop starts: FERRY_DUMP_SIGNAL in the environment turns
+ * ferry_loop_dump_on_signal() on for it, to stderr. */
+void ferry__signal_loop_start(ferry_loop *loop);
 
 /*
  * ferry_sigsub_free() with a choice, for ferry_wait_signal(): `merge`

@@ -17,7 +17,14 @@
  */
 #include "loop_only.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "fault.h"
 
 #include "loop_int.h"
 #include "sig_int.h"
@@ -70,12 +77,134 @@ static int take(ferry_sigsub *sub)
     return signum;
 }
 
+/* ---- the dump on a signal ------------------------------------------------ */
+
+static void dump_now(struct ferry__sigport *port)
+{
+    if (!port->dump_file)
+        return;
+    ferry_loop_dump(port->loop, port->dump_file);
+    fflush(port->dump_file);
+}
+
+/* The port outlives every queued dump: it goes with the loop's parts,
+ * after the loop's last turns ran its callbacks, and turns the dump off
+ * first. */
+static void dump_cb(void *arg)
+{
+    struct ferry__sigport *port = arg;
+
+    port->dump_queued = false;
+    dump_now(port);
+}
+
+/* The dump's signal came: dump between two turns, or now if the callback
+ * cannot be queued (no memory), rather than not at all. */
+static void dump_requested(struct ferry__sigport *port)
+{
+    if (port->dump_queued)
+        return;
+    if (ferry_call_soon(port->loop, dump_cb, port) == 0)
+        port->dump_queued = true;
+    else
+        dump_now(port);
+}
+
+/* Turn the dump off: no more deliveries for it, and its stream closed.  A
+ * queued callback finds no stream and prints nothing. */
+static void dump_off(struct ferry__sigport *port)
+{
+    if (!port || !port->dump_signum)
+        return;
+    ferry__sig_del(port->loop, port->dump_signum, false);
+    fclose(port->dump_file);
+    port->dump_file = NULL;
+    port->dump_signum = 0;
+}
+
+int ferry_loop_dump_on_signal(ferry_loop *loop, int signum, int fd)
+{
+    struct ferry__sigport *port;
+    FILE *f;
+    int dfd, rc;
+
+    if (!loop)
+        loop = ferry_loop_current();
+    rc = ferry__loop_check(loop);
+    if (rc)
+        return rc;
+    if (signum == 0) {
+        dump_off(ferry__sigport_of(loop));
+        return 0;
+    }
+    if (!ferry__sig_valid(signum) || fd < 0)
+        return -EINVAL;
+    dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dfd < 0)
+        return errno == EBADF ? -EBADF : -ENOMEM;
+    f = ferry__fault_point("dump fdopen") ? NULL : fdopen(dfd, "w");
+    if (!f) {
+        close(dfd);
+        return -ENOMEM;
+    }
+    /* Deliveries counted so far belong to what was subscribed then. */
+    ferry__sig_collect(loop);
+    rc = ferry__sig_add(loop, signum);
+    if (rc) {
+        fclose(f);
+        return rc;
+    }
+    port = ferry__sigport_of(loop);
+    dump_off(port);
+    port->dump_signum = signum;
+    port->dump_file = f;
+    return 0;
+}
+
+/* A signal's number from "10", "USR1" or "SIGUSR1"; 0 if none. */
+static int signal_number(const char *s)
+{
+    char *end;
+    long n;
+
+    if (strncmp(s, "SIG", 3) == 0)
+        s += 3;
+    n = strtol(s, &end, 10);
+    if (end != s)
+        return *end == 0 && n > 0 && n < NSIG ? (int)n : 0;
+    for (int i = 1; i < NSIG; i++) {
+        const char *name = sigabbrev_np(i);
+
+        if (name && strcmp(name, s) == 0)
+            return i;
+    }
+    return 0;
+}
+
+void ferry__signal_loop_start(ferry_loop *loop)
+{
+    const char *s = getenv("FERRY_DUMP_SIGNAL");
+    int signum, rc;
+
+    if (!s || !*s)
+        return;
+    signum = signal_number(s);
+    rc = signum ? ferry_loop_dump_on_signal(loop, signum, STDERR_FILENO) : -EINVAL;
+    if (rc)
+        ferry__log(FERRY_LOG_WARN, "FERRY_DUMP_SIGNAL=%s ignored: %s", s,
+                   rc == -EINVAL ? "not a signal a subscription may take" : strerror(-rc));
+}
+
 void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n)
 {
     struct ferry__link *l;
     uint64_t bit = ferry__sig_bit(signum);
 
-    ferry__list_foreach(l, &ferry__sigport_of(loop)->subs) {
+    struct ferry__sigport *port = ferry__sigport_of(loop);
+
+    if (signum == port->dump_signum)
+        dump_requested(port);
+    ferry__list_foreach(l, &port->subs) {
         ferry_sigsub *sub = ferry__container_of(l, ferry_sigsub, link);
         if (!(sub->mask & bit))
             continue;
@@ -252,6 +381,9 @@ void ferry__signal_loop_free(struct ferry__sigport *port)
 {
     struct ferry__link *l, *tmp;
 
+    /* First: a delivery collected below must not queue a dump that no
+     * turn would run. */
+    dump_off(port);
     ferry__sig_collect(port->loop);
     ferry__list_foreach_safe(l, tmp, &port->subs)
         sub_end(ferry__container_of(l, ferry_sigsub, link), false);

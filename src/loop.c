@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "rand.h"
 #include "loop_int.h"
 #include "loop_new.h"
 
@@ -96,6 +97,18 @@ bool ferry__loop_idle(const ferry_loop *loop, int64_t horizon)
     if (loop->turn && !ferry__list_empty(loop->turn))
         return false;
     return !t || t->key > ferry__loop_now(loop) + horizon;
+}
+
+bool ferry__loop_fuzzed(const ferry_loop *loop)
+{
+    return loop->fuzz;
+}
+
+bool ferry__loop_fuzz_hold(ferry_loop *loop)
+{
+    if (ferry__list_empty(&loop->runq) || loop->stop || loop->closing)
+        return false;
+    return ferry__rand_below(&loop->deliver_rng, 2) == 0;
 }
 
 bool ferry__loop_closing(const ferry_loop *loop)

@@ -345,6 +345,11 @@ struct ferry_loop {
         uint32_t            fuzz_p;      /* spurious suspension probability, of 2^32 */
         void              **fuzz_buf;    /* a turn's entries while they are shuffled */
         size_t              fuzz_cap;    /* entries fuzz_buf has room for */
+        /* A second generator, seeded from the same seed, for the choice
+         * of when what threads sent is let in (ferry__loop_fuzz_hold()):
+         * kept apart so that the turns' shuffles do not depend on how
+         * many such choices were made. */
+        uint64_t            deliver_rng;
     };
 };
 

@@ -33,6 +33,11 @@ int ferry__loop_opts_check(const ferry_loop_opts *opts)
  * replay too), the threads' delays start, and the seed is logged with what
  * replays it.
  */
+/* What the seed replays, for the log line: docs/fuzzing.md, "What
+ * replays", says it at length. */
+#define REPLAYS "the loop's choices and when the pool jobs its tasks wait for " \
+                "come back; not when other threads post"
+
 static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
 {
     struct ferry__fuzz f;
@@ -53,16 +58,17 @@ static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
     }
     loop->fuzz = true;
     loop->fuzz_p = f.p;
+    loop->deliver_rng = loop->rng ^ 0x5851f42d4c957f2du;
     ferry__fuzz_threads_start(&f);
     if (f.prob != FERRY__FUZZ_PROB_DEFAULT)
         snprintf(prob, sizeof prob, ",%g", f.prob);
     if (nth == 0)
-        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu (FERRY_FUZZ=%llu%s to replay)",
-                   (unsigned long long)f.seed, (unsigned long long)f.seed, prob);
+        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu (FERRY_FUZZ=%llu%s replays "
+                   REPLAYS ")", (unsigned long long)f.seed, (unsigned long long)f.seed, prob);
     else
         ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu, loop %u of the process "
-                   "(FERRY_FUZZ=%llu%s to replay)", (unsigned long long)f.seed, nth + 1,
-                   (unsigned long long)f.seed, prob);
+                   "(FERRY_FUZZ=%llu%s replays " REPLAYS ")", (unsigned long long)f.seed,
+                   nth + 1, (unsigned long long)f.seed, prob);
 }
 
 /* The loop's settings, from the (checked) options and the environment. */
@@ -178,6 +184,7 @@ static void hooks_close(ferry_loop *loop)
     loop->hooks.pending = NULL;
     loop->hooks.flush = NULL;
     loop->hooks.close = NULL;
+    loop->hooks.fuzz_deliver = NULL;
     if (close_fn)
         close_fn(loop->hooks.ctx);
 }

@@ -11,6 +11,7 @@
  */
 #include "loop_only.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "rand.h"
@@ -113,6 +114,18 @@ static bool run_turn(ferry_loop *loop)
 }
 
 /*
+ * One poll of libevent.  Under schedule fuzzing the bridge then decides,
+ * from the seed, whether what threads sent comes in now (whatever woke
+ * the poll): threads' posts reach a fuzzed loop only here.
+ */
+static void poll_base(ferry_loop *loop, int flags)
+{
+    event_base_loop(loop->base, flags);
+    if (__builtin_expect(loop->fuzz, 0) && loop->hooks.fuzz_deliver)
+        loop->hooks.fuzz_deliver(loop->hooks.ctx);
+}
+
+/*
  * A loop with a virtual clock about to block: poll without blocking first,
  * and if that made nothing ready, nothing holds the clock and a timer is
  * waiting, jump to its deadline instead of blocking.  The clock is held by
@@ -126,7 +139,7 @@ static bool run_turn(ferry_loop *loop)
  */
 static bool vclock_poll(ferry_loop *loop)
 {
-    event_base_loop(loop->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    poll_base(loop, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     loop->stats.polls++;
     loop->since_poll = 0;
     if (!ferry__list_empty(&loop->runq) || loop->stop)
@@ -145,6 +158,14 @@ static bool vclock_poll(ferry_loop *loop)
  * merged with the callbacks at random places.  Without memory for the
  * shuffle the turn keeps its order.
  */
+static int by_task_id(const void *a, const void *b)
+{
+    const ferry_task *x = ferry__container_of(*(struct ferry__link *const *)a, ferry_task, run.link);
+    const ferry_task *y = ferry__container_of(*(struct ferry__link *const *)b, ferry_task, run.link);
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
 void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
 {
     struct ferry__link *l;
@@ -175,6 +196,11 @@ void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
         else
             buf[k++] = l;
     }
+    /* By spawn number first: the order in which tasks became ready can
+     * depend on threads (which completion the loop took first), the set
+     * of them does not once the bridge lets completions in at seeded
+     * polls, and the shuffle must depend only on the set and the seed. */
+    qsort(buf, ntasks, sizeof *buf, by_task_id);
     for (i = ntasks - 1; i > 0; i--) {           /* Fisher-Yates */
         size_t j = ferry__rand_below(&loop->rng, (uint32_t)(i + 1));
         void *t = buf[i];
@@ -211,7 +237,7 @@ static void poll_io(ferry_loop *loop, bool block)
     } else {
         flags |= EVLOOP_NONBLOCK;
     }
-    event_base_loop(loop->base, flags);
+    poll_base(loop, flags);
     loop->stats.polls++;
     loop->since_poll = 0;
     ferry__timers_expire(loop);
@@ -238,7 +264,9 @@ static void drive(ferry_loop *loop, int mode)
                 poll_io(loop, false);
                 break;
             }
-            if (loop->since_poll >= loop->io_interval)
+            /* Under fuzzing, every turn ends with a poll: each is a
+             * place where threads' completions may come in. */
+            if (loop->since_poll >= loop->io_interval || loop->fuzz)
                 poll_io(loop, false);
             continue;
         }

@@ -47,6 +47,11 @@ ferry_loop *ferry__task_loop(const ferry_task *t)
     return t->loop;
 }
 
+uint64_t ferry__task_number(const ferry_task *t)
+{
+    return t->id;
+}
+
 static void task_finish(ferry_task *t, int status)
 {
     ferry_loop *loop = t->loop;

@@ -43,6 +43,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1066,6 +1067,62 @@ static void undo_sigsub(int rc)
     }
     if (ferry_sigsub_free(g_sub) != 0 || ferry_sigsub_free(g_sub2) != 0)
         FAILF("sigsub: free failed");
+    sig_loop_done();
+}
+
+/* ferry_loop_dump_on_signal() on a loop without a signal port: the stream
+ * on the duplicate, the port, the table.  After a failure nothing is left
+ * (no disposition changed, no descriptor); after success the signal
+ * dumps. */
+static int g_dump_pipe[2] = { -1, -1 };
+
+/* Descriptors open on the same file as `fd` (itself included). */
+static int same_file_fds(int fd)
+{
+    struct stat a, b;
+    int n = 0;
+
+    if (fstat(fd, &a) != 0)
+        return -1;
+    for (int i = 0; i < 1024; i++)
+        n += fstat(i, &b) == 0 && b.st_dev == a.st_dev && b.st_ino == a.st_ino;
+    return n;
+}
+
+static void setup_dump_signal(void)
+{
+    setup_sig_loop();
+    if (pipe(g_dump_pipe) != 0)
+        FAILF("dump_on_signal: pipe");
+}
+
+static int op_dump_signal(void)
+{
+    return ferry_loop_dump_on_signal(g_bl, SIGUSR1, g_dump_pipe[1]);
+}
+
+static void undo_dump_signal(int rc)
+{
+    char buf[64];
+
+    if (rc != 0 && !ignored(SIGUSR1))
+        FAILF("dump_on_signal: failed but changed the disposition");
+    if (rc == 0) {
+        raise(SIGUSR1);
+        if (ferry_loop_run(g_bl, FERRY_RUN_ONCE) != 0 ||
+            read(g_dump_pipe[0], buf, sizeof buf) <= 0)
+            FAILF("dump_on_signal: the signal printed no dump");
+    }
+    /* The pipe's two ends, and no duplicate left (the signal port a failed
+     * call made may stay until the loop is freed, as sigsub_new's does). */
+    if (rc != 0 && same_file_fds(g_dump_pipe[1]) != 2)
+        FAILF("dump_on_signal: failed and left a duplicate of the descriptor (%d open)",
+              same_file_fds(g_dump_pipe[1]));
+    /* Off: the disposition goes back as the last subscription's would. */
+    if (ferry_loop_dump_on_signal(g_bl, 0, -1) != 0)
+        FAILF("dump_on_signal: turning it off failed");
+    close(g_dump_pipe[0]);
+    close(g_dump_pipe[1]);
     sig_loop_done();
 }
 
@@ -2208,6 +2265,7 @@ static const struct sweep sweeps[] = {
       "eventfd write", true, teardown_runtime },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
+    { "loop_dump_on_signal", setup_dump_signal, op_dump_signal,  undo_dump_signal, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
     { "stream_open",         setup_pair_fresh_loop, op_stream_open, undo_stream_open, NULL },
     { "stream read",         setup_stream_read, op_stream_read,   undo_stream_read, NULL, true },

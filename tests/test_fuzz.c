@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -328,9 +329,13 @@ TL(fuzz, environment_seed_and_probability_each_loop_its_own_seed)
         differ += trace[i] != first[i];
     cr_expect_gt(differ, 0, "the process's second loop drew the same order as its first");
     cr_expect_eq(nlogged, 2);
-    cr_expect_str_eq(logged[0], "schedule fuzzing on, seed 11 (FERRY_FUZZ=11,0.25 to replay)");
+    cr_expect_str_eq(logged[0], "schedule fuzzing on, seed 11 (FERRY_FUZZ=11,0.25 replays "
+                                "the loop's choices and when the pool jobs its tasks wait "
+                                "for come back; not when other threads post)");
     cr_expect_str_eq(logged[1], "schedule fuzzing on, seed 11, loop 2 of the process "
-                                "(FERRY_FUZZ=11,0.25 to replay)");
+                                "(FERRY_FUZZ=11,0.25 replays the loop's choices and when the "
+                                "pool jobs its tasks wait for come back; not when other "
+                                "threads post)");
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -440,4 +445,219 @@ TL(fuzz, shuffle_without_memory_keeps_the_order)
     for (int i = 0; i < ntrace; i++)
         cr_expect_eq(trace[i], i % NTASKS, "step %d: task %d ran, FIFO gives %d", i, trace[i],
                      i % NTASKS);
+}
+
+/* ---- thread completions replay ------------------------------------------ */
+
+#define RTASKS 6
+#define RROUNDS 5
+#define RTRACE_MAX (RTASKS * RROUNDS * 3 + 16)
+
+static int rtrace[RTRACE_MAX];
+static int nrtrace;
+
+static void rrecord(int v)
+{
+    if (nrtrace < RTRACE_MAX)
+        rtrace[nrtrace++] = v;
+}
+
+/* A short job whose length varies from call to call and thread to thread. */
+static int short_job(void *arg)
+{
+    static atomic_uint calls;
+    unsigned n = atomic_fetch_add(&calls, 1) % 7;
+    volatile unsigned sink = 0;
+
+    (void)arg;
+    for (unsigned i = 0; i < 2000u * n; i++)
+        sink += i;
+    return 0;
+}
+
+/* Offloads a job and yields, RROUNDS times, recording each step. */
+static int offloader(void *arg)
+{
+    ferry_pool *pool = *(ferry_pool **)arg;
+    int id = (int)(intptr_t)((ferry_pool **)arg)[1];
+
+    for (int i = 0; i < RROUNDS; i++) {
+        rrecord(id);
+        if (ferry_to_thread(pool, short_job, NULL))
+            body_errors++;
+        rrecord(100 + id);
+        if (ferry_yield())
+            body_errors++;
+    }
+    return 0;
+}
+
+static int spawn_offloaders(void *arg)
+{
+    ferry_task *t[RTASKS];
+    void *args[RTASKS][2];
+
+    for (int i = 0; i < RTASKS; i++) {
+        args[i][0] = *(ferry_pool **)arg;
+        args[i][1] = (void *)(intptr_t)i;
+        if (ferry_task_spawn(&t[i], NULL, offloader, args[i], NULL))
+            body_errors++;
+    }
+    for (int i = 0; i < RTASKS; i++)
+        if (ferry_task_join(t[i], NULL))
+            body_errors++;
+    return 0;
+}
+
+/* One run of the offloaders under `seed`; its trace is in rtrace. */
+static void run_offloaders(uint64_t seed)
+{
+    ferry_loop_opts o = { .fuzz_seed = seed };
+    ferry_pool_opts po = { .threads = 4 };
+    ferry_pool *pool;
+    ferry_loop *loop;
+
+    nrtrace = 0;
+    body_errors = 0;
+    cr_assert_eq(ferry_pool_new(&pool, &po), 0);
+    cr_assert_eq(ferry_loop_new(&loop, &o), 0);
+    cr_assert_eq(tu_run_on(loop, spawn_offloaders, &pool), 0);
+    ferry_loop_free(loop);
+    ferry_pool_free(pool);
+    cr_assert_eq(body_errors, 0);
+    cr_assert_eq(nrtrace, RTASKS * RROUNDS * 2);
+}
+
+/* Tasks wait for pool jobs whose lengths and thread delays vary from run
+ * to run: under one seed the loop's schedule (who ran when, and where each
+ * completion came in) is the same every time. */
+TL(fuzz, completions_from_pool_threads_replay_with_the_seed)
+{
+    int first[RTRACE_MAX], nfirst, differ = 0;
+
+    for (uint64_t seed = 11; seed <= 12; seed++) {
+        run_offloaders(seed);
+        memcpy(first, rtrace, sizeof rtrace);
+        nfirst = nrtrace;
+        for (int run = 1; run < 8; run++) {
+            run_offloaders(seed);
+            if (nrtrace != nfirst || memcmp(first, rtrace, (size_t)nfirst * sizeof *rtrace))
+                differ++;
+        }
+    }
+    cr_expect_eq(differ, 0, "%d of 14 runs took another schedule than the first of their seed",
+                 differ);
+}
+
+/* A job that outlasts the poll's wait for threads' work. */
+static int long_job(void *arg)
+{
+    struct timespec ts = { 0, 80 * 1000 * 1000 };
+
+    (void)arg;
+    nanosleep(&ts, NULL);
+    return 7;
+}
+
+static int yielder(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 200; i++)
+        if (ferry_yield())
+            body_errors++;
+    return 0;
+}
+
+static int long_and_short(void *arg)
+{
+    ferry_pool *pool = arg;
+    ferry_task *y;
+    int rc;
+
+    if (ferry_task_spawn(&y, NULL, yielder, NULL, NULL))
+        body_errors++;
+    rc = ferry_to_thread(pool, long_job, NULL);
+    if (rc != 7)
+        body_errors++;
+    /* Waits for threads' work are counted again from here on. */
+    if (ferry_to_thread(pool, short_job, NULL))
+        body_errors++;
+    if (ferry_task_join(y, NULL))
+        body_errors++;
+    return 0;
+}
+
+/* A job longer than the poll waits for still completes, and the loop does
+ * not stall on it. */
+TL(fuzz, a_job_longer_than_the_wait_completes)
+{
+    ferry_loop_opts o = { .fuzz_seed = 3 };
+    ferry_pool_opts po = { .threads = 2 };
+    ferry_pool *pool;
+    ferry_loop *loop;
+
+    body_errors = 0;
+    cr_assert_eq(ferry_pool_new(&pool, &po), 0);
+    cr_assert_eq(ferry_loop_new(&loop, &o), 0);
+    cr_assert_eq(tu_run_on(loop, long_and_short, pool), 0);
+    ferry_loop_free(loop);
+    ferry_pool_free(pool);
+    cr_assert_eq(body_errors, 0);
+}
+
+/* Tasks cancelled while they wait for pool jobs, whose completions may be
+ * held by the loop at that moment: each ends with its job's status or
+ * -ECANCELED, and nothing is left behind. */
+static int offload_forever(void *arg)
+{
+    ferry_pool *pool = arg;
+    int rc;
+
+    for (;;) {
+        rc = ferry_to_thread(pool, short_job, NULL);
+        if (rc == -ECANCELED)
+            return 0;
+        if (rc != 0) {
+            body_errors++;
+            return rc;
+        }
+    }
+}
+
+static int cancel_offloaders(void *arg)
+{
+    ferry_task *t[RTASKS];
+
+    for (int i = 0; i < RTASKS; i++)
+        if (ferry_task_spawn(&t[i], NULL, offload_forever, arg, NULL))
+            body_errors++;
+    for (int i = 0; i < RTASKS; i++) {
+        for (int k = 0; k < 3 + i; k++)
+            if (ferry_yield())
+                body_errors++;
+        ferry_task_cancel(t[i]);
+    }
+    for (int i = 0; i < RTASKS; i++)
+        if (ferry_task_join(t[i], NULL))
+            body_errors++;
+    return 0;
+}
+
+TL(fuzz, tasks_cancelled_while_their_completion_is_held_end_cleanly)
+{
+    ferry_pool_opts po = { .threads = 4 };
+    ferry_pool *pool;
+
+    body_errors = 0;
+    cr_assert_eq(ferry_pool_new(&pool, &po), 0);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        ferry_loop_opts o = { .fuzz_seed = seed };
+        ferry_loop *loop;
+
+        cr_assert_eq(ferry_loop_new(&loop, &o), 0);
+        cr_assert_eq(tu_run_on(loop, cancel_offloaders, pool), 0);
+        ferry_loop_free(loop);
+    }
+    ferry_pool_free(pool);
+    cr_assert_eq(body_errors, 0);
 }

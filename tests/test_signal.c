@@ -8,9 +8,11 @@
  * the runner's timeout.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1039,4 +1041,145 @@ T(a_forked_child_cannot_use_an_inherited_subscription)
     ferry_loop_run(tu_loop, FERRY_RUN_ONCE);
     cr_assert_eq(ferry_sigsub_try_recv(sub, &signum), -EAGAIN, "the child's delivery reached the parent");
     cr_assert_eq(ferry_sigsub_free(sub), 0);
+}
+
+/* ---- the dump on a signal ---------------------------------------------------- */
+
+static ferry_event dump_release;
+static int dump_pipe[2] = { -1, -1 };
+static char dump_text[8192];
+static int dump_rc = -1;
+
+static int dump_sleeper(void *arg)
+{
+    (void)arg;
+    return ferry_event_wait(&dump_release);
+}
+
+/* Everything the pipe holds now (non-blocking), appended to dump_text. */
+static size_t dump_read(void)
+{
+    size_t len = strlen(dump_text);
+    ssize_t n;
+
+    while ((n = read(dump_pipe[0], dump_text + len, sizeof dump_text - 1 - len)) > 0)
+        len += (size_t)n;
+    dump_text[len] = 0;
+    return len;
+}
+
+/* Turns the dump on, raises the signal, and sleeps until the dump came
+ * through the pipe (or a second has passed). */
+static int dump_on_signal_task(void *arg)
+{
+    ferry_task_opts o = { .name = "dumped_sleeper" };
+    ferry_task *t;
+    int rc;
+
+    (void)arg;
+    rc = ferry_task_spawn(&t, NULL, dump_sleeper, NULL, &o);
+    if (rc)
+        return rc;
+    ferry_yield();
+    dump_rc = ferry_loop_dump_on_signal(ferry_loop_current(), SIGUSR1, dump_pipe[1]);
+    if (dump_rc == 0) {
+        /* ferry keeps its own duplicate. */
+        close(dump_pipe[1]);
+        dump_pipe[1] = -1;
+        raise(SIGUSR1);
+        for (int i = 0; i < 1000 && !strstr(dump_text, "dumped_sleeper"); i++) {
+            ferry_sleep(FERRY_MSEC(1));
+            dump_read();
+        }
+        /* Off: a second signal dumps nothing. */
+        ferry_loop_dump_on_signal(ferry_loop_current(), 0, -1);
+    }
+    ferry_event_set(&dump_release);
+    return ferry_task_join(t, NULL);
+}
+
+T(dump_on_signal_prints_the_loop_to_the_descriptor_from_the_loop)
+{
+    void (*old)(int) = disposition(SIGUSR1);
+
+    cr_assert_eq(pipe2(dump_pipe, O_NONBLOCK), 0);
+    cr_assert_eq(tu_run(dump_on_signal_task, NULL), 0);
+    cr_assert_eq(dump_rc, 0);
+    cr_expect(strstr(dump_text, "ferry: 2 live task(s)") != NULL, "dump:\n%s", dump_text);
+    /* The dump ran on the loop, not in a task: both tasks are suspended. */
+    cr_expect(strstr(dump_text, "'dumped_sleeper' waiting on event") != NULL, "dump:\n%s",
+              dump_text);
+    cr_expect(strstr(dump_text, " running") == NULL, "dump:\n%s", dump_text);
+    /* Turned off: the disposition is back, and the pipe's end closed. */
+    cr_expect(disposition(SIGUSR1) == old);
+    cr_expect_eq(dump_read(), strlen(dump_text));
+    close(dump_pipe[0]);
+}
+
+T(dump_on_signal_refuses_bad_input_and_changes_nothing)
+{
+    void (*old)(int) = disposition(SIGUSR1);
+
+    cr_expect_eq(ferry_loop_dump_on_signal(tu_loop, SIGKILL, 2), -EINVAL);
+    cr_expect_eq(ferry_loop_dump_on_signal(tu_loop, NSIG, 2), -EINVAL);
+    cr_expect_eq(ferry_loop_dump_on_signal(tu_loop, SIGUSR1, -1), -EINVAL);
+    cr_expect_eq(ferry_loop_dump_on_signal(tu_loop, SIGUSR1, 1000), -EBADF);
+    cr_expect(disposition(SIGUSR1) == old);
+    /* Off when it is off: nothing to do. */
+    cr_expect_eq(ferry_loop_dump_on_signal(tu_loop, 0, -1), 0);
+}
+
+/* How many dumps `s` holds. */
+static int dumps_in(const char *s)
+{
+    int n = 0;
+
+    while ((s = strstr(s, "ferry: 0 live task(s)")) != NULL) {
+        n++;
+        s++;
+    }
+    return n;
+}
+
+/* FERRY_DUMP_SIGNAL: a loop made while it is set dumps to stderr on that
+ * signal; one that does not name a signal is logged and ignored. */
+Test(signal, dump_signal_from_the_environment, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown, .timeout = 30.)
+{
+    int err[2], saved;
+    ferry_loop *loop;
+
+    cr_assert_eq(pipe2(err, O_NONBLOCK), 0);
+    dump_pipe[0] = err[0];
+    saved = dup(STDERR_FILENO);
+    cr_assert(saved >= 0);
+    cr_assert_eq(dup2(err[1], STDERR_FILENO), STDERR_FILENO);
+    /* By name, then by number: each loop dumps once. */
+    for (int k = 0; k < 2; k++) {
+        char num[16];
+
+        snprintf(num, sizeof num, "%d", SIGUSR2);
+        setenv("FERRY_DUMP_SIGNAL", k == 0 ? "SIGUSR2" : num, 1);
+        cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+        raise(SIGUSR2);
+        for (int i = 0; i < 100 && dumps_in(dump_text) <= k; i++) {
+            cr_assert_eq(ferry_loop_run(loop, FERRY_RUN_ONCE), 0);
+            dump_read();
+        }
+        ferry_loop_free(loop);
+    }
+    tu_log_capture_start();
+    setenv("FERRY_DUMP_SIGNAL", "NOTASIGNAL", 1);
+    cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+    ferry_loop_free(loop);
+    tu_log_capture_stop();
+    unsetenv("FERRY_DUMP_SIGNAL");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(err[1]);
+    close(err[0]);
+    cr_expect_eq(dumps_in(dump_text), 2, "stderr:\n%s", dump_text);
+    cr_expect_eq(tu_log_lines(), 1);
+    cr_expect(strstr(tu_log_text(), "FERRY_DUMP_SIGNAL=NOTASIGNAL ignored") != NULL, "%s",
+              tu_log_text());
 }

@@ -1337,3 +1337,58 @@ Test(task_local, values_are_per_task_inherited_by_key_and_destroyed_at_the_end,
     cr_assert_eq(ferry_task_local_set(&tl_own, &tl_vals[0]), -EPERM);
     cr_assert_eq(ferry_task_local_set(NULL, &tl_vals[0]), -EINVAL);
 }
+
+/* ---- the dump's frames ---------------------------------------------- */
+
+static ferry_event dump_go;
+static int dump_waited = -1;
+
+/* Exported (the test program is linked with -rdynamic) and not inlined, so
+ * that the dump can name it; the store after the wait keeps the wait from
+ * being a tail call. */
+__attribute__((noinline)) void dump_frames_waiting_here(void);
+__attribute__((noinline)) void dump_frames_waiting_here(void)
+{
+    dump_waited = ferry_event_wait(&dump_go);
+}
+
+static int dump_waiter(void *arg)
+{
+    (void)arg;
+    dump_frames_waiting_here();
+    return 0;
+}
+
+static char *dump_buf;
+static int dump_printed = -1;
+
+/* Dumps the loop while a task waits inside dump_frames_waiting_here(). */
+static int dump_with_waiter(void *arg)
+{
+    ferry_task *t;
+    size_t len = 0;
+    FILE *f;
+
+    (void)arg;
+    if (ferry_task_spawn(&t, NULL, dump_waiter, NULL, NULL))
+        return -1;
+    ferry_yield();
+    f = open_memstream(&dump_buf, &len);
+    if (f) {
+        dump_printed = ferry_loop_dump(ferry_loop_current(), f);
+        fclose(f);
+    }
+    ferry_event_set(&dump_go);
+    return ferry_task_join(t, NULL);
+}
+
+T(task, dump_prints_the_frames_of_a_waiting_task)
+{
+    cr_assert_eq(tu_run(dump_with_waiter, NULL), 0);
+    cr_assert_eq(dump_printed, 2);
+    cr_assert(dump_buf != NULL);
+    cr_expect_eq(dump_waited, 0);
+    cr_expect(strstr(dump_buf, "dump_frames_waiting_here+0x") != NULL, "dump:\n%s", dump_buf);
+    cr_expect(strstr(dump_buf, "      #0 0x") != NULL, "dump:\n%s", dump_buf);
+    free(dump_buf);
+}

@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "runtime_int.h"
+#include "sig_int.h"
 #include "env.h"
 #include "loop_new.h"
 #include "loops.h"
@@ -69,7 +70,9 @@ int ferry_loop_new(ferry_loop **out, const ferry_loop_opts *opts)
     hooks.getaddrinfo = ferry__gai_on_pool;
     hooks.chan = &ferry__chan_sel_ext;
     hooks.future = &ferry__future_sel_ext;
+    hooks.fuzz_deliver = ferry__inbox_fuzz_deliver;
     ferry__loop_start(loop, &hooks);
+    ferry__signal_loop_start(loop);
     *out = loop;
     return 0;
 

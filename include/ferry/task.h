@@ -417,10 +417,47 @@ int ferry_run(ferry_task_fn fn, void *arg);
  * deepest use of any task on it since: to size stacks, look at tasks on
  * fresh stacks (the first ones of a loop, or a stack size of their own), or
  * at the largest figure.
+ *
+ * Under each suspended task come its frames, innermost first: the return
+ * addresses along the frame-pointer chain of its stack, each named after
+ * the function holding it where the object exports the name (link the
+ * program with -rdynamic), else as an offset in its object for addr2line.
+ * The walk reads the task's own stack only and checks every frame pointer
+ * against it: code built without frame pointers (-fno-omit-frame-pointer
+ * is not gcc's default at -O2 on x86-64) is left out or ends the list.
+ * docs/debugging.md has an example.
  * `loop` NULL: the current loop (loop.h).
  * Thread: loop.  Returns: number of tasks printed; -EPERM; -EINVAL.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);
+
+/*
+ * Print ferry_loop_dump() of `loop` to `fd` each time the process receives
+ * `signum`, without a task of the program waiting for it: the signal is
+ * taken as a subscription is (ferry/signal.h: ferry's handler only counts
+ * it and wakes the loop), and the dump runs on the loop, as a callback
+ * between two turns, where no task of it is running, so every task's
+ * frames are printed.  Deliveries that come while a dump is queued make
+ * one dump.  A loop whose thread is stuck (a task that never yields)
+ * prints nothing: look at it with gdb (docs/debugging.md).
+ *
+ * Calling it again replaces the signal and the descriptor; `signum` 0
+ * turns it off.  ferry keeps a duplicate of `fd` (the caller may close
+ * its own), closed when it is turned off or the loop is freed.  While it
+ * is on, the signal counts as subscribed to (its default action, such as
+ * ending the process, does not happen).
+ *
+ * FERRY_DUMP_SIGNAL in the environment (a number, or a name such as USR1
+ * or SIGUSR1) does the same, to stderr, for every loop made while it is
+ * set; an invalid value is logged and ignored.  `loop` NULL: the current
+ * loop (loop.h).
+ *
+ * Thread: loop.  Suspends: no.
+ * Returns: 0; -EINVAL (`signum` not one a subscription may take, or `fd`
+ * negative with `signum` not 0; nothing changed); -ENOMEM or -EBADF (the
+ * descriptor could not be duplicated; nothing changed); -EPERM.
+ */
+int ferry_loop_dump_on_signal(ferry_loop *loop, int signum, int fd);
 
 #ifdef __cplusplus
 }

@@ -121,6 +121,10 @@ int ferry__task_spawn_always(ferry_loop *loop, ferry_task_fn fn, void *arg,
 /* The loop a task runs on. */
 ferry_loop *ferry__task_loop(const struct ferry_task *task);
 
+/* The task's spawn number on its loop (the dump's id): what orders tasks
+ * when an order must not depend on timing. */
+uint64_t ferry__task_number(const struct ferry_task *task);
+
 /* The earliest deadline of the scopes reaching the task's current point
  * (up to the first shield), FERRY_NEVER if none. */
 int64_t ferry__task_deadline(const struct ferry_task *t);
@@ -178,7 +182,11 @@ struct ferry__sel_ext {
  *                  task is interrupted: the resolver's fallback where evdns
  *                  cannot answer (dns.c).  Returns as ferry_getaddrinfo().
  *   chan, future   the channel's and the future's cases of ferry_select();
- * The loop clears the three functions that take `ctx` once it has called
+ *   fuzz_deliver(ctx)  a loop under schedule fuzzing polled: let in what
+ *                  threads sent, or hold it (ferry__loop_fuzz_hold()); the
+ *                  loop calls it after every poll, whatever woke it, and
+ *                  nowhere else lets threads' posts in (NULL: no such rule);
+ * The loop clears the functions that take `ctx` once it has called
  * close(); `ctx` stays, so that a thread that still reaches the loop finds
  * the closed inbox.
  */
@@ -191,7 +199,18 @@ struct ferry__loop_hooks {
                        const struct addrinfo *hints, struct addrinfo **res);
     const struct ferry__sel_ext *chan;   /* select's channel cases */
     const struct ferry__sel_ext *future; /* select's future cases */
+    void (*fuzz_deliver)(void *ctx);
 };
+
+/* True if the loop runs under schedule fuzzing (docs/fuzzing.md).  Set
+ * when the loop is made and never changed. */
+bool ferry__loop_fuzzed(const ferry_loop *loop);
+
+/* Under schedule fuzzing, at a poll while tasks wait for threads' work:
+ * true if what threads sent stays out until a later poll, drawn from the
+ * seed; false if the loop has nothing else to run (it must not sleep
+ * with work held) or is stopping. */
+bool ferry__loop_fuzz_hold(ferry_loop *loop);
 
 /* The bridge's per-loop state (hooks.ctx), NULL if the loop has none.
  * Thread: any, once ferry_loop_new() has returned the loop. */
