@@ -343,6 +343,9 @@ struct ferry_loop {
     /* ---- name resolution (dns.c) ---- */
     struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
 
+    /* ---- watches of callback-style libraries (watch.c) ---- */
+    struct ferry__link      watches;     /* of struct ferry_watch, freed with the loop */
+
     /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
      * and task.c) ---- */
     uint64_t                rng;         /* state of base/rand.h's generator,
@@ -592,5 +595,9 @@ void ferry__group_child_done(ferry_task *t);
 /* TSan fibers of tasks (task.c). */
 void ferry__fiber_create(ferry_task *t);
 void ferry__fiber_destroy(ferry_task *t);
+
+/* ferry_loop_free(), once every task has ended: call the teardown op of
+ * every watch still alive (watch.c) and free it. */
+void ferry__watch_loop_free(ferry_loop *loop);
 
 #endif /* FERRY_LOOP_INT_H */

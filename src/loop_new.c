@@ -202,6 +202,9 @@ void ferry__loop_free(ferry_loop *loop)
     hooks_close(loop);
     /* What the accepted posts made ready. */
     ferry__sched_run_ready(loop);
+    /* Watches left alive end before the descriptors and the base their
+     * libraries use. */
+    ferry__watch_loop_free(loop);
     /* Streams and listeners left open are closed with their loop. */
     ferry__stream_loop_free(loop);
     /* Subscriptions end here, before the event_base their descriptor is
