@@ -319,6 +319,11 @@ ferry_loop *ferry_watch_loop(const ferry_watch *w)
     return w ? w->loop : NULL;
 }
 
+void *ferry_watch_arg(const ferry_watch *w)
+{
+    return w ? w->arg : NULL;
+}
+
 void ferry_watch_free(ferry_watch *w)
 {
     if (!w || w->freeing)

@@ -99,6 +99,10 @@ ferry_watch *ferry_watch_get(ferry_loop *loop, const void *key);
 /* Thread: any.  Suspends: no.  Returns: the loop of `w`. */
 ferry_loop *ferry_watch_loop(const ferry_watch *w);
 
+/* Thread: any.  Suspends: no.  Returns: the `arg` `w` was made with (the
+ * adapter's state for the loop, found again with ferry_watch_get()). */
+void *ferry_watch_arg(const ferry_watch *w);
+
 /*
  * Unregister every descriptor, stop the timer and free the watch (ops are
  * not called).  Called from inside one of its own ops, the watch is freed
