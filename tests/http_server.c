@@ -11,6 +11,7 @@
  *   GET  /trickle/N      N bytes, one every 2 ms
  *   GET  /never          reads the request and never answers
  *   GET  /close          announces 100 bytes, sends 10, closes
+ *   GET  /bye            "bye", keep-alive announced, closed 20 ms later
  *   GET  /count          the connections accepted so far, in decimal
  *
  * Runs until killed.  Usage: http_server [port]  (0 or none: any free).
@@ -128,6 +129,11 @@ static long serve(int fd, char *buf, size_t have, size_t head_len, size_t cap)
     } else if (strcmp(path, "/close") == 0) {
         const char *h = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789";
         send_all(fd, h, strlen(h));
+        return -1;
+    } else if (strcmp(path, "/bye") == 0) {
+        /* Answers as if keeping the connection, then closes it idle. */
+        reply(fd, 200, "bye", 3, false);
+        msleep(20);
         return -1;
     } else if (strcmp(path, "/count") == 0) {
         char b[32];
