@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,6 +209,11 @@ int main(int argc, char **argv)
     int one = 1;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+    /* Dies with the process that started it, also when a test that
+     * started it is killed for its timeout. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        return 1;
     signal(SIGPIPE, SIG_IGN);
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
