@@ -212,7 +212,7 @@ static int service(void *arg)
     fail |= wrong != 0;
 
     /* Stop the upstream: answers still being delayed go out at once, and
-     * its connections end when the loop frees curl's connection cache. */
+     * cancelling the upstream task ends its connections. */
     ferry_event_set(&upstream_stop);
     ferry_task_cancel(up);
     ferry_task_join(up, NULL);
