@@ -363,3 +363,51 @@ T(watch, free_from_inside_an_op_and_at_loop_teardown)
     tu_loop = NULL;
     cr_assert_eq(torn_down, 1);
 }
+
+/* Refusals: bad arguments change nothing; a task-only call outside a
+ * task says so. */
+static int refuse_main(void *arg)
+{
+    int *rc = arg;
+    ferry_watch *w = NULL;
+    ferry_watch_stats st;
+    ferry_watch_ops half = { .ready = idle_ready };
+
+    rc[0] = ferry_watch_new(NULL, ferry_loop_current(), NULL, &idle_ops, NULL);
+    rc[1] = ferry_watch_new(&w, ferry_loop_current(), NULL, &half, NULL);
+    rc[2] = ferry_watch_new(&w, ferry_loop_current(), NULL, NULL, NULL);
+    if (ferry_watch_new(&w, ferry_loop_current(), NULL, &idle_ops, &key_a) != 0)
+        return -1;
+    rc[3] = ferry_watch_fd(w, -1, FERRY_READ);
+    rc[4] = ferry_watch_fd(w, 0, 8);
+    rc[5] = ferry_watch_fd(NULL, 0, FERRY_READ);
+    rc[6] = ferry_watch_fd_remove(w, -1);
+    rc[7] = ferry_watch_timer(NULL, 0);
+    rc[8] = ferry_watch_stats_get(w, NULL);
+    rc[9] = ferry_watch_op_wait(NULL);
+    rc[10] = ferry_watch_fd_remove(w, 12345) == 0 && ferry_watch_loop(w) == ferry_loop_current() &&
+             ferry_watch_arg(w) == &key_a && ferry_watch_get(ferry_loop_current(), NULL) == NULL &&
+             ferry_watch_loop(NULL) == NULL && ferry_watch_arg(NULL) == NULL &&
+             !ferry_watch_busy(NULL) && !ferry_watch_op_is_done(NULL) &&
+             ferry_watch_op_result(NULL) == 0 && ferry_watch_stats_get(w, &st) == 0 ? 0 : -1;
+    ferry_watch_progress(NULL);
+    ferry_watch_op_done(NULL, 1);
+    ferry_watch_free(NULL);
+    /* A timer set and replaced, then the watch freed with it pending. */
+    ferry_watch_timer(w, FERRY_SEC(10));
+    ferry_watch_timer(w, FERRY_SEC(20));
+    ferry_watch_free(w);
+    return 0;
+}
+
+T(watch, refusals_change_nothing)
+{
+    int rc[11];
+    ferry_watch_op op = FERRY_WATCH_OP_INIT;
+
+    cr_assert_eq(tu_run(refuse_main, rc), 0);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(rc[i], -EINVAL, "call %d: %d", i, rc[i]);
+    cr_assert_eq(rc[10], 0);
+    cr_assert_eq(ferry_watch_op_wait(&op), -EPERM);
+}
