@@ -20,6 +20,11 @@
  * thread outside any task: they must not suspend, and they must not call
  * into libcurl's multi interface or back into this header (such calls are
  * refused: libcurl does not allow re-entry from its own callbacks).
+ *
+ * libcurl's global state: the first transfer of the process calls
+ * curl_global_init() if the program has not, which is not thread-safe.  A
+ * program with loops on several threads (ferry/runtime.h) calls
+ * curl_global_init(CURL_GLOBAL_DEFAULT) itself before starting them.
  */
 #ifndef FERRY_CURL_H
 #define FERRY_CURL_H
@@ -46,7 +51,9 @@
  *          -ENOMEM     the loop's multi handle could not be made, or
  *                      libcurl ran out of memory adding the handle;
  *          -EBUSY      `easy` is in a multi handle already;
- *          -EDEADLK    called from inside one of libcurl's callbacks;
+ *          -EDEADLK    called while libcurl runs on this loop (its callbacks
+ *                      run outside tasks, so from one of them the answer
+ *                      is usually -EPERM);
  *          -EPERM      not in a task; -EINVAL  easy NULL.
  * On every return `easy` is out of the multi handle, yours and reusable.
  * `code_out` may be NULL.
