@@ -58,6 +58,13 @@ static void setup(void)
     tu_loop_setup();
 }
 
+/* For a test that makes its own loops. */
+static void setup_no_loop(void)
+{
+    srv_start();
+    tu_alloc_setup();
+}
+
 static void teardown(void)
 {
     tu_loop_teardown();
@@ -559,4 +566,52 @@ T(curl, idle_connections_do_not_spin_the_loop)
     cr_assert_eq(tu_run(idle_main, &polls), 0);
     cr_log_info("polls over 200 ms idle: %llu", (unsigned long long)polls);
     cr_assert_lt(polls, 50, "%llu polls in 200 ms of idle", (unsigned long long)polls);
+}
+
+/* A runtime of two loops: each loop performs with a multi handle of its
+ * own (libcurl handles are not thread-safe). */
+static int rt_get(void *arg, void **result)
+{
+    ferry_curl_result res;
+    CURLM *m = NULL;
+    int rc;
+
+    (void)arg;
+    rc = ferry_curl_get((const char *)arg, &res, NULL);
+    if (rc == 0 && strcmp(res.body, "hello world") != 0)
+        rc = -EPROTO;
+    ferry_curl_result_release(&res);
+    ferry_curl_multi(ferry_loop_current(), &m);
+    *result = m;
+    return rc;
+}
+
+struct rt_res { int rc0, rc1, call; void *m0, *m1; };
+
+static int rt_main(void *arg)
+{
+    struct rt_res *r = arg;
+    char u[128];
+
+    url(u, sizeof u, "/hello");
+    r->rc0 = rt_get(u, &r->m0);
+    r->call = ferry_runtime_call(ferry_runtime_current(), 1, rt_get, u, 0, &r->rc1, &r->m1);
+    return 0;
+}
+
+Test(curl, each_loop_of_a_runtime_has_its_own_multi_handle, .init = setup_no_loop,
+     .fini = teardown, .timeout = 30.)
+{
+    struct rt_res r;
+
+    memset(&r, 0, sizeof r);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    cr_assert_eq(ferry_run_loops(2, rt_main, &r), 0);
+    cr_assert_eq(r.call, 0);
+    cr_assert_eq(r.rc0, 0);
+    cr_assert_eq(r.rc1, 0);
+    cr_assert_not_null(r.m0);
+    cr_assert_not_null(r.m1);
+    cr_assert_neq(r.m0, r.m1);
+    curl_global_cleanup();
 }
