@@ -411,3 +411,94 @@ T(watch, refusals_change_nothing)
     cr_assert_eq(rc[10], 0);
     cr_assert_eq(ferry_watch_op_wait(&op), -EPERM);
 }
+
+/* A library that, inside the op delivering its descriptor, removes it,
+ * closes it and registers a new one under the same number (curl reuses
+ * numbers after REMOVE, #9799): the new registration is a fresh one,
+ * watched for what the library now asks, and nothing of the old one's
+ * delivery reaches it. */
+struct reuse_lib {
+    ferry_watch *w;
+    int fd, other, swaps, new_ready, old_ready, before;
+    uint64_t parks_at_swap, parks_at_new;   /* the watch's parks then */
+};
+
+static void reuse_ready(ferry_watch *w, int fd, int events, void *arg)
+{
+    struct reuse_lib *l = arg;
+    int p[2];
+
+    if (l->swaps > 0) {
+        ferry_watch_stats st;
+
+        ferry_watch_stats_get(w, &st);
+        if ((events & FERRY_READ) && l->new_ready++ == 0)
+            l->parks_at_new = st.parks;
+        if (!(events & FERRY_READ))
+            l->old_ready++;
+        return;
+    }
+    /* Ignored long enough for the watch to measure the deliveries (the
+     * spinning check), then replaced during a measured one. */
+    if (++l->before < 65)
+        return;
+    l->swaps++;
+    {
+        ferry_watch_stats st;
+
+        ferry_watch_stats_get(w, &st);
+        l->parks_at_swap = st.parks;
+    }
+    /* The old descriptor was a pipe's write end watched for writing. */
+    ferry_watch_fd_remove(w, fd);
+    close(fd);
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+        return;
+    /* The new one, under the same number: a read end with data waiting. */
+    if (p[0] != fd) {
+        dup2(p[0], fd);
+        close(p[0]);
+    }
+    if (write(p[1], "x", 1) != 1)
+        return;
+    l->other = p[1];
+    ferry_watch_fd(w, fd, FERRY_READ);
+}
+
+static const ferry_watch_ops reuse_ops = { .ready = reuse_ready, .timeout = idle_timeout };
+
+static int reuse_main(void *arg)
+{
+    struct reuse_lib *l = arg;
+    ferry_watch_stats st;
+    int p[2];
+
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+        return -1;
+    l->fd = p[1];
+    l->other = p[0];
+    if (ferry_watch_new(&l->w, ferry_loop_current(), NULL, &reuse_ops, l) != 0)
+        return -1;
+    ferry_watch_fd(l->w, l->fd, FERRY_WRITE);
+    ferry_sleep(FERRY_MSEC(20));
+    close(l->other);        /* the first pipe's read end */
+    ferry_watch_stats_get(l->w, &st);
+    ferry_watch_fd_remove(l->w, l->fd);
+    close(l->fd);
+    ferry_watch_free(l->w);
+    return (int)st.fds;
+}
+
+T(watch, descriptor_replaced_inside_its_own_delivery)
+{
+    struct reuse_lib l;
+
+    memset(&l, 0, sizeof l);
+    cr_assert_eq(tu_run(reuse_main, &l), 1);
+    cr_assert_eq(l.swaps, 1);
+    cr_assert_geq(l.new_ready, 1, "the new registration was never delivered");
+    cr_assert_eq(l.old_ready, 0, "the old registration's writability reached the new one");
+    /* The old registration's spinning check must not have been applied
+     * to the new one, which had not been delivered yet. */
+    cr_assert_eq(l.parks_at_new, l.parks_at_swap, "the new registration was parked for the old one");
+}
