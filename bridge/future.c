@@ -71,7 +71,7 @@ static void future_unref(struct ferry_future *f)
     pthread_mutex_unlock(&f->mu);
     if (!last)
         return;
-    ferry_inbox_release(f->ib);
+    ferry_inbox_unref(f->ib);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     ferry__free(f);
@@ -227,7 +227,7 @@ err_mutex:
 err_free:
     ferry__free(f);
 err_inbox:
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
     return rc;
 }
 
@@ -240,6 +240,8 @@ static int submit(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     if (!out)
         return -EINVAL;
     *out = NULL;
+    if (!loop)
+        loop = ferry_loop_current();
     if (!loop || !fn)
         return -EINVAL;
     if (ferry_loop_is_current(loop))
@@ -527,6 +529,8 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
      * A plain callback cannot suspend, so it never waits on a pool: a pool
      * thread waiting for one does not count, or jobs of other tasks
      * would fail with -EDEADLK where no deadlock is possible. */
+    if (!loop)
+        loop = ferry_loop_current();
     if (loop && ferry_loop_is_current(loop))
         return -EDEADLK;
     if (as_task)

@@ -200,7 +200,7 @@ static void inbox_ref(struct ferry_inbox *ib)
     atomic_fetch_add_explicit(&ib->refs, 1, memory_order_relaxed);
 }
 
-void ferry_inbox_release(struct ferry_inbox *ib)
+void ferry_inbox_unref(struct ferry_inbox *ib)
 {
     if (!ib)
         return;
@@ -228,10 +228,13 @@ ferry_loop *ferry__inbox_loop(const struct ferry_inbox *ib)
 
 int ferry_loop_call_soon_threadsafe(ferry_loop *loop, ferry_cb cb, void *arg)
 {
-    struct ferry_inbox *ib = ferry__inbox_of(loop);
+    struct ferry_inbox *ib;
 
+    if (!loop)
+        loop = ferry_loop_current();
     if (!loop || !cb)
         return -EINVAL;
+    ib = ferry__inbox_of(loop);
     if (!ib)
         return -ESHUTDOWN;
     /* Schedule fuzzing: the posts of a burst may arrive spread out. */
@@ -265,9 +268,13 @@ int ferry_inbox_get(ferry_inbox **out, ferry_loop *loop)
     struct ferry_inbox *ib;
     int rc;
 
-    if (!out || !loop)
+    if (!out)
         return -EINVAL;
     *out = NULL;
+    if (!loop)
+        loop = ferry_loop_current();
+    if (!loop)
+        return -EINVAL;
     ib = ferry__inbox_of(loop);
     if (!ib)
         return -ESHUTDOWN;
@@ -289,11 +296,14 @@ static void stop_run(struct ferry__cnode *n)
 
 int ferry_loop_stop_threadsafe(ferry_loop *loop)
 {
-    struct ferry_inbox *ib = ferry__inbox_of(loop);
+    struct ferry_inbox *ib;
     int rc = 0, err = 0;
 
     if (!loop)
+        loop = ferry_loop_current();
+    if (!loop)
         return -EINVAL;
+    ib = ferry__inbox_of(loop);
     if (!ib)
         return -ESHUTDOWN;
     pthread_mutex_lock(&ib->mu);
@@ -324,15 +334,30 @@ int ferry_inbox_stats_get(ferry_inbox *ib, ferry_inbox_stats *out)
     return 0;
 }
 
-int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
+int ferry_loop_inbox_stats_get(ferry_loop *loop, ferry_inbox_stats *out)
 {
-    struct ferry_inbox *ib = ferry__inbox_of(loop);
+    struct ferry_inbox *ib;
 
+    if (!loop)
+        loop = ferry_loop_current();
     if (!loop || !out)
         return -EINVAL;
+    ib = ferry__inbox_of(loop);
     if (!ib)
         return -ESHUTDOWN;
     return ferry_inbox_stats_get(ib, out);
+}
+
+/* The names before ferry_inbox_unref() and ferry_loop_inbox_stats_get(),
+ * kept for programs written against them (ferry/bridge.h). */
+void ferry_inbox_release(struct ferry_inbox *ib)
+{
+    ferry_inbox_unref(ib);
+}
+
+int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
+{
+    return ferry_loop_inbox_stats_get(loop, out);
 }
 
 bool ferry__inbox_on_loop(const struct ferry_inbox *ib)

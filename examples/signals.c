@@ -16,12 +16,15 @@
  *
  * An "operator" thread stands in for an administrator running kill(1): it
  * sends three SIGHUPs, then SIGTERM, then, once the service is draining,
- * SIGTERM again.  It sends them to the whole process (kill(getpid(), ...)),
- * from a thread that does not block them, so each one runs ferry's handler
- * before kill() returns and counts once.  (Signals sent from outside in a
- * burst may be merged by the kernel before any thread runs a handler, as
- * for any program.)  Try it by hand, too: `./signals --wait` serves until
- * it gets SIGTERM (`kill -HUP <pid>`, `kill -TERM <pid>`).
+ * SIGTERM again.  It sends each with raise(), to itself, a thread that
+ * does not block them: raise() returns after the handler has run on that
+ * thread, so each one counts once.  kill(getpid(), ...) would not do: the
+ * kernel hands a signal sent to the process to a thread of its choice (on
+ * Linux the main thread, here the loop's), and a second SIGHUP sent before
+ * that thread has run the handler merges with the first, as it would for
+ * any program (signal.h, "Counting").  Try it by hand, too:
+ * `./signals --wait` serves until it gets SIGTERM (`kill -HUP <pid>`,
+ * `kill -TERM <pid>`).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -110,19 +113,17 @@ static void operator_done(void *arg)
 
 static void *operator_thread(void *arg)
 {
-    pid_t me = getpid();
-
     (void)arg;
     usleep(50 * 1000);
     for (int i = 0; i < 3; i++) {
-        kill(me, SIGHUP);
+        raise(SIGHUP);
         usleep(10 * 1000);
     }
     usleep(100 * 1000);
-    kill(me, SIGTERM);
+    raise(SIGTERM);
     while (!atomic_load(&svc.draining))
         usleep(1000);
-    kill(me, SIGTERM);
+    raise(SIGTERM);
     ferry_loop_call_soon_threadsafe(svc.loop, operator_done, NULL);
     return NULL;
 }

@@ -15,7 +15,7 @@ static const char *const state_names[] = { "ready", "running", "waiting", "done"
 int ferry_loop_dump(ferry_loop *loop, FILE *out)
 {
     struct ferry__link *l;
-    int rc = ferry__loop_check(loop), n = 0;
+    int rc = ferry__loop_arg(&loop), n = 0;
 
     if (rc)
         return rc;

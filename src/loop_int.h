@@ -334,17 +334,8 @@ struct ferry_loop {
         uint64_t            broken_dropped; /* broken locks pushed out of `broken` */
     };
 
-    /* ---- signals (signal.c, sigport.c) ---- */
-    struct ferry__sigport  *sigport;     /* signal subscriptions (sig_int.h), or NULL */
-
-    /* ---- streams and listeners (stream.c, net.c) ---- */
-    struct ferry__netloop  *net;         /* (stream_int.h), or NULL */
-
-    /* ---- name resolution (dns.c) ---- */
-    struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
-
-    /* ---- watches of callback-style libraries (watch.c) ---- */
-    struct ferry__link      watches;     /* of struct ferry_watch, freed with the loop */
+    /* ---- the parts the I/O layer adds at their first use (loop.c) ---- */
+    struct ferry__link      parts;       /* of struct ferry__loop_part, oldest first */
 
     /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
      * and task.c) ---- */
@@ -491,6 +482,16 @@ static inline ferry_task *ferry__self(void)
 /* 0 if the caller is on the loop's thread, -EPERM otherwise. */
 int ferry__loop_check(const ferry_loop *loop);
 
+/* The loop argument of a public call, by the rule of loop.h: NULL stands
+ * for the calling thread's current loop.  Then ferry__loop_check() of it.
+ * Returns: 0 and *loop set; -EINVAL (NULL and no current loop); -EPERM. */
+static inline int ferry__loop_arg(ferry_loop **loop)
+{
+    if (!*loop)
+        *loop = ferry__loop_tls();
+    return ferry__loop_check(*loop);
+}
+
 /* ---- Entry checks, inline ----------------------------------------------- */
 
 /*
@@ -595,9 +596,5 @@ void ferry__group_child_done(ferry_task *t);
 /* TSan fibers of tasks (task.c). */
 void ferry__fiber_create(ferry_task *t);
 void ferry__fiber_destroy(ferry_task *t);
-
-/* ferry_loop_free(), once every task has ended: call the teardown op of
- * every watch still alive (watch.c) and free it. */
-void ferry__watch_loop_free(ferry_loop *loop);
 
 #endif /* FERRY_LOOP_INT_H */

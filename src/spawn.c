@@ -61,11 +61,7 @@ static inline int spawn_check(ferry_loop **loop, ferry_task_fn fn, const ferry_t
     size_t size = opts && opts->stack_size ? opts->stack_size : 0;
     int rc;
 
-    if (!*loop)
-        *loop = ferry__loop_tls();
-    if (!*loop)
-        return -EPERM;
-    rc = ferry__loop_check(*loop);
+    rc = ferry__loop_arg(loop);
     if (rc)
         return rc;
     if (!fn)

@@ -50,7 +50,7 @@ bool ferry__vclock_source(int64_t *now)
 
 int ferry_loop_advance(ferry_loop *loop, int64_t duration)
 {
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;
@@ -124,7 +124,7 @@ int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
 {
     ferry_timer *tm;
     int64_t now;
-    int rc = ferry__loop_check(loop);
+    int rc = ferry__loop_arg(&loop);
 
     if (rc)
         return rc;

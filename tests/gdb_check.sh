@@ -70,6 +70,18 @@ if [ "$core" = 1 ]; then
         -ex "echo ==core-bt-lock\n" -ex "ferry bt waits_on_lock" \
         -ex "echo ==core-end\n" \
         "$target" "$work/core" >>"$work/out" 2>&1
+    # The same with the default guards: where gcore cannot read the task
+    # stacks (it warns "Memory read failed"), `ferry tasks` and `ferry bt`
+    # must say that the tasks are not in the core and how to get them,
+    # not show the zeros as a task.
+    "${gdb_base[@]}" -ex "break gdb_target_stopped" -ex run \
+        -ex "generate-core-file $work/core2" -ex kill \
+        "$target" >"$work/gcore2.out" 2>&1
+    "${gdb_base[@]}" "${safe[@]}" \
+        -ex "echo ==zcore-tasks\n" -ex "ferry tasks" \
+        -ex "echo ==zcore-bt\n" -ex "ferry bt waits_on_lock" \
+        -ex "echo ==zcore-end\n" \
+        "$target" "$work/core2" >>"$work/out" 2>&1
 fi
 cat "$work/out"
 if grep "ptrace: Operation not permitted" "$work/out" >/dev/null &&
@@ -197,6 +209,15 @@ if [ "$core" = 1 ]; then
         "in a core file, the deep task's stack use"
     check core-bt-lock " ferry_lock_acquire " "in a core file, the lock waiter is in ferry_lock_acquire"
     check core-bt-lock " waits_on_lock " "in a core file, the lock waiter's backtrace has its body"
+    check_not zcore-tasks "^ +0 +'' +ready" "a task read from zeros is not listed"
+    if grep "Memory read failed" "$work/gcore2.out" >/dev/null; then
+        check zcore-tasks "are not in this core file .*ulimit -c unlimited.*coredump_filter" \
+            "a gcore core without the task stacks says so and how to get them"
+        check zcore-bt "are not in this core file" "ferry bt on that core says so too"
+    else
+        check zcore-tasks "'waits_on_lock' +waiting +lock 0x" \
+            "a gcore core with the default guards holds the tasks (no guard markers here)"
+    fi
 fi
 check frame "^#1 .* in main_task " "ferry bt keeps the frame the user selected"
 check end "gdb_target: done" "the program ran on to its end"

@@ -1,4 +1,4 @@
-/* test_dns.c - name resolution for tasks (ferry/net.h): numeric hosts and
+/* test_dns.c - name resolution for tasks (ferry/resolve.h): numeric hosts and
  * the hosts file answered without waiting, DNS through a fake server on
  * loopback (tests/fakedns.c: no test needs the network), the resolver's
  * error codes, deadlines and cancellation with the late answer dropped,
@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <netdb.h>
 
 #include <criterion/criterion.h>
 
@@ -304,7 +306,7 @@ T(localhost_from_the_system_hosts_file)
 T(names_are_asked_of_the_nameserver)
 {
     struct fakedns *s = fakedns_start();
-    struct lk l = lk_stream("www.example.test", "https", AF_UNSPEC);
+    struct lk l = lk_stream("www.example.test", "443", AF_UNSPEC);
 
     fakedns_add(s, "www.example.test", "192.0.2.10");
     fakedns_add(s, "www.example.test", "2001:db8::10");
@@ -773,7 +775,7 @@ T(every_lookup_goes_to_the_pool_when_asked)
     cr_expect_eq(pool_done(p), 1, "the lookup did not run on the pool");
     ferry_freeaddrinfo(l.res);
 
-    l = lk_stream("::1", "http", AF_INET6);
+    l = lk_stream("::1", "80", AF_INET6);
     lookup(&l);
     cr_assert_eq(l.rc, 0, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
     cr_expect_str_eq(show(l.res), "::1:80");
@@ -783,6 +785,38 @@ T(every_lookup_goes_to_the_pool_when_asked)
     l = lk_stream("127.0.0.1", "no-such-service", AF_INET);
     lookup(&l);
     cr_expect_eq(l.rc, FERRY_EAI_SERVICE, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    ferry_pool_free(p);
+}
+
+/* A service given by name is looked up in the machine's services
+ * database (/etc/services, from Debian's netbase), which a minimal system
+ * does not have: the other tests give ports as numbers, and this one
+ * compares with what the database says, on the loop and on the pool. */
+T(a_named_service_gives_the_port_of_the_services_database)
+{
+    struct servent *se = getservbyname("https", "tcp");
+    ferry_pool *p;
+    char want[32];
+    struct lk l;
+
+    if (!se)
+        cr_skip_test("no \"https\" in the services database (no /etc/services)");
+    snprintf(want, sizeof want, "127.0.0.1:%d", ntohs((uint16_t)se->s_port));
+    l = lk_stream("127.0.0.1", "https", AF_INET);
+    lookup(&l);
+    cr_assert_eq(l.rc, 0, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    cr_expect_str_eq(show(l.res), want);
+    ferry_freeaddrinfo(l.res);
+
+    p = small_pool();
+    cr_assert_eq(ferry_loop_set_resolver(tu_loop, &(ferry_resolver_opts){
+        .mode = FERRY_RESOLVE_THREADS, .pool = p }), 0);
+    l = lk_stream("127.0.0.1", "https", AF_INET);
+    lookup(&l);
+    cr_expect_eq(l.rc, 0, "rc %d (%s)", l.rc, ferry_gai_strerror(l.rc));
+    if (l.rc == 0)
+        cr_expect_str_eq(show(l.res), want);
+    ferry_freeaddrinfo(l.res);
     ferry_pool_free(p);
 }
 
@@ -1174,7 +1208,9 @@ T(bad_input_is_refused)
         .nameservers = " , " }), -EINVAL);
     cr_expect_eq(ferry_loop_set_resolver(tu_loop, &(ferry_resolver_opts){ .timeout = 5 }),
                  -EINVAL);
-    cr_expect_eq(ferry_loop_set_resolver(NULL, NULL), -EINVAL);
+    /* NULL is tu_loop (loop.h); on a thread without a loop: test_loop.c. */
+    cr_expect_eq(ferry_loop_set_resolver(NULL, &(ferry_resolver_opts){ .timeout = 5 }),
+                 -EINVAL);
     ferry_freeaddrinfo(NULL);
     fakedns_stop(s);
 }
@@ -1337,7 +1373,7 @@ T(a_nul_byte_in_nsswitch_conf_hides_only_the_rest_of_its_line)
 /* An AAAA record whose RDLENGTH is not 16 makes the reply unusable:
  * FERRY_EAI_FAIL, as a reply that could not be read.  The A answer of
  * the same lookup still counts (glibc does the same).  An A record of 16
- * bytes is not refused: evdns reads it as four addresses (docs/net.md,
+ * bytes is not refused: evdns reads it as four addresses (docs/resolve.md,
  * Limits). */
 T(an_aaaa_record_of_the_wrong_length_is_eai_fail)
 {

@@ -722,3 +722,189 @@ Test(job, ticket_outlives_its_job_and_its_pool,
     ferry_ticket_free(dropped);
     ferry_ticket_free(blocker);
 }
+
+/* ---- CPU-bound work that cannot be interrupted (docs/wrapping.md) -------- */
+
+/* A password hash stands for work with no way to stop it from outside:
+ * abandoned, it keeps its pool thread until it ends.  Two ways to keep a
+ * pool from filling up with work nobody waits for any more. */
+enum { HASH_CHUNKS = 20000 };
+
+struct hash_job {
+    atomic_int entered;       /* the job started */
+    atomic_int chunks;        /* chunks done */
+    atomic_int release;       /* ends the bounded test's jobs */
+    atomic_int running;       /* jobs running now */
+    atomic_int most;          /* the most that ran at once */
+    atomic_int runs;          /* jobs started */
+};
+
+/* One chunk of the hash: short enough that stopping between two is
+ * prompt, long enough to be work. */
+static void hash_chunk(void)
+{
+    volatile uint64_t h = 1469598103934665603ull;
+
+    for (int i = 0; i < 2000; i++)
+        h = (h ^ (uint64_t)i) * 1099511628211ull;
+}
+
+/* Split into chunks: between two, the job asks whether its caller is
+ * still there, and reports that it stopped in its own status. */
+static int chunked_hash(void *arg, void **result)
+{
+    struct hash_job *h = arg;
+
+    (void)result;
+    atomic_store(&h->entered, 1);
+    for (int i = 0; i < HASH_CHUNKS; i++) {
+        if (ferry_job_cancelled())
+            return -ECANCELED;
+        hash_chunk();
+        atomic_fetch_add(&h->chunks, 1);
+        if (i == 0)
+            usleep(1000);    /* time for the test to cancel its caller */
+    }
+    return 0;
+}
+
+struct hash_call {
+    ferry_pool      *pool;
+    struct hash_job *h;
+    int              rc;
+    int              job_status;
+};
+
+static int chunked_hash_task(void *arg)
+{
+    struct hash_call *c = arg;
+    ferry_job job = { .fn = chunked_hash, .arg = c->h };
+
+    c->rc = ferry_to_thread_ex(c->pool, &job, &c->job_status, NULL);
+    return 0;
+}
+
+static int seven_job(void *arg)
+{
+    (void)arg;
+    return 7;
+}
+
+static int chunked_main(void *arg)
+{
+    struct hash_call *c = arg;
+    ferry_task *t;
+    int rc;
+
+    c->rc = c->job_status = 1;
+    if (ferry_task_spawn(&t, NULL, chunked_hash_task, c, NULL))
+        return -1;
+    rc = tu_task_wait_flag(&c->h->entered);
+    if (rc)
+        return rc;
+    ferry_task_cancel(t);
+    ferry_task_join(t, NULL);
+    /* The pool's only thread is free again. */
+    return ferry_to_thread(c->pool, seven_job, NULL);
+}
+
+Test(job, a_cpu_bound_job_in_chunks_stops_at_the_next_chunk_and_frees_its_thread,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    struct hash_job h = {0};
+    struct hash_call c = { .h = &h };
+
+    cr_assert_eq(ferry_pool_new(&c.pool, &(ferry_pool_opts){ .threads = 1 }), 0);
+    cr_assert_eq(tu_run(chunked_main, &c), 7);
+    cr_assert_eq(c.rc, 0, "the job ran: %d", c.rc);
+    cr_assert_eq(c.job_status, -ECANCELED, "the job reported that it stopped: %d", c.job_status);
+    cr_assert_lt(atomic_load(&h.chunks), HASH_CHUNKS, "the job did all its chunks");
+    ferry_pool_free(c.pool);
+}
+
+/* Whole, waited for, at most `permits` at once: the wait for a permit is
+ * where callers queue, and leaving it costs nothing. */
+static int whole_hash(void *arg)
+{
+    struct hash_job *h = arg;
+    int now = atomic_fetch_add(&h->running, 1) + 1;
+
+    atomic_fetch_add(&h->runs, 1);
+    for (int most = atomic_load(&h->most); now > most &&
+         !atomic_compare_exchange_weak(&h->most, &most, now);)
+        ;
+    atomic_store(&h->entered, 1);
+    while (!atomic_load(&h->release))
+        usleep(200);
+    hash_chunk();
+    atomic_fetch_sub(&h->running, 1);
+    return 0;
+}
+
+struct bounded {
+    ferry_pool      *pool;
+    ferry_sem        permits;
+    struct hash_job *h;
+    int              rc[4];
+};
+
+static int bounded_hash(ferry_pool *pool, ferry_sem *permits, struct hash_job *h)
+{
+    int rc = ferry_sem_acquire(permits);
+
+    if (rc)
+        return rc;                /* never started: nothing to wait for */
+    rc = ferry_to_thread(pool, whole_hash, h);
+    ferry_sem_release(permits);
+    return rc;
+}
+
+static struct bounded *bd;
+
+static int bounded_task(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    bd->rc[i] = bounded_hash(bd->pool, &bd->permits, bd->h);
+    return 0;
+}
+
+static int bounded_main(void *arg)
+{
+    ferry_task *t[4];
+    int rc;
+
+    (void)arg;
+    for (int i = 0; i < 4; i++)
+        if (ferry_task_spawn(&t[i], NULL, bounded_task, (void *)(intptr_t)i, NULL))
+            return -1;
+    rc = tu_task_wait_flag(&bd->h->entered);
+    if (rc)
+        return rc;
+    for (int i = 1; i < 4; i++)         /* they wait for a permit */
+        ferry_task_cancel(t[i]);
+    for (int i = 1; i < 4; i++)
+        ferry_task_join(t[i], NULL);
+    atomic_store(&bd->h->release, 1);
+    ferry_task_join(t[0], NULL);
+    return 0;
+}
+
+Test(job, a_semaphore_around_to_thread_bounds_the_jobs_and_callers_leave_its_queue_for_free,
+     .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
+{
+    struct hash_job h = {0};
+    struct bounded b = { .h = &h };
+
+    bd = &b;
+    cr_assert_eq(ferry_pool_new(&b.pool, &(ferry_pool_opts){ .threads = 4 }), 0);
+    cr_assert_eq(ferry_sem_init(&b.permits, 1, 0), 0);
+    cr_assert_eq(tu_run(bounded_main, NULL), 0);
+    cr_assert_eq(b.rc[0], 0);
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(b.rc[i], -ECANCELED, "caller %d: %d", i, b.rc[i]);
+    cr_assert_eq(atomic_load(&h.runs), 1, "a cancelled caller's job ran");
+    cr_assert_eq(atomic_load(&h.most), 1);
+    cr_assert_eq(ferry_sem_destroy(&b.permits), 0);
+    ferry_pool_free(b.pool);
+}

@@ -23,6 +23,7 @@
 
 #include "testutil.h"
 #include "fault.h"
+#include "ferry_int.h"
 #include "ferry/bridge.h"
 
 #define T(name) Test(loop, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
@@ -87,20 +88,11 @@ T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
     ferry_loop_stats st;
     ferry_loop *l2 = (ferry_loop *)&st;
 
-    cr_assert_eq(ferry_loop_run(NULL, FERRY_RUN_DEFAULT), -EINVAL);
-    cr_assert_eq(ferry_loop_stop(NULL), -EINVAL);
-    cr_assert_eq(ferry_loop_ref(NULL), -EINVAL);
-    cr_assert_eq(ferry_loop_unref(NULL), -EINVAL);
-    cr_assert_eq(ferry_loop_set_slow_threshold(NULL, 0), -EINVAL);
-    cr_assert_eq(ferry_loop_stats_get(NULL, &st), -EINVAL);
+    /* A NULL loop: a_null_loop_... below. */
     cr_assert_eq(ferry_loop_stats_get(tu_loop, NULL), -EINVAL);
-    cr_assert_null(ferry_loop_base(NULL));
     cr_assert_not(ferry_loop_is_current(NULL));
-    cr_assert_eq(ferry_call_soon(NULL, noop_cb, NULL), -EINVAL);
     cr_assert_eq(ferry_call_soon(tu_loop, NULL, NULL), -EINVAL);
-    cr_assert_eq(ferry_call_later(NULL, 0, noop_cb, NULL, NULL), -EINVAL);
     cr_assert_eq(ferry_call_later(tu_loop, 0, NULL, NULL, NULL), -EINVAL);
-    cr_assert_eq(ferry_loop_dump(NULL, stderr), -EINVAL);
     cr_assert_eq(ferry_loop_dump(tu_loop, NULL), -EINVAL);
     cr_assert_eq(ferry_loop_new(&l2, &(ferry_loop_opts){ .stack_size = ((size_t)1 << 30) + 1 }),
                  -EINVAL);
@@ -123,6 +115,138 @@ T(null_and_out_of_range_arguments_are_einval_and_change_nothing)
 }
 
 /* ---- from another thread ------------------------------------------------- */
+
+/* ---- a NULL loop ---------------------------------------------------------- */
+
+static void stop_current(void *arg)
+{
+    *(int *)arg += ferry_loop_stop(NULL) == 0;
+}
+
+/* The rule of loop.h: every call that takes a loop takes NULL for the
+ * calling thread's current loop, and refuses it with -EINVAL on a thread
+ * that has none.  On tu_loop's thread, each call given NULL acts on it. */
+T(a_null_loop_is_the_calling_threads_loop)
+{
+    int soon = 0, later = 0, posted = 0, stops = 0;
+    FILE *null = fopen("/dev/null", "w");
+    ferry_inbox_stats ist;
+    ferry_loop_stats st;
+    ferry_future *f = NULL;
+    ferry_task *t;
+    int status = -1;
+
+    cr_assert_not_null(null);
+    cr_assert_eq(ferry_loop_current(), tu_loop);
+    cr_assert_eq(ferry_loop_ref(NULL), 0);
+    cr_assert_eq(ferry_loop_unref(tu_loop), 0, "ferry_loop_ref(NULL) did not count on tu_loop");
+    cr_assert_eq(ferry_loop_base(NULL), ferry_loop_base(tu_loop));
+    cr_assert_eq(ferry_loop_stats_get(NULL, &st), 0);
+    cr_assert_eq(ferry_loop_set_slow_threshold(NULL, 0), 0);
+    cr_assert_eq(ferry_loop_dump(NULL, null), 0);
+    cr_assert_eq(ferry_loop_advance(NULL, 1), -EINVAL, "tu_loop has no virtual clock");
+    cr_assert_eq(ferry_call_soon(NULL, set_flag, &soon), 0);
+    cr_assert_eq(ferry_call_later(NULL, 0, set_flag, &later, NULL), 0);
+    cr_assert_eq(ferry_loop_call_soon_threadsafe(NULL, set_flag, &posted), 0);
+    cr_assert_eq(ferry_task_spawn(&t, NULL, tu_ret42, NULL, NULL), 0);
+    cr_assert_eq(ferry_loop_run(NULL, FERRY_RUN_DEFAULT), 0);
+    cr_assert(soon && later && posted, "soon %d, later %d, posted %d", soon, later, posted);
+    cr_assert_eq(ferry_task_try_join(t, &status), 0);
+    cr_assert_eq(status, 42);
+    cr_assert_eq(ferry_loop_inbox_stats(NULL, &ist), 0);
+    cr_assert_geq(ist.posts, 1);
+    /* The calls that wait for a loop refuse to wait for their own. */
+    cr_assert_eq(ferry_loop_call_threadsafe(NULL, tu_ret0, NULL, &f), -EDEADLK);
+    cr_assert_eq(ferry_loop_run_sync(NULL, tu_ret0, NULL, 0, &status), -EDEADLK);
+    /* A stop from "another thread" aimed at NULL ends a run of tu_loop. */
+    cr_assert_eq(ferry_loop_stop_threadsafe(NULL), 0);
+    cr_assert_eq(ferry_loop_run(NULL, FERRY_RUN_FOREVER), 0);
+    /* And ferry_loop_stop(NULL) from a callback of the run. */
+    cr_assert_eq(ferry_call_soon(NULL, stop_current, &stops), 0);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_FOREVER), 0);
+    cr_assert_eq(stops, 1);
+    fclose(null);
+}
+
+enum { NULL_CALLS = 24 };
+
+struct null_calls {
+    int   rc[NULL_CALLS];
+    int   n;
+    void *base;                  /* ferry_loop_base(NULL) */
+    void *current;               /* ferry_loop_current() */
+    void *outs[6];               /* the OUT parameters, which must be NULL */
+};
+
+static void *null_calls_thread(void *arg)
+{
+    struct null_calls *c = arg;
+    static const int usr1[] = { SIGUSR1 };
+    FILE *null = fopen("/dev/null", "w");
+    ferry_task *t = (ferry_task *)1;
+    ferry_stream *s = (ferry_stream *)1;
+    ferry_listener *l1 = (ferry_listener *)1, *l2 = (ferry_listener *)1;
+    ferry_sigsub *sub = (ferry_sigsub *)1;
+    ferry_future *f = (ferry_future *)1;
+    ferry_inbox *ib = (ferry_inbox *)1;
+    ferry_inbox_stats ist;
+    ferry_loop_stats st;
+    int fds[2], i = 0, status;
+
+    c->current = ferry_loop_current();
+    c->base = ferry_loop_base(NULL);
+    if (pipe(fds) != 0)
+        return NULL;
+    c->rc[i++] = ferry_loop_run(NULL, FERRY_RUN_ONCE);
+    c->rc[i++] = ferry_loop_stop(NULL);
+    c->rc[i++] = ferry_loop_ref(NULL);
+    c->rc[i++] = ferry_loop_unref(NULL);
+    c->rc[i++] = ferry_loop_set_slow_threshold(NULL, 0);
+    c->rc[i++] = ferry_loop_stats_get(NULL, &st);
+    c->rc[i++] = ferry_loop_advance(NULL, 1);
+    c->rc[i++] = ferry_loop_dump(NULL, null);
+    c->rc[i++] = ferry_call_soon(NULL, noop_cb, NULL);
+    c->rc[i++] = ferry_call_later(NULL, 0, noop_cb, NULL, NULL);
+    c->rc[i++] = ferry_task_spawn(&t, NULL, tu_ret0, NULL, NULL);
+    c->rc[i++] = ferry_loop_set_resolver(NULL, NULL);
+    c->rc[i++] = ferry_stream_open(&s, NULL, fds[0], NULL);
+    c->rc[i++] = ferry_tcp_listen(&l1, NULL, "127.0.0.1", 0, NULL);
+    c->rc[i++] = ferry_unix_listen(&l2, NULL, "@ferry-test-null-loop", NULL);
+    c->rc[i++] = ferry_sigsub_new(&sub, NULL, usr1, 1);
+    c->rc[i++] = ferry_loop_call_soon_threadsafe(NULL, noop_cb, NULL);
+    c->rc[i++] = ferry_loop_stop_threadsafe(NULL);
+    c->rc[i++] = ferry_inbox_get(&ib, NULL);
+    c->rc[i++] = ferry_loop_inbox_stats(NULL, &ist);
+    c->rc[i++] = ferry_loop_spawn_threadsafe(NULL, tu_ret0, NULL, NULL, &f);
+    c->rc[i++] = ferry_loop_call_threadsafe(NULL, tu_ret0, NULL, &f);
+    c->rc[i++] = ferry_loop_run_sync(NULL, tu_ret0, NULL, 0, &status);
+    c->rc[i++] = ferry_loop_run_task_sync(NULL, tu_ret0, NULL, 0, &status);
+    c->n = i;
+    c->outs[0] = t;
+    c->outs[1] = s;
+    c->outs[2] = l1;
+    c->outs[3] = l2;
+    c->outs[4] = sub;
+    c->outs[5] = ib;
+    close(fds[0]);
+    close(fds[1]);
+    fclose(null);
+    return NULL;
+}
+
+T(a_null_loop_on_a_thread_without_one_is_einval)
+{
+    struct null_calls c = { .n = -1 };
+
+    tu_on_thread(null_calls_thread, &c);
+    cr_assert_eq(c.n, NULL_CALLS);
+    cr_assert_null(c.current);
+    cr_assert_null(c.base);
+    for (int i = 0; i < c.n; i++)
+        cr_expect_eq(c.rc[i], -EINVAL, "call %d returned %d", i, c.rc[i]);
+    for (int i = 0; i < 6; i++)
+        cr_expect_null(c.outs[i], "OUT parameter %d was not set to NULL", i);
+}
 
 struct foreign {
     ferry_loop  *loop;
@@ -151,7 +275,6 @@ static void *foreign_thread(void *arg)
     f->rc[i++] = ferry_task_detach(f->task);
     f->rc[i++] = ferry_task_cancel(f->task);
     f->rc[i++] = ferry_loop_dump(f->loop, null);
-    f->rc[i++] = ferry_task_spawn(NULL, NULL, tu_ret0, NULL, NULL);   /* no loop on this thread */
     f->rc[i++] = ferry_task_spawn(NULL, f->loop, tu_ret0, NULL, NULL);
     f->rc[i++] = ferry_group_cancel(f->group);
     f->rc[i++] = ferry_sem_try_acquire(f->unbound);   /* no loop here to bind to */
@@ -191,7 +314,7 @@ T(calls_from_a_foreign_thread_are_eperm_and_change_nothing)
     cr_assert_eq(ferry_task_spawn(&owner, tu_loop, foreign_owner, NULL, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_ONCE), 0);   /* both wait now */
     tu_on_thread(foreign_thread, &f);
-    cr_assert_eq(f.nrc, 14);
+    cr_assert_eq(f.nrc, 13);
     for (int i = 0; i < f.nrc; i++)
         cr_assert_eq(f.rc[i], -EPERM, "call %d returned %d", i, f.rc[i]);
     cr_assert_null(f.p[0]);
@@ -867,36 +990,9 @@ TL(ferry_run_cancels_waits_for_and_names_tasks_left_when_main_returns)
 }
 
 /* The default pool is shut down at the end of ferry_run(): its threads
- * are gone and its memory is given back; the next use starts a new one. */
-static int threads_now(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    int n = -1;
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    fclose(f);
-    return n;
-}
-
-/* The thread count before a test: after one thread has come and gone, so
- * that a runtime's own helper thread (ThreadSanitizer starts one at the
- * first pthread_create()) is already counted. */
-static void *warm_thread(void *arg)
-{
-    return arg;
-}
-
-static int threads_before(void)
-{
-    pthread_join(tu_start_thread(warm_thread, NULL), NULL);
-    return threads_now();
-}
-
+ * are gone and its memory is given back; the next use starts a new one.
+ * The pool joins its threads before it returns; the counts wait for the
+ * kernel to reap them (tu_threads_now()). */
 static int offload_job(void *arg)
 {
     return 31;
@@ -909,24 +1005,25 @@ static int main_offloads(void *arg)
 
 TL(ferry_run_shuts_the_default_pool_down_and_a_later_use_starts_a_new_one)
 {
-    int before = threads_before();
+    int before = tu_threads_baseline();
     ferry_pool_stats st;
     long live;
 
     cr_assert_gt(before, 0);
     live = ferry__alloc_live();
     cr_assert_eq(ferry_run(main_offloads, NULL), 31);
-    cr_assert_eq(threads_now(), before, "the default pool's threads outlived ferry_run");
+    cr_assert_eq(tu_threads_wait(before), before, "the default pool's threads outlived ferry_run");
     cr_assert_eq(ferry__alloc_live(), live);
     /* A later use starts a new default pool, which the call shuts down. */
     cr_assert_eq(ferry_pool_stats_get(NULL, &st), 0);
-    cr_assert_gt(threads_now(), before);
+    cr_assert_gt(tu_threads_now(), before);
     cr_assert_eq(ferry_run(main_offloads, NULL), 31);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_not_null(ferry_pool_default());
+    cr_assert_gt(tu_threads_now(), before);
     cr_assert_eq(ferry_pool_default_shutdown(0x80), -EINVAL);
     cr_assert_eq(ferry_pool_default_shutdown(0), 0);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_eq(ferry_pool_default_shutdown(0), 0);   /* none: nothing to do */
     cr_assert_eq(tu_leaks(), 0);
 }
@@ -971,16 +1068,14 @@ static int main_abandons(void *arg)
 
 TL(ferry_run_does_not_wait_for_an_abandoned_job_of_the_default_pool)
 {
-    int before = threads_before(), waited = 0;
+    int before = tu_threads_baseline();
     long live = ferry__alloc_live();
 
     cr_assert_eq(ferry_run(main_abandons, NULL), 0);
     cr_assert_eq(atomic_load(&stuck_cleanups), 0, "ferry_run waited for the abandoned job");
-    cr_assert_eq(threads_now(), before + 1);
+    cr_assert_eq(tu_threads_wait(before + 1), before + 1);
     atomic_store(&stuck_release, 1);
-    while (threads_now() != before && waited++ < 5000)
-        usleep(1000);
-    cr_assert_eq(threads_now(), before);
+    cr_assert_eq(tu_threads_wait(before), before);
     cr_assert_eq(atomic_load(&stuck_cleanups), 1);
     cr_assert_eq(tu_alloc_settle(live), 0);
 }
@@ -1364,4 +1459,64 @@ T(blocked_loop_detector_reports_nothing_of_tasks_that_yield_and_offload)
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     tu_log_capture_stop();
     cr_assert_eq(tu_log_lines(), 0, "log: %s", tu_log_text());
+}
+
+/* ---- the loop's parts (ferry_int.h) ------------------------------------------ */
+
+/* A part as the I/O layer makes one: embedded in its owner's record. */
+struct test_part {
+    struct ferry__loop_part part;
+    int                     id;
+};
+
+static int part_freed[4];       /* ids in the order the loop freed them */
+static int part_nfreed;
+static int part_closing_calls;  /* times the closing hook was asked */
+static int part_busy;           /* answers "still closing" this many times */
+
+static bool test_part_closing(struct ferry__loop_part *part)
+{
+    (void)part;
+    part_closing_calls++;
+    return part_busy-- > 0;
+}
+
+static void test_part_free(struct ferry__loop_part *part)
+{
+    struct test_part *t = ferry__container_of(part, struct test_part, part);
+
+    /* Still findable while its own free hook runs. */
+    if (ferry__loop_part_find(part->loop, part->ops) == part && part_nfreed < 4)
+        part_freed[part_nfreed++] = t->id;
+    ferry__loop_part_del(part);
+}
+
+static const struct ferry__part_ops test_part_a = { "a", test_part_closing, test_part_free };
+static const struct ferry__part_ops test_part_b = { "b", NULL, test_part_free };
+static const struct ferry__part_ops test_part_none = { "none", NULL, test_part_free };
+
+/* The parts a subsystem adds at its first use are found by their ops,
+ * asked while the loop ends until none owes anything (the loop goes on
+ * polling meanwhile), and freed newest first when the loop is freed. */
+Test(loop, parts_are_found_polled_while_closing_and_freed_newest_first, .timeout = 30.)
+{
+    struct test_part a = { .id = 1 }, b = { .id = 2 };
+    ferry_loop *loop;
+
+    part_nfreed = 0;
+    part_closing_calls = 0;
+    part_busy = 3;
+    cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+    cr_assert_null(ferry__loop_part_find(loop, &test_part_a));
+    ferry__loop_part_add(loop, &a.part, &test_part_a);
+    ferry__loop_part_add(loop, &b.part, &test_part_b);
+    cr_assert_eq(ferry__loop_part_find(loop, &test_part_a), &a.part);
+    cr_assert_eq(ferry__loop_part_find(loop, &test_part_b), &b.part);
+    cr_assert_null(ferry__loop_part_find(loop, &test_part_none));
+    cr_assert_eq(a.part.loop, loop);
+    ferry_loop_free(loop);
+    cr_assert_eq(part_closing_calls, 4, "closing asked %d times", part_closing_calls);
+    cr_assert_eq(part_nfreed, 2);
+    cr_assert_eq(part_freed[0], 2);
+    cr_assert_eq(part_freed[1], 1);
 }

@@ -856,7 +856,7 @@ static int blk_main(void *arg)
     /* Both pool threads are inside their call once it posted its request. */
     do {
         ferry_sleep(FERRY_USEC(200));
-        ferry_loop_inbox_stats(b->other, &st);
+        ferry_loop_inbox_stats_get(b->other, &st);
     } while (st.posts < 2);
     ferry_task_spawn(&opener, NULL, blk_opener, b, NULL);
     b->rc_task = ferry_to_thread(b->p, ret3, NULL);
@@ -1285,37 +1285,13 @@ static int leave_main(void *arg)
     return 0;
 }
 
-static int proc_threads(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    int n = -1;
-
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1)
-            break;
-    fclose(f);
-    return n;
-}
-
-/* Counted after one thread has come and gone, so that a runtime's own
- * helper thread (ThreadSanitizer starts one at the first pthread_create())
- * is already there. */
-static void *warm_thread(void *arg)
-{
-    return arg;
-}
-
 T(free_leaving_abandoned_jobs_returns_before_they_end)
 {
     ferry_pool *p;
-    int before, waited = 0;
+    int before;
     long live;
 
-    pthread_join(tu_start_thread(warm_thread, NULL), NULL);
-    before = proc_threads();
+    before = tu_threads_baseline();
     live = ferry__alloc_live();
     cr_assert_eq(ferry_pool_new(&p, &(ferry_pool_opts){ .threads = 3 }), 0);
     cr_assert_eq(ferry_pool_free_ex(p, 0x80), -EINVAL);
@@ -1325,11 +1301,10 @@ T(free_leaving_abandoned_jobs_returns_before_they_end)
     cr_assert_eq(ferry_pool_free_ex(p, FERRY_POOL_FREE_LEAVE_ABANDONED), 0);
     /* Returned with the job still blocked: its cleanup has not run. */
     cr_assert_eq(atomic_load(&leave_cleanups), 0);
-    cr_assert_eq(proc_threads(), before + 1, "only the abandoned job's thread is left");
+    cr_assert_eq(tu_threads_wait(before + 1), before + 1,
+                 "only the abandoned job's thread is left");
     atomic_store(&leave_release, 1);
-    while (proc_threads() != before && waited++ < 5000)
-        usleep(1000);
-    cr_assert_eq(proc_threads(), before, "the abandoned job's thread did not exit");
+    cr_assert_eq(tu_threads_wait(before), before, "the abandoned job's thread did not exit");
     cr_assert_eq(atomic_load(&leave_cleanups), 1);
     cr_assert_eq(atomic_load(&leave_same_thread), 1);
     cr_assert_eq(tu_alloc_settle(live), 0);

@@ -223,24 +223,69 @@ static int slow_task(void *arg)
     return rc;
 }
 
+/* Waits on the server until another connection pushes to the list. */
+static int blocked_task(void *arg)
+{
+    redisReply *rep = NULL;
+    int rc = ferry_redis_command(g_r, &rep, "BLPOP %s 0", (const char *)arg);
+
+    ferry_redis_reply_free(rep);
+    return rc;
+}
+
+/* Whether the server holds a client in a blocking command. */
+static bool server_blocks_a_client(ferry_redis *r)
+{
+    redisReply *rep = NULL;
+    bool yes = false;
+
+    if (ferry_redis_command(r, &rep, "INFO clients") == 0 && rep->str != NULL)
+        yes = strstr(rep->str, "blocked_clients:0") == NULL &&
+              strstr(rep->str, "blocked_clients:") != NULL;
+    ferry_redis_reply_free(rep);
+    return yes;
+}
+
+/* The caller is cancelled while its command is on the server, and the
+ * reply cannot come before the test lets it (a BLPOP that waits for a
+ * push): the outcome does not depend on how late this task runs on a
+ * loaded machine.  (A script that keeps the server busy for a while did:
+ * a sleep that overshot it let the reply in before the cancel.) */
 static int cancel_main(void *arg)
 {
-    ferry_task *t;
+    ferry_redis *other = NULL;
     redisReply *rep = NULL;
+    ferry_task *t;
 
     (void)arg;
     g_rc[0] = connect_srv(&g_r);
     if (g_rc[0])
         return 0;
-    t = tu_spawn(slow_task, "200");
-    ferry_sleep(FERRY_MSEC(20));
+    g_rc[3] = connect_srv(&other);
+    if (g_rc[3]) {
+        ferry_redis_close(g_r);
+        return 0;
+    }
+    t = tu_spawn(blocked_task, "cancel-list");
+    g_rc[4] = -ETIMEDOUT;
+    for (int i = 0; i < 5000 && g_rc[4]; i++) {
+        if (server_blocks_a_client(other))
+            g_rc[4] = 0;
+        else
+            ferry_sleep(FERRY_MSEC(1));
+    }
     ferry_task_cancel(t);
     g_rc[1] = tu_join(t);
+    /* The late reply to the BLPOP, then the next caller's own. */
+    g_rc[5] = ferry_redis_command(other, &rep, "RPUSH %s %s", "cancel-list", "late");
+    ferry_redis_reply_free(rep);
+    rep = NULL;
     g_rc[2] = ferry_redis_command(g_r, &rep, "ECHO %s", "after");
     if (rep) {
         snprintf(g_str[0], sizeof(g_str[0]), "%s", rep->str);
         ferry_redis_reply_free(rep);
     }
+    ferry_redis_close(other);
     ferry_redis_close(g_r);
     return 0;
 }
@@ -249,7 +294,10 @@ T(cancelled_caller_returns_at_once)
 {
     cr_assert_eq(tu_run(cancel_main, NULL), 0);
     cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[3], 0);
+    cr_assert_eq(g_rc[4], 0, "the server never held the BLPOP");
     cr_assert_eq(g_rc[1], -ECANCELED, "%d", g_rc[1]);
+    cr_assert_eq(g_rc[5], 0);
     cr_assert_eq(g_rc[2], 0);
     cr_assert_str_eq(g_str[0], "after");
 }

@@ -674,7 +674,7 @@ T(bad_input_and_the_wrong_thread_are_refused)
     w.sub = cx.sub;
     pthread_join(tu_start_thread(wrong_thread_fn, &w), NULL);
     cr_assert_eq(w.new_rc, -EPERM);
-    cr_assert_eq(w.new_null_rc, -EPERM);
+    cr_assert_eq(w.new_null_rc, -EINVAL);
     cr_assert_eq(w.try_rc, -EPERM);
     cr_assert_eq(w.recv_rc, -EPERM);
     cr_assert_eq(w.free_rc, -EPERM);

@@ -283,6 +283,51 @@ void *tu_on_thread(void *(*fn)(void *), void *arg)
     return res;
 }
 
+int tu_threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    fclose(f);
+    return n;
+}
+
+int tu_threads_wait(int want)
+{
+    int64_t until = ferry__now_real() + tu_ms(5000);
+    int n;
+
+    while ((n = tu_threads_now()) != want && ferry__now_real() < until)
+        usleep(1000);
+    return n;
+}
+
+static void *own_tid(void *arg)
+{
+    *(pid_t *)arg = gettid();
+    return NULL;
+}
+
+int tu_threads_baseline(void)
+{
+    int64_t until = ferry__now_real() + tu_ms(5000);
+    char path[64];
+    pid_t tid = 0;
+
+    pthread_join(tu_start_thread(own_tid, &tid), NULL);
+    snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+    while (access(path, F_OK) == 0 && ferry__now_real() < until)
+        usleep(1000);
+    cr_assert_neq(access(path, F_OK), 0, "a joined thread was never reaped");
+    return tu_threads_now();
+}
+
 void tu_spin_until(atomic_int *flag)
 {
     while (!atomic_load(flag))

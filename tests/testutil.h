@@ -92,6 +92,26 @@ long tu_alloc_settle(long want);
 /* Start a thread running fn(arg); a failure fails the test. */
 pthread_t tu_start_thread(void *(*fn)(void *), void *arg);
 
+/*
+ * The threads of this process as /proc counts them ("Threads:" of
+ * /proc/self/status), or -1.  The kernel takes a thread out of that count
+ * a moment after pthread_join() has returned (the joiner is woken when the
+ * thread's stack may be reused, before the kernel has reaped it), so a
+ * count right after a join may still include the joined thread: compare
+ * through tu_threads_wait().
+ */
+int tu_threads_now(void);
+
+/* Wait until tu_threads_now() is `want`, for at most five seconds
+ * (scaled).  Returns the count last seen. */
+int tu_threads_wait(int want);
+
+/* The count to compare with later: taken after one thread has come and
+ * gone and the kernel has reaped it, so that a runtime's own helper thread
+ * (ThreadSanitizer starts one at the first pthread_create()) is counted
+ * and the joined one is not. */
+int tu_threads_baseline(void);
+
 /* Run fn(arg) on a thread of its own and wait for it; what fn returned. */
 void *tu_on_thread(void *(*fn)(void *), void *arg);
 

@@ -3,6 +3,17 @@
  * A loop runs on one thread: the thread that created it.  Every function
  * here that takes a loop must be called on that thread, otherwise it
  * returns -EPERM.  To reach a loop from another thread, see ferry/bridge.h.
+ *
+ * A NULL loop.  Every call of ferry that takes a loop argument takes NULL
+ * for the calling thread's current loop (ferry_loop_current(): the loop
+ * running on this thread, or else the first one made on it and not yet
+ * freed), and returns -EINVAL (NULL for a call that returns a pointer) on
+ * a thread that has none.  This holds for the calls that any thread may
+ * make too (ferry/bridge.h): there NULL is the caller's own loop, which a
+ * call that waits for a loop refuses with -EDEADLK.  Three calls differ:
+ * ferry_loop_free(NULL) does nothing, ferry_loop_is_current(NULL) is
+ * false, and ferry_pool_submit()'s `loop` NULL means the job's completion
+ * runs on the pool thread (ferry/bridge.h).
  */
 #ifndef FERRY_LOOP_H
 #define FERRY_LOOP_H
@@ -189,8 +200,9 @@ bool ferry_loop_is_current(const ferry_loop *loop);
 /*
  * Run cb(arg) on the loop in a later turn.  Callbacks run in the order they
  * were scheduled; one may schedule more, which run in the next turn.
+ * `loop` NULL: the current loop (the rule above).
  * Thread: loop.  Returns: 0; -EPERM; -ENOMEM (nothing scheduled);
- * -EINVAL (cb NULL).
+ * -EINVAL (cb NULL, or loop NULL and no current loop).
  */
 int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg);
 
@@ -198,7 +210,9 @@ int ferry_call_soon(ferry_loop *loop, ferry_cb cb, void *arg);
  * Run cb(arg) once, `delay` nanoseconds from now (0 or less: next turn).
  * `out`, if not NULL, receives a handle for ferry_timer_cancel(); the
  * handle is valid until the callback has started or the timer is cancelled.
- * Thread: loop.  Returns: 0; -EPERM; -ENOMEM; -EINVAL.
+ * `loop` NULL: the current loop (the rule above).
+ * Thread: loop.  Returns: 0; -EPERM; -ENOMEM; -EINVAL (cb NULL, or loop
+ * NULL and no current loop).
  */
 int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
                      ferry_timer **out /* OUT, optional */);

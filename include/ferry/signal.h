@@ -13,11 +13,16 @@
  * subscriptions on one loop) that subscribe to the same signal each receive
  * each delivery once.
  *
- * Counting.  A delivery is one run of ferry's signal handler.  raise() and
- * kill(getpid(), ...) from a thread that does not block the signal run it
- * before they return, so each of them counts.  Deliveries that the kernel
- * merges (a signal sent again while it is still pending, before any thread
- * ran the handler) count once, as they would for any handler.
+ * Counting.  A delivery is one run of ferry's signal handler.  raise()
+ * (pthread_kill() of the calling thread) from a thread that does not block
+ * the signal runs it before it returns, so each call counts.
+ * kill(getpid(), ...) sends the signal to the process: the kernel gives it
+ * to any thread that does not block it (Linux tries the main thread
+ * first), which may run the handler only later.  Deliveries that the
+ * kernel merges (a signal sent again while it is still pending, before any
+ * thread ran the handler) count once, as they would for any handler: two
+ * kill(getpid(), SIGHUP) in a row, or two kill -HUP from outside, may be
+ * one delivery.
  *
  * Order.  Deliveries of different signals are received in the order the
  * loop saw them, lowest number first among those it saw at the same time;
@@ -84,10 +89,10 @@ typedef struct ferry_sigsub ferry_sigsub;
  * on are counted for the new subscription; earlier ones are not.
  * Thread: loop (in a task or not).  Suspends: no.
  * Owns: the caller owns *out; free it with ferry_sigsub_free().
- * Returns: 0; -EINVAL (out or signums NULL, n 0, or a number refused as
- * above: nothing subscribed, *out NULL); -EPERM (not on the loop's thread,
- * or no loop on this thread); -ENOMEM (nothing subscribed, every
- * disposition as it was).
+ * Returns: 0; -EINVAL (out or signums NULL, n 0, a number refused as
+ * above, or loop NULL on a thread without a loop: nothing subscribed, *out
+ * NULL); -EPERM (not on the loop's thread); -ENOMEM (nothing subscribed,
+ * every disposition as it was).
  */
 int ferry_sigsub_new(ferry_sigsub **out /* OUT */, ferry_loop *loop, const int *signums,
                      size_t n);

@@ -107,8 +107,8 @@ typedef struct ferry_stream_opts {
  * with ferry_stream_close().  On an error `fd` stays the caller's, open.
  * Returns: 0; -EINVAL (out NULL, fd negative, a regular file or a
  * directory, a socket that is not SOCK_STREAM, a descriptor epoll refuses,
- * or a bad opts->flags); -EBADF (fd not open); -EPERM (not on the loop's
- * thread, or no loop on this thread); -ENOMEM.
+ * or a bad opts->flags, or loop NULL on a thread without a loop); -EBADF
+ * (fd not open); -EPERM (not on the loop's thread); -ENOMEM.
  */
 int ferry_stream_open(ferry_stream **out /* OUT */, ferry_loop *loop, int fd,
                       const ferry_stream_opts *opts);
@@ -277,7 +277,8 @@ typedef struct ferry_listen_opts {
  * Returns: 0; -EADDRINUSE, -EACCES, -EADDRNOTAVAIL and the other errors
  * of socket(2), bind(2) and listen(2), negated; -EINVAL (out NULL, port
  * outside 0..65535, a host that is not a numeric address, a bad flag or
- * backlog); -EPERM; -ENOMEM; -EMFILE, -ENFILE.
+ * backlog, loop NULL on a thread without a loop); -EPERM; -ENOMEM;
+ * -EMFILE, -ENFILE.
  */
 int ferry_tcp_listen(ferry_listener **out /* OUT */, ferry_loop *loop, const char *host,
                      int port, const ferry_listen_opts *opts);
@@ -291,7 +292,8 @@ int ferry_tcp_listen(ferry_listener **out /* OUT */, ferry_loop *loop, const cha
  * Thread: loop (in a task or not).  Suspends: no.
  * Owns: the caller owns *out; close it with ferry_listener_close().
  * Returns: 0; -EINVAL (out or path NULL, path empty or longer than a
- * sockaddr_un holds, FERRY_LISTEN_REUSEPORT or V6ONLY, a bad backlog);
+ * sockaddr_un holds, FERRY_LISTEN_REUSEPORT or V6ONLY, a bad backlog,
+ * loop NULL on a thread without a loop);
  * -EADDRINUSE, -EACCES, -ENOENT and the other errors of socket(2),
  * bind(2) and listen(2), negated; -EPERM; -ENOMEM; -EMFILE, -ENFILE.
  */
@@ -348,7 +350,7 @@ int ferry_listener_close(ferry_listener *l);
 /*
  * Connect to TCP `port` on `host`, a host name or a numeric IPv4 or IPv6
  * address, and make a stream of the connection on the calling task's loop.
- * A name is resolved with ferry_getaddrinfo() (ferry/net.h: the loop's
+ * A name is resolved with ferry_getaddrinfo() (ferry/resolve.h: the loop's
  * resolver; a numeric host needs no lookup), within the caller's deadline.
  * When a host stands for several addresses they are tried in turn, in the
  * order of the resolver's list (IPv4 first); with a deadline
@@ -361,7 +363,7 @@ int ferry_listener_close(ferry_listener *l);
  * Returns: 0; -ECONNREFUSED, -ENETUNREACH, -EHOSTUNREACH, -ETIMEDOUT (the
  * system gave up) and the other errors of connect(2), negated, of the last
  * address tried; -ECANCELED, -ETIMEDOUT (the caller's deadline, during
- * the lookup or the attempts); FERRY_EAI_* (ferry/net.h: the name could not
+ * the lookup or the attempts); FERRY_EAI_* (ferry/resolve.h: the name could not
  * be resolved) and the other errors of ferry_getaddrinfo(); -EPERM;
  * -ENOMEM; -EMFILE, -ENFILE; -EINVAL (out or host NULL, port outside
  * 1..65535, a bad flag).  On an error nothing is left open.

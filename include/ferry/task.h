@@ -102,8 +102,9 @@ typedef struct ferry_task_opts {
  * Suspends: no (with FERRY_SPAWN_EAGER from a task: yes, until a later
  * turn).
  * Returns: 0; -ENOMEM (no task made, nothing leaked; also when the values
- * the child inherits (ferry_task_key) could not be stored); -EPERM; -EINVAL
- * (also for an unknown flag).
+ * the child inherits (ferry_task_key) could not be stored); -EPERM (not
+ * on the loop's thread); -EINVAL (fn NULL, an unknown flag, or loop NULL
+ * on a thread without a loop, as for every call taking a loop: loop.h).
  */
 int ferry_task_spawn(ferry_task **out /* OUT, optional */, ferry_loop *loop,
                      ferry_task_fn fn, void *arg, const ferry_task_opts *opts);
@@ -416,6 +417,7 @@ int ferry_run(ferry_task_fn fn, void *arg);
  * deepest use of any task on it since: to size stacks, look at tasks on
  * fresh stacks (the first ones of a loop, or a stack size of their own), or
  * at the largest figure.
+ * `loop` NULL: the current loop (loop.h).
  * Thread: loop.  Returns: number of tasks printed; -EPERM; -EINVAL.
  */
 int ferry_loop_dump(ferry_loop *loop, FILE *out);

@@ -190,9 +190,47 @@ def _runtime_note(loop, fmt):
     return fmt % rt if rt is not None else ""
 
 
+class _TasksMissing(_FerryError):
+    pass
+
+
+# Where the tasks are not in the memory gdb reads: a struct ferry_task
+# lives at the top of its task's stack, and gdb's gcore writes a stack
+# mapping with guard markers (MADV_GUARD_INSTALL, Linux 6.13 and later) as
+# zeros.
+_MISSING = (
+    "ferry: the tasks of loop 0x%x are not in this core file (their stacks "
+    "read as zeros or cannot be read), so neither are the %d live task(s). "
+    "gdb's gcore cannot copy task stacks with guard markers (Linux 6.13 and "
+    "later). Get a core written by the kernel: `ulimit -c unlimited` in the "
+    "program's shell, /proc/PID/coredump_filter with bit 0 (private "
+    "anonymous memory) set, as the default 0x33 has, then a fatal signal "
+    "(kill -ABRT PID); or start the program with FERRY_STACK_GUARD=mprotect, "
+    "whose guards gcore skips (docs/debugging.md, \"Core files\").")
+
+
 def _tasks(loop):
-    for link in _list_links(int(loop["tasks"].address)):
-        yield _container_of(link, _task_t(), "all")
+    """The tasks of `loop`, each checked to be linked back to the one
+    before it: memory that a core file does not hold reads as zeros, which
+    would otherwise show as a task 0 with no name and no stack."""
+    head = int(loop["tasks"].address)
+    link_t = _type("struct ferry__link").pointer()
+    prev = head
+    links = _list_links(head)
+    while True:
+        try:
+            link = next(links, None)
+            if link is None:
+                return
+            back = int(gdb.Value(link).cast(link_t)["prev"])
+            t = _container_of(link, _task_t(), "all")
+            ok = back == prev and int(t["id"]) != 0 and int(t["hi"]) > int(t["lo"])
+        except gdb.MemoryError:
+            ok = False
+        if not ok:
+            raise _TasksMissing(_MISSING % (int(loop), int(loop["live"])))
+        prev = link
+        yield t
 
 
 def _task_name(t):
@@ -273,8 +311,13 @@ def _print_tasks(loop):
                            "runtime 0x%x, loop %d of %d")
     print("loop 0x%x%s: %d live task(s)" % (
         int(loop), " (%s)" % where if where else "", int(loop["live"])))
+    try:
+        tasks = list(_tasks(loop))
+    except _TasksMissing as e:
+        print("  " + str(e))
+        return
     print("  %5s  %-24s %-8s %-32s %s" % ("ID", "NAME", "STATE", "WAITS ON", "STACK USED"))
-    for t in _tasks(loop):
+    for t in tasks:
         state = int(t["state"])
         size_kib = (int(t["hi"]) - int(t["lo"])) // 1024
         extra = []

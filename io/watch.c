@@ -56,8 +56,14 @@ struct wfd {
     struct event  ev;           /* the registration, valid while armed */
 };
 
+/* The loop's part holding its watches, made with the first watch. */
+struct watch_part {
+    struct ferry__loop_part part;     /* in the loop's parts */
+    struct ferry__link      watches;  /* of struct ferry_watch, oldest first */
+};
+
 struct ferry_watch {
-    struct ferry__link  link;      /* in loop->watches */
+    struct ferry__link  link;      /* in the part's watches */
     ferry_loop         *loop;      /* the loop it belongs to */
     const void         *key;       /* ferry_watch_get()'s key, or NULL */
     ferry_watch_ops     ops;       /* the adapter's driver */
@@ -275,9 +281,41 @@ static void watch_destroy(ferry_watch *w)
     ferry__free(w);
 }
 
+/* The loop is being freed, every task has ended: each watch still alive
+ * gets its teardown op (its library's handle goes), then the watch goes,
+ * before the descriptors and the base the library used. */
+static void watch_part_free(struct ferry__loop_part *part)
+{
+    struct watch_part *wp = ferry__container_of(part, struct watch_part, part);
+    struct ferry__link *l;
+
+    while ((l = ferry__list_pop_front(&wp->watches)) != NULL) {
+        ferry_watch *w = ferry__container_of(l, ferry_watch, link);
+
+        if (w->ops.teardown) {
+            w->depth++;
+            w->ops.teardown(w, w->arg);
+            w->depth--;
+        }
+        watch_destroy(w);
+    }
+    ferry__loop_part_del(part);
+    ferry__free(wp);
+}
+
+static const struct ferry__part_ops watch_part_ops = { "watches", NULL, watch_part_free };
+
+static struct watch_part *part_of(const ferry_loop *loop)
+{
+    struct ferry__loop_part *p = ferry__loop_part_find(loop, &watch_part_ops);
+
+    return p ? ferry__container_of(p, struct watch_part, part) : NULL;
+}
+
 int ferry_watch_new(ferry_watch **out, ferry_loop *loop, const void *key,
                     const ferry_watch_ops *ops, void *arg)
 {
+    struct watch_part *wp;
     ferry_watch *w;
     int rc;
 
@@ -288,25 +326,36 @@ int ferry_watch_new(ferry_watch **out, ferry_loop *loop, const void *key,
         return rc;
     if (key && ferry_watch_get(loop, key))
         return -EEXIST;
+    wp = part_of(loop);
+    if (!wp) {
+        wp = ferry__calloc(1, sizeof *wp);
+        if (!wp)
+            return -ENOMEM;
+        ferry__loop_part_add(loop, &wp->part, &watch_part_ops);
+    }
     w = ferry__calloc(1, sizeof *w);
     if (!w)
-        return -ENOMEM;
+        return -ENOMEM;   /* the part stays for the next watch */
     w->loop = loop;
     w->key = key;
     w->ops = *ops;
     w->arg = arg;
-    ferry__list_push_back(&loop->watches, &w->link);
+    ferry__list_push_back(&wp->watches, &w->link);
     *out = w;
     return 0;
 }
 
 ferry_watch *ferry_watch_get(ferry_loop *loop, const void *key)
 {
+    struct watch_part *wp;
     struct ferry__link *l;
 
     if (!key || ferry__loop_check(loop))
         return NULL;
-    ferry__list_foreach(l, &loop->watches) {
+    wp = part_of(loop);
+    if (!wp)
+        return NULL;
+    ferry__list_foreach(l, &wp->watches) {
         ferry_watch *w = ferry__container_of(l, ferry_watch, link);
         if (w->key == key)
             return w;
@@ -334,22 +383,6 @@ void ferry_watch_free(ferry_watch *w)
         return;
     }
     watch_destroy(w);
-}
-
-void ferry__watch_loop_free(ferry_loop *loop)
-{
-    struct ferry__link *l;
-
-    while ((l = ferry__list_pop_front(&loop->watches)) != NULL) {
-        ferry_watch *w = ferry__container_of(l, ferry_watch, link);
-
-        if (w->ops.teardown) {
-            w->depth++;
-            w->ops.teardown(w, w->arg);
-            w->depth--;
-        }
-        watch_destroy(w);
-    }
 }
 
 int ferry_watch_fd(ferry_watch *w, int fd, int events)

@@ -1,4 +1,4 @@
-/* net.c - TCP and Unix sockets for tasks: listen, accept, connect.
+/* socket.c - TCP and Unix sockets for tasks: listen, accept, connect.
  * Loop thread only.
  *
  * A listener is registered with the loop once, like a stream
@@ -30,7 +30,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "loop_int.h"
 #include "stream_int.h"
 
@@ -49,16 +49,6 @@ struct ferry_listener {
 static int open_spare(void)
 {
     return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-}
-
-/* The loop `*loop` (NULL: this thread's), checked to be this thread's. */
-static int bind_loop(ferry_loop **loop)
-{
-    if (!*loop)
-        *loop = ferry__loop_tls();
-    if (!*loop)
-        return -EPERM;
-    return ferry__loop_check(*loop);
 }
 
 /* TCP_NODELAY for a stream ferry made of a TCP socket, unless the options
@@ -251,7 +241,7 @@ int ferry_tcp_listen(ferry_listener **out, ferry_loop *loop, const char *host, i
                                    FERRY_LISTEN_V6ONLY)) ||
                   (opts->stream.flags & ~FERRY_STREAM_NAGLE) || opts->backlog < 0)))
         return -EINVAL;
-    rc = bind_loop(&loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     if (!host) {
@@ -297,7 +287,7 @@ int ferry_unix_listen(ferry_listener **out, ferry_loop *loop, const char *path,
     rc = unix_addr(path, &sa, &len);
     if (rc)
         return rc;
-    rc = bind_loop(&loop);
+    rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
     return listen_on(out, loop, AF_UNIX, (struct sockaddr *)&sa, len, opts);
