@@ -268,8 +268,8 @@ T(watch, idle_descriptor_is_parked_not_spun)
                 (unsigned long long)r.calls_to_park, (unsigned long long)r.calls,
                 (unsigned long long)r.parks);
     cr_assert_geq(r.parks, 1, "never parked: %llu wake-ups", (unsigned long long)r.calls_to_park);
-    /* A spinning loop makes hundreds of thousands in 200 ms; the back-off
-     * a few. */
+    /* A spinning watch wakes the loop on every poll; the back-off only a
+     * few times. */
     cr_assert_lt(r.calls, 100, "%llu wake-ups in 200 ms of idle", (unsigned long long)r.calls);
     cr_assert_eq(r.parked_after_restate, 0);
 }
