@@ -587,6 +587,74 @@ static void undo_call_later(int rc)
     undo_call_soon(1);   /* a call_soon still works */
 }
 
+/* ---- a watch of a callback-style library (ferry/watch.h) ------------------- */
+
+static ferry_loop *g_wl;          /* a loop of its own: its first watch adds a part */
+static ferry_watch *g_w;
+static int g_wp[2] = { -1, -1 };
+static int g_w_ready;
+
+static void w_ready(ferry_watch *w, int fd, int events, void *arg)
+{
+    (void)w;
+    (void)fd;
+    (void)arg;
+    if (events & FERRY_WRITE)
+        g_w_ready++;
+}
+
+static void w_timeout(ferry_watch *w, void *arg)
+{
+    (void)w;
+    (void)arg;
+}
+
+static const ferry_watch_ops g_w_ops = { .ready = w_ready, .timeout = w_timeout };
+
+static void setup_watch(void)
+{
+    if (pipe2(g_wp, O_NONBLOCK | O_CLOEXEC) != 0)
+        FAILF("watch: pipe: %s", strerror(errno));
+    if (ferry_loop_new(&g_wl, NULL))
+        FAILF("cannot make a loop");
+    g_w = NULL;
+    g_w_ready = 0;
+}
+
+/* Make the first watch of a loop and register a descriptor: the loop's
+ * part for watches, the watch, its table and the registration allocate. */
+static int op_watch(void)
+{
+    int rc = ferry_watch_new(&g_w, g_wl, NULL, &g_w_ops, NULL);
+
+    if (rc)
+        return rc;
+    rc = ferry_watch_fd(g_w, g_wp[1], FERRY_WRITE);
+    if (rc) {
+        ferry_watch_free(g_w);
+        g_w = NULL;
+    }
+    return rc;
+}
+
+static void undo_watch(int rc)
+{
+    if (rc == 0) {
+        /* The write end is writable: the registration must deliver it. */
+        for (int i = 0; i < 10 && g_w_ready == 0; i++)
+            ferry_loop_run(g_wl, FERRY_RUN_ONCE);
+        if (g_w_ready == 0)
+            FAILF("watch: registered, but readiness never delivered");
+        ferry_watch_fd_remove(g_w, g_wp[1]);
+        ferry_watch_free(g_w);
+    }
+    g_w = NULL;
+    ferry_loop_free(g_wl);   /* with the part, if it was made */
+    g_wl = NULL;
+    close(g_wp[0]);
+    close(g_wp[1]);
+}
+
 /* ---- primitives, inside a task ------------------------------------------- */
 
 static ferry_queue g_q;
@@ -2229,6 +2297,7 @@ static const struct sweep sweeps[] = {
     { "task_spawn",          NULL,             op_spawn_big,      undo_spawn,       NULL },
     { "call_soon",           NULL,             op_call_soon,      undo_call_soon,   NULL },
     { "call_later",          NULL,             op_call_later,     undo_call_later,  NULL },
+    { "watch_new + watch_fd",setup_watch,      op_watch,          undo_watch,       NULL },
     { "queue_put (growth)",  setup_queue2,     op_queue_put,      undo_queue,       NULL },
     { "flight_do",           setup_flight,     op_flight,         undo_flight,      NULL },
     { "keylock_acquire",     setup_kl,         op_kl,             undo_kl,          NULL },

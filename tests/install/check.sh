@@ -80,6 +80,17 @@ elif [ -e "$prefix/include/ferry/redis.h" ]; then
     echo "install check: redis.h installed without the Redis part" >&2
     exit 1
 fi
+# The libcurl part, when this build has it (libcurl found).
+if [ -f "$pcdir/ferry-curl.pc" ]; then
+    test -f "$prefix/include/ferry/curl.h"
+    "$work/consumer/curl_shared"
+    "$work/consumer/curl_static"
+    deps=$(ldd "$work/consumer/curl_shared")
+    grep -q "$libdir/libferry_curl.so" <<<"$deps"
+elif [ -e "$prefix/include/ferry/curl.h" ]; then
+    echo "install check: curl.h installed without the libcurl part" >&2
+    exit 1
+fi
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$pcdir
@@ -97,5 +108,11 @@ if [ -f "$pcdir/ferry-redis.pc" ]; then
     $cc -o "$work/redis_pc" "$root/tests/install/redis_main.c" \
         $(pkg-config --cflags --libs ferry-redis)
     LD_LIBRARY_PATH=$libdir "$work/redis_pc"
+fi
+if [ -f "$pcdir/ferry-curl.pc" ]; then
+    # shellcheck disable=SC2046
+    $cc -o "$work/curl_pc" "$root/tests/install/curl_main.c" \
+        $(pkg-config --cflags --libs ferry-curl)
+    LD_LIBRARY_PATH=$libdir "$work/curl_pc"
 fi
 echo "install check: passed"
