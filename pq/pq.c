@@ -281,7 +281,9 @@ static int enter(ferry_pq *c)
 }
 
 /* End a call with `rc`: an interruption or failure past the point where
- * the server was involved leaves the connection settled (idle) or closed. */
+ * the server was involved leaves the connection settled (idle) or closed.
+ * Not for an end that leaves the connection as the caller expects it
+ * (copy_get's -ENODATA). */
 static int leave(ferry_pq *c, int rc)
 {
     if (rc && rc != -ECONNRESET && c->conn)
@@ -711,6 +713,10 @@ int ferry_pq_copy_get(ferry_pq *c, char **buf, size_t *len)
     rc = enter(c);
     if (rc)
         return rc;
+    if (c->mode == PQ_COPY_DONE) {
+        c->inside = false;
+        return -ENODATA;
+    }
     if (c->mode != PQ_COPY_OUT) {
         c->inside = false;
         return -EBUSY;
@@ -722,8 +728,11 @@ int ferry_pq_copy_get(ferry_pq *c, char **buf, size_t *len)
             *len = (size_t)n;
             return leave(c, 0);
         }
-        if (n == -1)
-            return leave(c, -ENODATA);
+        if (n == -1) {
+            c->mode = PQ_COPY_DONE;
+            c->inside = false;
+            return -ENODATA;
+        }
         if (n < -1)
             return leave(c, lost(c));
         rc = wait_sock(c, FERRY_READ);
@@ -760,7 +769,7 @@ int ferry_pq_copy_end(ferry_pq *c, const char *errmsg, PGresult **out)
         rc = drain_copy_out(c);
         if (rc)
             return leave(c, rc);
-    } else {
+    } else if (c->mode != PQ_COPY_DONE) {
         c->inside = false;
         return -EBUSY;
     }

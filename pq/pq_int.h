@@ -16,6 +16,7 @@ enum pq_mode {
     PQ_PIPELINE,   /* in pipeline mode */
     PQ_COPY_IN,    /* a COPY FROM STDIN takes data */
     PQ_COPY_OUT,   /* a COPY TO STDOUT gives rows */
+    PQ_COPY_DONE,  /* a COPY TO STDOUT gave its last row; its result is next */
 };
 
 struct ferry_pq {

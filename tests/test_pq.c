@@ -1,0 +1,651 @@
+/* test_pq.c - ferry_pq (pq.h) against a real PostgreSQL server, which
+ * tests/pg_cluster.sh starts and names in FERRY_PQ_CONNINFO: parameters
+ * and results, a pipeline of 1,000 inserts, COPY both ways, LISTEN/NOTIFY
+ * to a waiting task and through select, a deadline that cancels the query
+ * on the server, random cancellation through the pool, and backends
+ * killed under the pool.
+ *
+ * No cr_assert inside task bodies: tasks record what they saw into
+ * variables, and the test asserts on the main stack after tu_run().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "ferry/ferry.h"
+#include "ferry/pq.h"
+#include "ferry/select.h"
+#include "testutil.h"
+
+static const char *g_conninfo;
+
+static void pq_setup(void)
+{
+    g_conninfo = getenv("FERRY_PQ_CONNINFO");
+    if (!g_conninfo || !*g_conninfo) {
+        fprintf(stderr, "test_pq: SKIPPED: FERRY_PQ_CONNINFO not set "
+                        "(run through tests/pg_cluster.sh, as ctest does)\n");
+        cr_skip_test("no PostgreSQL server");
+    }
+    tu_loop_setup();
+}
+
+#define T(name, secs) \
+    Test(pq, name, .init = pq_setup, .fini = tu_loop_teardown, .timeout = secs)
+
+/* What a task saw, checked on the main stack. */
+static int g_rc[16];
+static char g_str[8][128];
+static long g_num[8];
+
+/* One value of a one-row result as a number; -1 when not there. */
+static long first_num(PGresult *r)
+{
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) < 1 ||
+        PQgetisnull(r, 0, 0))
+        return -1;
+    return atol(PQgetvalue(r, 0, 0));
+}
+
+/* Run a query expected to give one number (as first_num()); -100 - errno
+ * on a failed call. */
+static long query_num(ferry_pq *c, const char *sql)
+{
+    PGresult *r;
+    long v;
+    int rc = ferry_pq_query(c, &r, sql, 0, NULL);
+
+    if (rc)
+        return -100 + rc;
+    v = first_num(r);
+    PQclear(r);
+    return v;
+}
+
+/* ---- parameters and results ---------------------------------------- */
+
+static int params_main(void *arg)
+{
+    const char *vals[] = { "40", "2", "it's \"quoted\"", NULL };
+    char err[256] = "";
+    ferry_pq_opts opts = { .errbuf = err, .errbuf_len = sizeof(err) };
+    ferry_pq *c, *bad;
+    PGresult *r;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_pq_query(c, &r, "SELECT $1::int + $2::int, $3::text, $4::text IS NULL", 4, vals);
+    if (!g_rc[1]) {
+        g_num[0] = PQresultStatus(r);
+        g_num[1] = first_num(r);
+        snprintf(g_str[0], sizeof(g_str[0]), "%s", PQgetvalue(r, 0, 1));
+        snprintf(g_str[1], sizeof(g_str[1]), "%s", PQgetvalue(r, 0, 2));
+        PQclear(r);
+    }
+    /* A server error is a result, and the connection goes on. */
+    g_rc[2] = ferry_pq_query(c, &r, "SELECT 1/0", 0, NULL);
+    if (!g_rc[2]) {
+        g_num[2] = PQresultStatus(r);
+        snprintf(g_str[2], sizeof(g_str[2]), "%s", PQresultErrorField(r, PG_DIAG_SQLSTATE));
+        PQclear(r);
+    }
+    g_rc[3] = ferry_pq_exec(c, "SELECT nonsense FROM nowhere");
+    g_rc[4] = ferry_pq_exec(c, "CREATE TEMP TABLE t (a int); INSERT INTO t VALUES (7)");
+    g_num[3] = query_num(c, "SELECT a FROM t");
+    /* Binary results. */
+    g_rc[5] = ferry_pq_query_params(c, &r, "SELECT 258::int4", 0, NULL, NULL, NULL, NULL, 1);
+    if (!g_rc[5]) {
+        const unsigned char *b = (const unsigned char *)PQgetvalue(r, 0, 0);
+
+        g_num[4] = PQgetlength(r, 0, 0) == 4 ? (b[2] << 8 | b[3]) : -1;
+        PQclear(r);
+    }
+    g_num[5] = ferry_pq_ok(c);
+    ferry_pq_free(c);
+    /* A server that is not there: refused, with libpq's message. */
+    g_rc[6] = ferry_pq_connect(&bad, "host=127.0.0.1 port=1 connect_timeout=5", &opts);
+    g_num[6] = bad == NULL;
+    snprintf(g_str[3], sizeof(g_str[3]), "%s", err);
+    return 0;
+}
+
+T(params_and_results, 20.)
+{
+    cr_assert_eq(tu_run(params_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0, "connect: %d", g_rc[0]);
+    cr_assert_eq(g_rc[1], 0);
+    cr_expect_eq(g_num[0], PGRES_TUPLES_OK);
+    cr_expect_eq(g_num[1], 42);
+    cr_expect_str_eq(g_str[0], "it's \"quoted\"");
+    cr_expect_str_eq(g_str[1], "t");
+    cr_expect_eq(g_rc[2], 0);
+    cr_expect_eq(g_num[2], PGRES_FATAL_ERROR);
+    cr_expect_str_eq(g_str[2], "22012");
+    cr_expect_eq(g_rc[3], -EIO);
+    cr_expect_eq(g_rc[4], 0);
+    cr_expect_eq(g_num[3], 7);
+    cr_expect_eq(g_rc[5], 0);
+    cr_expect_eq(g_num[4], 258);
+    cr_expect_eq(g_num[5], 1);
+    cr_expect_eq(g_rc[6], -ECONNREFUSED);
+    cr_expect_eq(g_num[6], 1);
+    cr_expect_neq(g_str[3][0], '\0', "no message for the failed connect");
+}
+
+/* ---- pipeline -------------------------------------------------------- */
+
+static int pipeline_main(void *arg)
+{
+    ferry_pq *c;
+    PGresult *r;
+    int ok = 0, syncs = 0, other = 0;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0])
+        return 0;
+    g_rc[1] = ferry_pq_exec(c, "CREATE TEMP TABLE p (i int, s text)");
+    g_rc[2] = ferry_pq_pipeline_enter(c);
+    g_rc[3] = ferry_pq_query(c, &r, "SELECT 1", 0, NULL);   /* not in pipeline mode */
+    for (int i = 0; i < 1000 && !g_rc[4]; i++) {
+        char num[16], txt[32];
+        const char *vals[] = { num, txt };
+
+        snprintf(num, sizeof(num), "%d", i);
+        snprintf(txt, sizeof(txt), "row %d", i);
+        g_rc[4] = ferry_pq_send(c, "INSERT INTO p VALUES ($1, $2)", 2, NULL, vals, NULL, NULL, 0);
+    }
+    g_rc[5] = ferry_pq_sync(c);
+    for (;;) {
+        int rc = ferry_pq_recv(c, &r);
+
+        if (rc) {
+            g_rc[6] = rc;
+            break;
+        }
+        if (PQresultStatus(r) == PGRES_COMMAND_OK)
+            ok++;
+        else if (PQresultStatus(r) == PGRES_PIPELINE_SYNC)
+            syncs++;
+        else
+            other++;
+        PQclear(r);
+    }
+    g_num[0] = ok;
+    g_num[1] = syncs;
+    g_num[2] = other;
+    g_rc[7] = ferry_pq_pipeline_exit(c);
+    g_num[3] = query_num(c, "SELECT count(*) FROM p");
+    g_num[4] = query_num(c, "SELECT sum(i) FROM p WHERE s = 'row ' || i");
+    ferry_pq_free(c);
+    return 0;
+}
+
+T(pipeline_of_1000_inserts, 20.)
+{
+    cr_assert_eq(tu_run(pipeline_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], 0);
+    cr_expect_eq(g_rc[2], 0);
+    cr_expect_eq(g_rc[3], -EBUSY);
+    cr_expect_eq(g_rc[4], 0);
+    cr_expect_eq(g_rc[5], 0);
+    cr_expect_eq(g_rc[6], -ENODATA);
+    cr_expect_eq(g_num[0], 1000);
+    cr_expect_eq(g_num[1], 1);
+    cr_expect_eq(g_num[2], 0);
+    cr_expect_eq(g_rc[7], 0);
+    cr_expect_eq(g_num[3], 1000);
+    cr_expect_eq(g_num[4], 999L * 1000 / 2);
+}
+
+/* ---- COPY ------------------------------------------------------------ */
+
+static int copy_main(void *arg)
+{
+    ferry_pq *c;
+    PGresult *r;
+    char line[64];
+    size_t got = 0, bad = 0;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0])
+        return 0;
+    ferry_pq_exec(c, "CREATE TEMP TABLE cp (i int, s text)");
+    g_rc[1] = ferry_pq_copy_start(c, &r, "COPY cp FROM STDIN");
+    g_num[0] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    for (int i = 0; i < 5000 && !g_rc[2]; i++) {
+        int n = snprintf(line, sizeof(line), "%d\tline %d\\twith tab\n", i, i);
+
+        g_rc[2] = ferry_pq_copy_put(c, line, (size_t)n);
+    }
+    g_rc[3] = ferry_pq_copy_end(c, NULL, &r);
+    g_num[1] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    g_rc[4] = ferry_pq_copy_start(c, &r, "COPY (SELECT * FROM cp ORDER BY i) TO STDOUT");
+    g_num[2] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    for (;;) {
+        char *buf;
+        size_t len;
+        int rc = ferry_pq_copy_get(c, &buf, &len);
+
+        if (rc) {
+            g_rc[5] = rc;
+            break;
+        }
+        snprintf(line, sizeof(line), "%zu\tline %zu\\twith tab\n", got, got);
+        if (len != strlen(line) || memcmp(buf, line, len) != 0)
+            bad++;
+        got++;
+        PQfreemem(buf);
+    }
+    g_rc[6] = ferry_pq_copy_end(c, NULL, &r);
+    g_num[3] = r ? PQresultStatus(r) : -1;
+    snprintf(g_str[0], sizeof(g_str[0]), "%s", r ? PQcmdTuples(r) : "");
+    PQclear(r);
+    g_num[4] = (long)got;
+    g_num[5] = (long)bad;
+    /* An aborted COPY IN leaves the table as it was and the connection idle. */
+    ferry_pq_copy_start(c, &r, "COPY cp FROM STDIN");
+    PQclear(r);
+    ferry_pq_copy_put(c, "9999\tx\n", 7);
+    g_rc[7] = ferry_pq_copy_end(c, "changed my mind", &r);
+    g_num[6] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    g_num[7] = query_num(c, "SELECT count(*) FROM cp");
+    ferry_pq_free(c);
+    return 0;
+}
+
+T(copy_in_and_out_round_trip, 20.)
+{
+    cr_assert_eq(tu_run(copy_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], 0);
+    cr_expect_eq(g_num[0], PGRES_COPY_IN);
+    cr_expect_eq(g_rc[2], 0);
+    cr_expect_eq(g_rc[3], 0);
+    cr_expect_eq(g_num[1], PGRES_COMMAND_OK);
+    cr_expect_eq(g_rc[4], 0);
+    cr_expect_eq(g_num[2], PGRES_COPY_OUT);
+    cr_expect_eq(g_rc[5], -ENODATA);
+    cr_expect_eq(g_rc[6], 0);
+    cr_expect_eq(g_num[3], PGRES_COMMAND_OK, "status %ld", g_num[3]);
+    cr_expect_str_eq(g_str[0], "5000");
+    cr_expect_eq(g_num[4], 5000);
+    cr_expect_eq(g_num[5], 0, "%ld rows came back different", g_num[5]);
+    cr_expect_eq(g_rc[7], 0);
+    cr_expect_eq(g_num[6], PGRES_FATAL_ERROR);
+    cr_expect_eq(g_num[7], 5000);
+}
+
+/* ---- LISTEN/NOTIFY ----------------------------------------------------- */
+
+static int notifier_main(void *arg)
+{
+    ferry_pq *c;
+
+    (void)arg;
+    g_rc[8] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[8])
+        return 0;
+    ferry_sleep(tu_ms(50));
+    g_rc[9] = ferry_pq_exec(c, "NOTIFY jobs, 'first'");
+    ferry_sleep(tu_ms(50));
+    g_rc[10] = ferry_pq_exec(c, "SELECT pg_notify('jobs', 'second')");
+    ferry_pq_free(c);
+    return 0;
+}
+
+static int notify_main(void *arg)
+{
+    static const char *const chans[] = { "jobs", "other" };
+    ferry_pq_listener *l;
+    ferry_pq *c;
+    PGnotify *n = NULL;
+    ferry_scope scope;
+    ferry_task *t;
+    int64_t t0;
+
+    (void)arg;
+    /* Straight on a connection: nothing comes within the deadline. */
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0])
+        return 0;
+    ferry_pq_exec(c, "LISTEN quiet");
+    t0 = ferry_now();
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(100), 0);
+    g_rc[1] = ferry_pq_notify_recv(c, &n);
+    ferry_scope_exit(&scope);
+    g_num[0] = (ferry_now() - t0) / 1000000;
+    g_num[1] = ferry_pq_ok(c);
+    ferry_pq_free(c);
+
+    g_rc[2] = ferry_pq_listener_new(&l, g_conninfo, chans, 2, 0);
+    if (g_rc[2])
+        return 0;
+    t = tu_spawn(notifier_main, NULL);
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(5000), 0);
+    g_rc[3] = ferry_pq_listener_recv(l, &n);
+    if (!g_rc[3]) {
+        snprintf(g_str[0], sizeof(g_str[0]), "%s:%s", n->relname, n->extra);
+        PQfreemem(n);
+    }
+    {
+        ferry_case cases[] = {
+            FERRY_CASE_GET_INIT(ferry_pq_listener_queue(l), &n),
+            FERRY_CASE_DEADLINE_INIT(ferry_now() + tu_ms(4000)),
+        };
+
+        g_rc[4] = ferry_select(cases, 2, 0);
+        if (g_rc[4] == 0 && cases[0].result == 0) {
+            snprintf(g_str[1], sizeof(g_str[1]), "%s:%s", n->relname, n->extra);
+            PQfreemem(n);
+        }
+    }
+    ferry_scope_exit(&scope);
+    tu_join(t);
+    g_rc[5] = ferry_pq_listener_status(l);
+    ferry_pq_listener_free(l);
+    return 0;
+}
+
+T(notify_reaches_a_waiting_task, 20.)
+{
+    cr_assert_eq(tu_run(notify_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], -ETIMEDOUT);
+    cr_expect_geq(g_num[0], 90);
+    cr_expect_eq(g_num[1], 1);
+    cr_assert_eq(g_rc[2], 0);
+    cr_expect_eq(g_rc[3], 0);
+    cr_expect_str_eq(g_str[0], "jobs:first");
+    cr_expect_eq(g_rc[4], 0);
+    cr_expect_str_eq(g_str[1], "jobs:second");
+    cr_expect_eq(g_rc[5], 0);
+    cr_expect_eq(g_rc[8], 0);
+    cr_expect_eq(g_rc[9], 0);
+    cr_expect_eq(g_rc[10], 0);
+}
+
+/* ---- a deadline cancels the query on the server ------------------------ */
+
+/* How many queries other than the caller's run now on the server. */
+static long others_active(ferry_pq *c)
+{
+    return query_num(c, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'");
+}
+
+static int sleeper_main(void *arg)
+{
+    ferry_pq *c = arg;
+    PGresult *r = NULL;
+
+    g_rc[6] = ferry_pq_query(c, &r, "SELECT pg_sleep(10)", 0, NULL);
+    PQclear(r);
+    return 0;
+}
+
+static int deadline_main(void *arg)
+{
+    ferry_pq *c, *watch;
+    ferry_scope scope;
+    PGresult *r = NULL;
+    ferry_task *t;
+    int64_t t0;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0] || (g_rc[0] = ferry_pq_connect(&watch, g_conninfo, NULL)))
+        return 0;
+    t0 = ferry_now();
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(200), 0);
+    g_rc[1] = ferry_pq_query(c, &r, "SELECT pg_sleep(10)", 0, NULL);
+    ferry_scope_exit(&scope);
+    g_num[0] = (ferry_now() - t0) / 1000000;
+    g_num[1] = r == NULL;
+    g_num[2] = others_active(watch);
+    g_num[3] = ferry_pq_ok(c);
+    g_num[4] = query_num(c, "SELECT 41 + 1");
+
+    /* The same with ferry_task_cancel() from another task. */
+    t = tu_spawn(sleeper_main, c);
+    ferry_sleep(tu_ms(100));
+    g_num[5] = others_active(watch);
+    t0 = ferry_now();
+    ferry_task_cancel(t);
+    g_rc[2] = tu_join(t);
+    g_num[6] = (ferry_now() - t0) / 1000000;
+    g_num[7] = others_active(watch);
+    g_rc[3] = ferry_pq_ok(c) ? (int)query_num(c, "SELECT 43") : -1;
+    ferry_pq_free(watch);
+    ferry_pq_free(c);
+    return 0;
+}
+
+T(deadline_cancels_the_query_on_the_server, 20.)
+{
+    cr_assert_eq(tu_run(deadline_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], -ETIMEDOUT);
+    /* Back within the deadline plus the cleanup (a cancel round trip). */
+    cr_expect_geq(g_num[0], 190);
+    cr_expect_lt(g_num[0], 200 + tu_ms(1000) / 1000000, "took %ld ms", g_num[0]);
+    cr_expect_eq(g_num[1], 1);
+    cr_expect_eq(g_num[2], 0, "%ld queries still run on the server", g_num[2]);
+    cr_expect_eq(g_num[3], 1);
+    cr_expect_eq(g_num[4], 42);
+    cr_expect_eq(g_num[5], 1, "the second sleep was not running (%ld)", g_num[5]);
+    cr_expect_eq(g_rc[6], -ECANCELED);
+    cr_expect_eq(g_rc[2], 0);
+    cr_expect_lt(g_num[6], tu_ms(1000) / 1000000, "cancel took %ld ms", g_num[6]);
+    cr_expect_eq(g_num[7], 0);
+    cr_expect_eq(g_rc[3], 43);
+}
+
+/* ---- random cancellation through the pool -------------------------------- */
+
+#define RC_TASKS 20
+#define RC_EACH  10
+
+static ferry_pq_pool *g_pool;
+static long g_done, g_cancelled, g_wrong, g_other;
+
+/* One query through the pool: the answer must be the question. */
+static int one_query(void *arg)
+{
+    long want = (long)(intptr_t)arg;
+    char num[16], ms[16];
+    const char *vals[] = { num, ms };
+    ferry_pq *c;
+    PGresult *r = NULL;
+    int rc;
+
+    snprintf(num, sizeof(num), "%ld", want);
+    snprintf(ms, sizeof(ms), "%.3f", (double)(want % 13) / 1000.0);
+    rc = ferry_pq_pool_acquire(g_pool, &c);
+    if (!rc) {
+        rc = ferry_pq_query(c, &r, "SELECT $1::int FROM pg_sleep($2::float8)", 2, vals);
+        ferry_pq_pool_release(g_pool, c);
+    }
+    if (rc == -ECANCELED || rc == -ETIMEDOUT)
+        g_cancelled++;
+    else if (rc)
+        g_other++;
+    else if (first_num(r) != want)
+        g_wrong++;
+    else
+        g_done++;
+    PQclear(r);
+    return 0;
+}
+
+static int canceller_main(void *arg)
+{
+    long id = (long)(intptr_t)arg;
+
+    for (long i = 0; i < RC_EACH; i++) {
+        long q = id * 1000 + i;
+        ferry_task *t = tu_spawn(one_query, (void *)(intptr_t)q);
+
+        ferry_sleep((int64_t)(rand() % 40) * 1000000);
+        ferry_task_cancel(t);
+        tu_join(t);
+    }
+    return 0;
+}
+
+/* Descriptors open in the process now. */
+static long count_fds(void)
+{
+    long n = 0;
+
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            n++;
+    return n;
+}
+
+static int random_cancel_main(void *arg)
+{
+    ferry_task *t[RC_TASKS];
+    ferry_pq_pool_stats st;
+    ferry_pq *c;
+    long fds = count_fds();
+
+    (void)arg;
+    srand(25);
+    g_rc[0] = ferry_pq_pool_new(&g_pool, g_conninfo, 6, NULL);
+    if (g_rc[0])
+        return 0;
+    for (long i = 0; i < RC_TASKS; i++)
+        t[i] = tu_spawn(canceller_main, (void *)(intptr_t)(i + 1));
+    for (int i = 0; i < RC_TASKS; i++)
+        tu_join(t[i]);
+    ferry_pq_pool_stats_get(g_pool, &st);
+    g_num[0] = (long)st.open;
+    g_num[1] = (long)st.idle;
+    g_rc[1] = ferry_pq_pool_acquire(g_pool, &c);
+    if (!g_rc[1]) {
+        g_num[2] = others_active(c);
+        g_num[3] = query_num(c, "SELECT 5");
+        ferry_pq_pool_release(g_pool, c);
+    }
+    g_rc[2] = ferry_pq_pool_free(g_pool);
+    g_num[4] = count_fds() - fds;
+    return 0;
+}
+
+T(random_cancellation_leaves_no_connection_busy, 30.)
+{
+    cr_assert_eq(tu_run(random_cancel_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_done + g_cancelled + g_other + g_wrong, RC_TASKS * RC_EACH);
+    cr_expect_eq(g_wrong, 0, "%ld wrong answers", g_wrong);
+    cr_expect_eq(g_other, 0, "%ld other errors", g_other);
+    cr_expect_gt(g_cancelled, 0);
+    cr_expect_gt(g_done, 0);
+    cr_expect_leq(g_num[0], 6);
+    cr_expect_eq(g_num[0], g_num[1], "open %ld, idle %ld", g_num[0], g_num[1]);
+    cr_expect_eq(g_rc[1], 0);
+    cr_expect_eq(g_num[2], 0, "%ld queries still run on the server", g_num[2]);
+    cr_expect_eq(g_num[3], 5);
+    cr_expect_eq(g_rc[2], 0);
+    cr_expect_eq(g_num[4], 0, "%ld descriptors more than before", g_num[4]);
+    fprintf(stderr, "random cancellation: %ld answered, %ld cancelled\n", g_done, g_cancelled);
+}
+
+/* ---- backends killed under the pool ------------------------------------- */
+
+static int victim_main(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    ferry_pq *c;
+    PGresult *r = NULL;
+    int rc = ferry_pq_pool_acquire(g_pool, &c);
+
+    if (rc) {
+        g_rc[i] = rc;
+        return 0;
+    }
+    rc = ferry_pq_query(c, &r, "SELECT pg_sleep(5)", 0, NULL);
+    /* Either libpq's error result for the loss, or the loss itself. */
+    g_rc[i] = rc ? rc : (PQresultStatus(r) == PGRES_FATAL_ERROR ? 1 : 2);
+    g_num[i] = ferry_pq_ok(c);
+    PQclear(r);
+    ferry_pq_pool_release(g_pool, c);
+    return 0;
+}
+
+static int killed_main(void *arg)
+{
+    ferry_task *t[3];
+    ferry_pq *watch, *c[3];
+    ferry_pq_pool_stats st;
+    int64_t t0;
+
+    (void)arg;
+    g_rc[7] = ferry_pq_connect(&watch, g_conninfo, NULL);
+    if (g_rc[7] || (g_rc[7] = ferry_pq_pool_new(&g_pool, g_conninfo, 3, NULL)))
+        return 0;
+    t0 = ferry_now();
+    for (int i = 0; i < 3; i++)
+        t[i] = tu_spawn(victim_main, (void *)(intptr_t)i);
+    ferry_sleep(tu_ms(200));
+    g_num[4] = query_num(watch, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE query = 'SELECT pg_sleep(5)' AND state = 'active'");
+    for (int i = 0; i < 3; i++)
+        tu_join(t[i]);
+    g_num[5] = (ferry_now() - t0) / 1000000;
+    /* Recovery: the pool makes new connections. */
+    for (int i = 0; i < 3; i++) {
+        g_rc[8 + i] = ferry_pq_pool_acquire(g_pool, &c[i]);
+        g_num[8 + i] = g_rc[8 + i] ? -1 : query_num(c[i], "SELECT 6 * 7");
+    }
+    /* Idle connections whose backends die are replaced at acquire. */
+    for (int i = 0; i < 3; i++)
+        if (!g_rc[8 + i])
+            ferry_pq_pool_release(g_pool, c[i]);
+    g_num[6] = query_num(watch, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'");
+    ferry_sleep(tu_ms(100));
+    g_rc[11] = ferry_pq_pool_acquire(g_pool, &c[0]);
+    g_num[11] = g_rc[11] ? -1 : query_num(c[0], "SELECT 7");
+    if (!g_rc[11])
+        ferry_pq_pool_release(g_pool, c[0]);
+    ferry_pq_pool_stats_get(g_pool, &st);
+    g_num[7] = (long)st.closed;
+    g_rc[12] = ferry_pq_pool_free(g_pool);
+    ferry_pq_free(watch);
+    return 0;
+}
+
+T(killed_backends_give_errors_then_recovery, 30.)
+{
+    cr_assert_eq(tu_run(killed_main, NULL), 0);
+    cr_assert_eq(g_rc[7], 0);
+    cr_expect_eq(g_num[4], 3, "terminated %ld backends", g_num[4]);
+    for (int i = 0; i < 3; i++) {
+        cr_expect(g_rc[i] == 1 || g_rc[i] == -ECONNRESET, "victim %d: %d", i, g_rc[i]);
+        cr_expect_eq(g_num[i], 0);
+        cr_expect_eq(g_rc[8 + i], 0);
+        cr_expect_eq(g_num[8 + i], 42);
+    }
+    cr_expect_lt(g_num[5], 3000, "the victims took %ld ms", g_num[5]);
+    cr_expect_eq(g_num[6], 3);
+    cr_expect_eq(g_rc[11], 0);
+    cr_expect_eq(g_num[11], 7);
+    cr_expect_geq(g_num[7], 6, "closed %ld", g_num[7]);
+    cr_expect_eq(g_rc[12], 0);
+}
