@@ -118,6 +118,22 @@ static int abort_copy_in(ferry_pq *c, const char *why)
     }
 }
 
+/* Leave pipeline mode once every result was read.  libpq may still hold
+ * the end of the last query's results: read it first. */
+static bool leave_pipeline(ferry_pq *c)
+{
+    PGresult *r;
+
+    if (PQexitPipelineMode(c->conn) != 1) {
+        while (!PQisBusy(c->conn) && (r = PQgetResult(c->conn)) != NULL)
+            PQclear(r);
+        if (PQexitPipelineMode(c->conn) != 1)
+            return false;
+    }
+    c->mode = PQ_IDLE;
+    return true;
+}
+
 /*
  * Read every result left until the connection is idle, dropping them: a
  * COPY that began is ended on the way, a pipeline is read up to its last
@@ -152,9 +168,8 @@ static int drain(ferry_pq *c)
             c->pending--;
             PQclear(r);
         }
-        if (PQexitPipelineMode(c->conn) != 1)
+        if (!leave_pipeline(c))
             return lost(c);
-        c->mode = PQ_IDLE;
         c->inflight = false;
         return 0;
     }
@@ -553,17 +568,7 @@ int ferry_pq_pipeline_exit(ferry_pq *c)
         return 0;
     if (c->inside || c->pending || c->unsynced)
         return -EBUSY;
-    if (PQexitPipelineMode(c->conn) != 1) {
-        /* libpq keeps the end of the last query's results: read it. */
-        PGresult *r;
-
-        while (!PQisBusy(c->conn) && (r = PQgetResult(c->conn)) != NULL)
-            PQclear(r);
-        if (PQexitPipelineMode(c->conn) != 1)
-            return -EBUSY;
-    }
-    c->mode = PQ_IDLE;
-    return 0;
+    return leave_pipeline(c) ? 0 : -EBUSY;
 }
 
 int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,

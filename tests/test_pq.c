@@ -649,3 +649,75 @@ T(killed_backends_give_errors_then_recovery, 30.)
     cr_expect_geq(g_num[7], 6, "closed %ld", g_num[7]);
     cr_expect_eq(g_rc[12], 0);
 }
+
+/* ---- interrupted pipeline and COPY --------------------------------------- */
+
+static int pipeline_cancel_main(void *arg)
+{
+    ferry_pq *c, *watch;
+    ferry_scope scope;
+    PGresult *r = NULL;
+    char *row;
+    size_t len;
+    int64_t t0;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (g_rc[0] || (g_rc[0] = ferry_pq_connect(&watch, g_conninfo, NULL)))
+        return 0;
+    /* A batch whose first query is quick, the second sleeps; a second
+     * batch not synced.  The server sends results at a sync, so the wait
+     * for the first batch's results times out. */
+    g_rc[1] = ferry_pq_pipeline_enter(c);
+    ferry_pq_send(c, "SELECT 1", 0, NULL, NULL, NULL, NULL, 0);
+    ferry_pq_send(c, "SELECT pg_sleep(10)", 0, NULL, NULL, NULL, NULL, 0);
+    ferry_pq_sync(c);
+    ferry_pq_send(c, "SELECT 3", 0, NULL, NULL, NULL, NULL, 0);
+    t0 = ferry_now();
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(300), 0);
+    g_rc[2] = ferry_pq_recv(c, &r);
+    ferry_scope_exit(&scope);
+    g_num[1] = (ferry_now() - t0) / 1000000;
+    g_num[2] = ferry_pq_ok(c);
+    g_num[3] = others_active(watch);
+    g_num[4] = query_num(c, "SELECT 44");
+
+    /* A COPY TO STDOUT whose rows are slow. */
+    g_rc[3] = ferry_pq_copy_start(c, &r, "COPY (SELECT i, pg_sleep(0.01) FROM "
+                                         "generate_series(1, 1000) i) TO STDOUT");
+    g_num[5] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    t0 = ferry_now();
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(300), 0);
+    for (;;) {
+        g_rc[4] = ferry_pq_copy_get(c, &row, &len);
+        if (g_rc[4])
+            break;
+        PQfreemem(row);
+    }
+    ferry_scope_exit(&scope);
+    g_num[6] = (ferry_now() - t0) / 1000000;
+    g_num[7] = others_active(watch);
+    g_rc[5] = ferry_pq_ok(c) ? (int)query_num(c, "SELECT 45") : -1;
+    ferry_pq_free(watch);
+    ferry_pq_free(c);
+    return 0;
+}
+
+T(interrupted_pipeline_and_copy_are_cancelled, 20.)
+{
+    cr_assert_eq(tu_run(pipeline_cancel_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], 0);
+    cr_expect_eq(g_rc[2], -ETIMEDOUT, "rc %d after %ld ms", g_rc[2], g_num[1]);
+    cr_expect_lt(g_num[1], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[1]);
+    cr_expect_eq(g_num[2], 1);
+    cr_expect_eq(g_num[3], 0, "%ld queries still run on the server", g_num[3]);
+    cr_expect_eq(g_num[4], 44);
+    cr_expect_eq(g_rc[3], 0);
+    cr_expect_eq(g_num[5], PGRES_COPY_OUT);
+    cr_expect_eq(g_rc[4], -ETIMEDOUT);
+    cr_expect_lt(g_num[6], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[6]);
+    cr_expect_eq(g_num[7], 0, "%ld queries still run on the server", g_num[7]);
+    cr_expect_eq(g_rc[5], 45);
+}
