@@ -8,12 +8,16 @@
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -720,4 +724,169 @@ T(interrupted_pipeline_and_copy_are_cancelled, 20.)
     cr_expect_lt(g_num[6], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[6]);
     cr_expect_eq(g_num[7], 0, "%ld queries still run on the server", g_num[7]);
     cr_expect_eq(g_rc[5], 45);
+}
+
+/* ---- a server that stops answering (psycopg #1371) ------------------------ */
+
+/* A TCP proxy in front of the server that, once `stall` is set, stops
+ * forwarding bytes and leaves every connection open, new ones included:
+ * what a load balancer in front of a failed server does.  The cancel
+ * request then goes unanswered too. */
+struct proxy {
+    int lfd;             /* listening socket */
+    int port;            /* its port */
+    int pg_port;         /* the real server's */
+    bool stall;          /* forward nothing from now on */
+    int fds[64];         /* every socket it made, closed at the end */
+    int nfds;
+    ferry_task *tasks[64];
+    int ntasks;
+};
+
+struct pump {
+    struct proxy *p;
+    int from, to;
+};
+
+static struct pump g_pumps[32];
+static int g_npumps;
+
+static int pump_main(void *arg)
+{
+    struct pump *pu = arg;
+    char buf[8192];
+
+    for (;;) {
+        ssize_t n = read(pu->from, buf, sizeof(buf));
+
+        if (n == 0 || (n < 0 && errno != EAGAIN))
+            return 0;
+        if (n < 0) {
+            if (ferry_wait_fd(pu->from, FERRY_READ, NULL))
+                return 0;
+            continue;
+        }
+        if (pu->p->stall)
+            continue;   /* stranded: read and dropped, never answered */
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(pu->to, buf + off, (size_t)(n - off));
+
+            if (w < 0 && errno != EAGAIN)
+                return 0;
+            if (w < 0) {
+                if (ferry_wait_fd(pu->to, FERRY_WRITE, NULL))
+                    return 0;
+                continue;
+            }
+            off += w;
+        }
+    }
+}
+
+static int acceptor_main(void *arg)
+{
+    struct proxy *p = arg;
+
+    for (;;) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                  .sin_port = htons((uint16_t)p->pg_port) };
+        int cfd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK), sfd;
+
+        if (cfd < 0) {
+            if (ferry_wait_fd(p->lfd, FERRY_READ, NULL))
+                return 0;
+            continue;
+        }
+        p->fds[p->nfds++] = cfd;
+        if (p->stall || g_npumps + 2 > 32 || p->nfds > 60)
+            continue;   /* kept open, never answered */
+        sfd = socket(AF_INET, SOCK_STREAM, 0);
+        if (sfd < 0 || connect(sfd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+            return -1;
+        fcntl(sfd, F_SETFL, O_NONBLOCK);
+        p->fds[p->nfds++] = sfd;
+        g_pumps[g_npumps] = (struct pump){ p, cfd, sfd };
+        p->tasks[p->ntasks++] = tu_spawn(pump_main, &g_pumps[g_npumps++]);
+        g_pumps[g_npumps] = (struct pump){ p, sfd, cfd };
+        p->tasks[p->ntasks++] = tu_spawn(pump_main, &g_pumps[g_npumps++]);
+    }
+}
+
+static int proxy_start(struct proxy *p)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET,
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(sa);
+    const char *port = strstr(g_conninfo, "port=");
+
+    memset(p, 0, sizeof(*p));
+    p->pg_port = port ? atoi(port + 5) : 5432;
+    p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(p->lfd, 16) != 0 || getsockname(p->lfd, (struct sockaddr *)&sa, &len) != 0)
+        return -1;
+    p->port = ntohs(sa.sin_port);
+    p->tasks[p->ntasks++] = tu_spawn(acceptor_main, p);
+    return 0;
+}
+
+static void proxy_stop(struct proxy *p)
+{
+    for (int i = 0; i < p->ntasks; i++) {
+        ferry_task_cancel(p->tasks[i]);
+        tu_join(p->tasks[i]);
+    }
+    for (int i = 0; i < p->nfds; i++)
+        close(p->fds[i]);
+    close(p->lfd);
+}
+
+static int stalled_main(void *arg)
+{
+    ferry_pq_opts opts = { .cleanup_timeout = tu_ms(300) };
+    struct proxy p;
+    char conninfo[128];
+    ferry_scope scope;
+    ferry_pq *c;
+    PGresult *r = NULL;
+    int64_t t0;
+
+    (void)arg;
+    g_rc[0] = proxy_start(&p);
+    if (g_rc[0])
+        return 0;
+    snprintf(conninfo, sizeof(conninfo), "host=127.0.0.1 port=%d user=ferry dbname=postgres",
+             p.port);
+    g_rc[1] = ferry_pq_connect(&c, conninfo, &opts);
+    if (!g_rc[1]) {
+        g_num[0] = query_num(c, "SELECT 8");
+        p.stall = true;
+        t0 = ferry_now();
+        ferry_scope_enter(&scope, ferry_now() + tu_ms(200), 0);
+        g_rc[2] = ferry_pq_query(c, &r, "SELECT 9", 0, NULL);
+        ferry_scope_exit(&scope);
+        g_num[1] = (ferry_now() - t0) / 1000000;
+        g_num[2] = ferry_pq_conn(c) == NULL;
+        g_rc[3] = ferry_pq_query(c, &r, "SELECT 10", 0, NULL);
+        PQclear(r);
+        ferry_pq_free(c);
+    }
+    /* Closing the stranded sockets lets the abandoned cancel request end. */
+    proxy_stop(&p);
+    return 0;
+}
+
+T(a_server_that_stops_answering_gives_the_caller_back, 20.)
+{
+    cr_assert_eq(tu_run(stalled_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_assert_eq(g_rc[1], 0, "connect through the proxy: %d", g_rc[1]);
+    cr_expect_eq(g_num[0], 8);
+    cr_expect_eq(g_rc[2], -ETIMEDOUT);
+    /* The deadline, then the bounded cleanup, then closed. */
+    cr_expect_geq(g_num[1], 190);
+    cr_expect_lt(g_num[1], (tu_ms(200) + tu_ms(300)) / 1000000 + 300, "took %ld ms", g_num[1]);
+    cr_expect_eq(g_num[2], 1, "the connection was not closed");
+    cr_expect_eq(g_rc[3], -ECONNRESET);
 }
