@@ -45,7 +45,7 @@ static void pq_setup(void)
 /* What a task saw, checked on the main stack. */
 static int g_rc[16];
 static char g_str[8][128];
-static long g_num[8];
+static long g_num[16];
 
 /* One value of a one-row result as a number; -1 when not there. */
 static long first_num(PGresult *r)
@@ -686,9 +686,10 @@ static int pipeline_cancel_main(void *arg)
     g_num[3] = others_active(watch);
     g_num[4] = query_num(c, "SELECT 44");
 
-    /* A COPY TO STDOUT whose rows are slow. */
-    g_rc[3] = ferry_pq_copy_start(c, &r, "COPY (SELECT i, pg_sleep(0.01) FROM "
-                                         "generate_series(1, 1000) i) TO STDOUT");
+    /* A COPY TO STDOUT whose rows keep coming for 10 s (the server sends
+     * them 8 KiB at a time). */
+    g_rc[3] = ferry_pq_copy_start(c, &r, "COPY (SELECT i, repeat('x', 200), pg_sleep(0.001) "
+                                         "FROM generate_series(1, 10000) i) TO STDOUT");
     g_num[5] = r ? PQresultStatus(r) : -1;
     PQclear(r);
     t0 = ferry_now();
@@ -697,6 +698,7 @@ static int pipeline_cancel_main(void *arg)
         g_rc[4] = ferry_pq_copy_get(c, &row, &len);
         if (g_rc[4])
             break;
+        g_num[8]++;
         PQfreemem(row);
     }
     ferry_scope_exit(&scope);
@@ -721,6 +723,7 @@ T(interrupted_pipeline_and_copy_are_cancelled, 20.)
     cr_expect_eq(g_rc[3], 0);
     cr_expect_eq(g_num[5], PGRES_COPY_OUT);
     cr_expect_eq(g_rc[4], -ETIMEDOUT);
+    cr_expect_gt(g_num[8], 0, "no row came before the deadline");
     cr_expect_lt(g_num[6], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[6]);
     cr_expect_eq(g_num[7], 0, "%ld queries still run on the server", g_num[7]);
     cr_expect_eq(g_rc[5], 45);
