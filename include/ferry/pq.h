@@ -70,13 +70,18 @@ typedef struct ferry_pq_opts {
 /*
  * Connect to the server that `conninfo` names (a libpq connection string
  * or URI, "" for the environment's defaults) and put the connection in
- * non-blocking mode.  The connect honours the caller's deadlines and
- * cancellation as well as the connect_timeout of `conninfo`.
+ * non-blocking mode.  The connect is bounded by the caller's deadlines
+ * and cancellation (libpq's connect_timeout applies to its blocking
+ * connect only).  libpq resolves a host name with the blocking
+ * getaddrinfo() when the connect starts, holding the loop meanwhile: name
+ * the server by address (hostaddr=, or host= an address or a unix
+ * socket's directory) where that matters.
  * Thread: loop, in a task.  Suspends: yes.
  * Returns: 0 (*out is yours: ferry_pq_free()); -ECONNREFUSED (the server
- * refused or could not be reached, or authentication failed: the message is
- * in opts->errbuf); -ECANCELED, -ETIMEDOUT; -ENOMEM; -EPERM; -EINVAL.  On
- * an error *out is NULL and nothing is left open.
+ * refused or could not be reached, authentication failed, or `conninfo`
+ * is not valid: the message is in opts->errbuf); -ECANCELED, -ETIMEDOUT;
+ * -ENOMEM; -EPERM (not in a task); -EINVAL (NULL).  On an error *out is
+ * NULL and nothing is left open.
  */
 int ferry_pq_connect(ferry_pq **out /* OUT */, const char *conninfo,
                      const ferry_pq_opts *opts /* optional */);
@@ -116,13 +121,16 @@ const char *ferry_pq_error(const ferry_pq *c);
  * Returns: 0 (*out is yours: PQclear()); -ECANCELED, -ETIMEDOUT (cancelled
  * on the server, see above; *out NULL); -ECONNRESET (the connection is
  * lost); -EBUSY (another task is in a call on `c`, or `c` is in pipeline
- * mode or COPY); -ENOMEM; -EPERM; -EINVAL.
+ * mode or COPY); -EIO (libpq refused to send it: ferry_pq_error() says
+ * why); -ENOMEM; -EPERM (not in a task); -EINVAL.
  */
 int ferry_pq_query_params(ferry_pq *c, PGresult **out /* OUT */, const char *sql,
                           int nparams, const Oid *types, const char *const *values,
                           const int *lengths, const int *formats, int result_format);
 
-/* ferry_pq_query_params() with text parameters and text results. */
+/* ferry_pq_query_params() with text parameters and text results.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: as ferry_pq_query_params(). */
 int ferry_pq_query(ferry_pq *c, PGresult **out /* OUT */, const char *sql,
                    int nparams, const char *const *values);
 
@@ -159,13 +167,15 @@ int ferry_pq_pipeline_exit(ferry_pq *c);
 
 /*
  * Queue one query of the pipeline (parameters as ferry_pq_query_params()).
- * It is sent as the socket takes it: the call waits only while libpq's
- * output buffer is over 64 KiB, and reads meanwhile, so a long batch
- * cannot dead-lock against a server that waits for its results to be
- * read.
- * Thread: loop, in a task.  Suspends: sometimes (see above).
- * Returns: 0; -EBUSY (not in pipeline mode, another task inside); as
- * ferry_pq_query_params().
+ * It is sent as the socket takes it: the call waits only while the socket
+ * takes no more, and reads the server's results meanwhile, so a long
+ * batch cannot dead-lock against a server that waits for its results to
+ * be read.  The server sends its results when a sync (or its buffer)
+ * tells it to: ferry_pq_recv() for a query of a batch not yet synced may
+ * wait for the sync.
+ * Thread: loop, in a task.  Suspends: when the socket is full.
+ * Returns: 0; -EBUSY (not in pipeline mode, another task inside); -EIO
+ * (libpq refused the query: ferry_pq_error()); as ferry_pq_query_params().
  */
 int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,
                   const char *const *values, const int *lengths, const int *formats,
@@ -270,7 +280,8 @@ int ferry_pq_listener_new(ferry_pq_listener **out /* OUT */, const char *conninf
 int ferry_pq_listener_recv(ferry_pq_listener *l, PGnotify **out /* OUT */);
 
 /* The queue of PGnotify pointers, for ferry_select(); each element taken is
- * the taker's to PQfreemem().  Thread: loop.  Suspends: no. */
+ * the taker's to PQfreemem().  Thread: loop.  Suspends: no.
+ * Returns: the queue, owned by the listener; NULL for NULL. */
 ferry_queue *ferry_pq_listener_queue(ferry_pq_listener *l);
 
 /* Thread: loop.  Suspends: no.
