@@ -2,7 +2,7 @@
 """pq_asyncpg.py - asyncpg's row of bench/pq_bench.c's two workloads, for
 bench/run-pq.sh: the same queries, the same counts, the same BENCH lines.
 
-    pq_asyncpg.py [-r RUNS] [-n QUERIES] [-b BATCHES]
+    pq_asyncpg.py [-r RUNS] [-n QUERIES] [-b BATCHES] [WORKLOAD...]
 
 The server is the one FERRY_PQ_CONNINFO names (key=value pairs).
 
@@ -73,9 +73,12 @@ def main():
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-n", type=int, default=20000)
     ap.add_argument("-b", type=int, default=20)
+    ap.add_argument("workload", nargs="*")
     a = ap.parse_args()
     for name, fn, arg, unit in (("pq_select_50", select_50, a.n, "queries/s"),
                                 ("pq_pipeline_1000", pipeline_1000, a.b, "batches/s")):
+        if a.workload and name not in a.workload:
+            continue
         values, ok = [], True
         for _ in range(a.r):
             v, good = asyncio.run(fn(arg))

@@ -12,8 +12,11 @@
  *                   PQexecParams() (system libpq-threads).  Queries/s;
  *                   check=ok: every answer was the question plus one.
  *   pq_pipeline_1000  BATCHES batches of 1,000 INSERTs sent as one pipeline
- *                   and one sync, one batch after the other on one
- *                   connection: ferry_pq_send()/_sync()/_recv() (system
+ *                   and one sync (1,000 executions of a statement
+ *                   prepared in the first batch, as asyncpg's executemany()
+ *                   does), one batch after
+ *                   the other on one connection: ferry_pq_send_prepare(),
+ *                   _send_prepared(), _sync(), _recv() (system
  *                   ferry), or libpq's pipeline mode in blocking mode
  *                   (system libpq-blocking: the floor, a thread doing
  *                   nothing else).  Batches/s; check=ok: every insert
@@ -193,13 +196,15 @@ static int pipeline_ferry(void *arg)
         PGresult *r;
 
         rc = ferry_pq_pipeline_enter(c);
+        if (!rc && b == 0)
+            rc = ferry_pq_send_prepare(c, "ins", insert_sql, 2, NULL);
         for (int i = 0; i < BATCH && !rc; i++) {
             char num[24], txt[32];
             const char *vals[] = { num, txt };
 
             snprintf(num, sizeof(num), "%ld", b * BATCH + i);
             snprintf(txt, sizeof(txt), "row %ld", b * BATCH + i);
-            rc = ferry_pq_send(c, insert_sql, 2, NULL, vals, NULL, NULL, 0);
+            rc = ferry_pq_send_prepared(c, "ins", 2, vals, NULL, NULL, 0);
         }
         if (!rc)
             rc = ferry_pq_sync(c);
@@ -229,16 +234,18 @@ static int pipeline_blocking(double *per_s)
     t0 = ferry_now();
     for (long b = 0; b < batches; b++) {
         PQenterPipelineMode(conn);
+        if (b == 0)
+            PQsendPrepare(conn, "ins", insert_sql, 2, NULL);
         for (int i = 0; i < BATCH; i++) {
             char num[24], txt[32];
             const char *vals[] = { num, txt };
 
             snprintf(num, sizeof(num), "%ld", b * BATCH + i);
             snprintf(txt, sizeof(txt), "row %ld", b * BATCH + i);
-            PQsendQueryParams(conn, insert_sql, 2, NULL, vals, NULL, NULL, 0);
+            PQsendQueryPrepared(conn, "ins", 2, vals, NULL, NULL, 0);
         }
         PQpipelineSync(conn);
-        for (int got = 0; got <= BATCH;) {
+        for (int got = 0; got <= BATCH + (b == 0);) {
             r = PQgetResult(conn);
             if (!r)
                 continue;

@@ -21,6 +21,10 @@
 
 #define PQ_CLEANUP_DEFAULT ((int64_t)2 * 1000 * 1000 * 1000)
 
+/* Pipeline: how many messages are queued between two checks that the
+ * socket takes what libpq buffered. */
+#define PQ_SEND_CHECK 64
+
 /* ---- helpers ------------------------------------------------------- */
 
 /* The connection is gone: close what is left of it. */
@@ -462,13 +466,52 @@ const char *ferry_pq_error(const ferry_pq *c)
 
 /* ---- queries ------------------------------------------------------- */
 
-int ferry_pq_query_params(ferry_pq *c, PGresult **out, const char *sql, int nparams,
-                          const Oid *types, const char *const *values, const int *lengths,
-                          const int *formats, int result_format)
+/* One message to send: a query with parameters, a prepared statement's
+ * execution, or a preparation. */
+enum send_kind { SEND_PARAMS, SEND_PREPARED, SEND_PREPARE };
+
+struct send {
+    enum send_kind     kind;
+    const char        *name;          /* SEND_PREPARED, SEND_PREPARE */
+    const char        *sql;           /* SEND_PARAMS, SEND_PREPARE */
+    int                nparams;
+    const Oid         *types;         /* SEND_PARAMS, SEND_PREPARE */
+    const char *const *values;        /* SEND_PARAMS, SEND_PREPARED */
+    const int         *lengths;
+    const int         *formats;
+    int                result_format;
+};
+
+static bool send_valid(const struct send *s)
+{
+    if (s->nparams < 0 || (s->nparams && s->kind != SEND_PREPARE && !s->values))
+        return false;
+    return s->kind == SEND_PREPARED ? s->name != NULL
+                                    : s->sql != NULL && (s->kind == SEND_PARAMS || s->name);
+}
+
+/* Hand the message to libpq (which buffers it). */
+static int send_one(ferry_pq *c, const struct send *s)
+{
+    int ok;
+
+    if (s->kind == SEND_PARAMS)
+        ok = PQsendQueryParams(c->conn, s->sql, s->nparams, s->types, s->values, s->lengths,
+                               s->formats, s->result_format);
+    else if (s->kind == SEND_PREPARED)
+        ok = PQsendQueryPrepared(c->conn, s->name, s->nparams, s->values, s->lengths,
+                                 s->formats, s->result_format);
+    else
+        ok = PQsendPrepare(c->conn, s->name, s->sql, s->nparams, s->types);
+    return ok ? 0 : send_failed(c);
+}
+
+/* Send one message on an idle connection and wait for its result. */
+static int query_one(ferry_pq *c, PGresult **out, const struct send *s)
 {
     int rc;
 
-    if (!out || !sql || nparams < 0 || (nparams && !values))
+    if (!out || !send_valid(s))
         return -EINVAL;
     *out = NULL;
     rc = enter(c);
@@ -478,14 +521,77 @@ int ferry_pq_query_params(ferry_pq *c, PGresult **out, const char *sql, int npar
         c->inside = false;
         return -EBUSY;
     }
-    if (!PQsendQueryParams(c->conn, sql, nparams, types, values, lengths, formats,
-                           result_format)) {
+    rc = send_one(c, s);
+    if (rc) {
         c->inside = false;
-        return send_failed(c);
+        return rc;
     }
     c->inflight = true;
     rc = collect(c, out);
     return leave(c, rc);
+}
+
+/* Queue one message of the pipeline and send what the socket takes. */
+static int pipeline_one(ferry_pq *c, const struct send *s)
+{
+    int rc, fl;
+
+    if (!send_valid(s))
+        return -EINVAL;
+    rc = enter(c);
+    if (rc)
+        return rc;
+    if (c->mode != PQ_PIPELINE) {
+        c->inside = false;
+        return -EBUSY;
+    }
+    rc = send_one(c, s);
+    if (rc) {
+        c->inside = false;
+        return rc;
+    }
+    c->pending++;
+    c->unsynced++;
+    /* libpq sends on its own once 64 KiB are buffered, but never waits:
+     * every PQ_SEND_CHECK messages, see whether the socket took it all,
+     * and wait while it takes no more, so that the buffer stays bounded.
+     * A flush per message would cost a system call and a server wakeup
+     * per query. */
+    if (c->unsynced % PQ_SEND_CHECK)
+        return leave(c, 0);
+    fl = PQflush(c->conn);
+    if (fl < 0)
+        return leave(c, lost(c));
+    rc = fl ? flush_all(c) : 0;
+    return leave(c, rc);
+}
+
+int ferry_pq_query_params(ferry_pq *c, PGresult **out, const char *sql, int nparams,
+                          const Oid *types, const char *const *values, const int *lengths,
+                          const int *formats, int result_format)
+{
+    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
+                      result_format };
+
+    return query_one(c, out, &s);
+}
+
+int ferry_pq_prepare(ferry_pq *c, PGresult **out, const char *name, const char *sql,
+                     int nparams, const Oid *types)
+{
+    struct send s = { SEND_PREPARE, name, sql, nparams, types, NULL, NULL, NULL, 0 };
+
+    return query_one(c, out, &s);
+}
+
+int ferry_pq_query_prepared(ferry_pq *c, PGresult **out, const char *name, int nparams,
+                            const char *const *values, const int *lengths, const int *formats,
+                            int result_format)
+{
+    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
+                      result_format };
+
+    return query_one(c, out, &s);
 }
 
 int ferry_pq_query(ferry_pq *c, PGresult **out, const char *sql, int nparams,
@@ -575,29 +681,28 @@ int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,
                   const char *const *values, const int *lengths, const int *formats,
                   int result_format)
 {
-    int rc, fl;
+    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
+                      result_format };
 
-    if (!sql || nparams < 0 || (nparams && !values))
-        return -EINVAL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_PIPELINE) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    if (!PQsendQueryParams(c->conn, sql, nparams, types, values, lengths, formats,
-                           result_format)) {
-        c->inside = false;
-        return send_failed(c);
-    }
-    c->pending++;
-    c->unsynced++;
-    fl = PQflush(c->conn);
-    if (fl < 0)
-        return leave(c, lost(c));
-    rc = fl ? flush_all(c) : 0;
-    return leave(c, rc);
+    return pipeline_one(c, &s);
+}
+
+int ferry_pq_send_prepare(ferry_pq *c, const char *name, const char *sql, int nparams,
+                          const Oid *types)
+{
+    struct send s = { SEND_PREPARE, name, sql, nparams, types, NULL, NULL, NULL, 0 };
+
+    return pipeline_one(c, &s);
+}
+
+int ferry_pq_send_prepared(ferry_pq *c, const char *name, int nparams,
+                           const char *const *values, const int *lengths, const int *formats,
+                           int result_format)
+{
+    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
+                      result_format };
+
+    return pipeline_one(c, &s);
 }
 
 int ferry_pq_sync(ferry_pq *c)

@@ -112,6 +112,21 @@ static int params_main(void *arg)
         PQclear(r);
     }
     g_num[5] = ferry_pq_ok(c);
+    /* Prepared once, run twice; a preparation the server refuses. */
+    g_rc[7] = ferry_pq_prepare(c, &r, "add", "SELECT $1::int + $2::int", 2, NULL);
+    g_num[7] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    g_rc[8] = ferry_pq_query_prepared(c, &r, "add", 2, vals, NULL, NULL, 0);
+    g_num[8] = first_num(r);
+    PQclear(r);
+    vals[0] = "-2";
+    g_rc[9] = ferry_pq_query_prepared(c, &r, "add", 2, vals, NULL, NULL, 0);
+    g_num[9] = first_num(r);
+    PQclear(r);
+    g_rc[10] = ferry_pq_prepare(c, &r, "bad", "SELEKT 1", 0, NULL);
+    g_num[10] = r ? PQresultStatus(r) : -1;
+    PQclear(r);
+    g_rc[11] = ferry_pq_query_prepared(c, &r, NULL, 0, NULL, NULL, NULL, 0);
     ferry_pq_free(c);
     /* A server that is not there: refused, with libpq's message. */
     g_rc[6] = ferry_pq_connect(&bad, "host=127.0.0.1 port=1 connect_timeout=5", &opts);
@@ -141,6 +156,15 @@ T(params_and_results, 20.)
     cr_expect_eq(g_rc[6], -ECONNREFUSED);
     cr_expect_eq(g_num[6], 1);
     cr_expect_neq(g_str[3][0], '\0', "no message for the failed connect");
+    cr_expect_eq(g_rc[7], 0);
+    cr_expect_eq(g_num[7], PGRES_COMMAND_OK);
+    cr_expect_eq(g_rc[8], 0);
+    cr_expect_eq(g_num[8], 42);
+    cr_expect_eq(g_rc[9], 0);
+    cr_expect_eq(g_num[9], 0);
+    cr_expect_eq(g_rc[10], 0);
+    cr_expect_eq(g_num[10], PGRES_FATAL_ERROR);
+    cr_expect_eq(g_rc[11], -EINVAL);
 }
 
 /* ---- pipeline -------------------------------------------------------- */
@@ -185,6 +209,23 @@ static int pipeline_main(void *arg)
     g_num[0] = ok;
     g_num[1] = syncs;
     g_num[2] = other;
+    /* A second batch: one preparation, 500 executions of it. */
+    g_rc[8] = ferry_pq_send_prepare(c, "ins", "INSERT INTO p VALUES ($1, $2)", 2, NULL);
+    for (int i = 1000; i < 1500 && !g_rc[9]; i++) {
+        char num[16], txt[32];
+        const char *vals[] = { num, txt };
+
+        snprintf(num, sizeof(num), "%d", i);
+        snprintf(txt, sizeof(txt), "row %d", i);
+        g_rc[9] = ferry_pq_send_prepared(c, "ins", 2, vals, NULL, NULL, 0);
+    }
+    g_rc[10] = ferry_pq_sync(c);
+    ok = 0;
+    while (ferry_pq_recv(c, &r) == 0) {
+        ok += PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+    }
+    g_num[5] = ok;
     g_rc[7] = ferry_pq_pipeline_exit(c);
     g_num[3] = query_num(c, "SELECT count(*) FROM p");
     g_num[4] = query_num(c, "SELECT sum(i) FROM p WHERE s = 'row ' || i");
@@ -206,8 +247,12 @@ T(pipeline_of_1000_inserts, 20.)
     cr_expect_eq(g_num[1], 1);
     cr_expect_eq(g_num[2], 0);
     cr_expect_eq(g_rc[7], 0);
-    cr_expect_eq(g_num[3], 1000);
-    cr_expect_eq(g_num[4], 999L * 1000 / 2);
+    cr_expect_eq(g_rc[8], 0);
+    cr_expect_eq(g_rc[9], 0);
+    cr_expect_eq(g_rc[10], 0);
+    cr_expect_eq(g_num[5], 501);
+    cr_expect_eq(g_num[3], 1500);
+    cr_expect_eq(g_num[4], 1499L * 1500 / 2);
 }
 
 /* ---- COPY ------------------------------------------------------------ */

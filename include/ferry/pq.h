@@ -135,6 +135,28 @@ int ferry_pq_query(ferry_pq *c, PGresult **out /* OUT */, const char *sql,
                    int nparams, const char *const *values);
 
 /*
+ * Prepare `sql` as the statement `name` ("" for the unnamed one) of the
+ * connection (PQsendPrepare(); `types` may be NULL), for
+ * ferry_pq_query_prepared() and ferry_pq_send_prepared(): the server
+ * parses and plans it once.  *out is PGRES_COMMAND_OK or the server's
+ * error.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: as ferry_pq_query_params().
+ */
+int ferry_pq_prepare(ferry_pq *c, PGresult **out /* OUT */, const char *name, const char *sql,
+                     int nparams, const Oid *types);
+
+/*
+ * Run the prepared statement `name` with `nparams` parameters (as
+ * ferry_pq_query_params(), without types) and wait for its result.
+ * Thread: loop, in a task.  Suspends: yes.
+ * Returns: as ferry_pq_query_params().
+ */
+int ferry_pq_query_prepared(ferry_pq *c, PGresult **out /* OUT */, const char *name,
+                            int nparams, const char *const *values, const int *lengths,
+                            const int *formats, int result_format);
+
+/*
  * Run `sql` (any number of statements, no parameters) and drop its
  * results; the first error result is turned into -EIO.  For commands such
  * as BEGIN, LISTEN or SET.
@@ -180,6 +202,21 @@ int ferry_pq_pipeline_exit(ferry_pq *c);
 int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,
                   const char *const *values, const int *lengths, const int *formats,
                   int result_format);
+
+/*
+ * Queue a preparation (ferry_pq_prepare()) or an execution of a prepared
+ * statement (ferry_pq_query_prepared()) in the pipeline, as
+ * ferry_pq_send(); each gives one result to ferry_pq_recv().  A batch of
+ * the same statement sent as executions of one preparation spares the
+ * server a parse and a plan per row.
+ * Thread: loop, in a task.  Suspends: when the socket is full.
+ * Returns: as ferry_pq_send().
+ */
+int ferry_pq_send_prepare(ferry_pq *c, const char *name, const char *sql, int nparams,
+                          const Oid *types);
+int ferry_pq_send_prepared(ferry_pq *c, const char *name, int nparams,
+                           const char *const *values, const int *lengths, const int *formats,
+                           int result_format);
 
 /* End the batch (PQpipelineSync()).  Thread: loop.  Suspends: no.
  * Returns: 0; -EBUSY (not in pipeline mode); -ECONNRESET; -ENOMEM. */
