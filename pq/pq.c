@@ -275,7 +275,9 @@ static void settle(ferry_pq *c)
             rc = flush_all(c);
         }
     }
-    if (!rc && (c->inflight || c->mode == PQ_COPY_OUT || (c->mode == PQ_PIPELINE && c->pending)))
+    /* A COPY FROM STDIN waits for us, not the server: drain() ends it. */
+    if (!rc && c->mode != PQ_COPY_IN &&
+        (c->inflight || c->mode == PQ_COPY_OUT || (c->mode == PQ_PIPELINE && c->pending)))
         rc = send_cancel(c);
     if (!rc)
         rc = drain(c);

@@ -405,6 +405,17 @@ static int notify_main(void *arg)
     ferry_scope_exit(&scope);
     tu_join(t);
     g_rc[5] = ferry_pq_listener_status(l);
+    /* The listener's backend killed: its queue is shut down, and says why. */
+    g_rc[6] = ferry_pq_connect(&c, g_conninfo, NULL);
+    if (!g_rc[6]) {
+        g_num[2] = query_num(c, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE query = 'LISTEN \"other\"'");
+        ferry_pq_free(c);
+    }
+    ferry_scope_enter(&scope, ferry_now() + tu_ms(5000), 0);
+    g_rc[7] = ferry_pq_listener_recv(l, &n);
+    ferry_scope_exit(&scope);
+    g_rc[11] = ferry_pq_listener_status(l);
     ferry_pq_listener_free(l);
     return 0;
 }
@@ -425,6 +436,10 @@ T(notify_reaches_a_waiting_task, 20.)
     cr_expect_eq(g_rc[8], 0);
     cr_expect_eq(g_rc[9], 0);
     cr_expect_eq(g_rc[10], 0);
+    cr_expect_eq(g_rc[6], 0);
+    cr_expect_eq(g_num[2], 1, "terminated %ld listeners", g_num[2]);
+    cr_expect_eq(g_rc[7], -ESHUTDOWN);
+    cr_expect_eq(g_rc[11], -ECONNRESET);
 }
 
 /* ---- a deadline cancels the query on the server ------------------------ */
