@@ -201,8 +201,38 @@ static int drain(ferry_pq *c)
     return PQstatus(c->conn) == CONNECTION_OK ? 0 : lost(c);
 }
 
+#ifdef LIBPQ_HAS_ASYNC_CANCEL
+/* Ask the server to cancel what the connection runs (libpq 17's
+ * non-blocking cancel: a connection of its own, polled as a connect is).
+ * Whether it worked or not, the caller drains next: a query that ended
+ * first just gives its results. */
+static int send_cancel(ferry_pq *c)
+{
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+    PGcancelConn *cc = PQcancelCreate(c->conn);
+    int rc = 0;
+
+    if (!cc)
+        return -ENOMEM;
+    if (PQcancelStart(cc)) {
+        while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+            int fd = PQcancelSocket(cc);
+
+            if (fd < 0)
+                break;
+            rc = ferry_wait_fd(fd, st == PGRES_POLLING_READING ? FERRY_READ : FERRY_WRITE, NULL);
+            if (rc)
+                break;
+            st = PQcancelPoll(cc);
+        }
+    }
+    PQcancelFinish(cc);
+    return rc;
+}
+#else
 /* The cancel request, on a pool thread: PQcancel() connects to the
- * server and waits for it to take the request. */
+ * server and waits for it to take the request (libpq before 17 has no
+ * other way). */
 struct cancel_job {
     PGcancel *cancel;   /* made on the loop from the connection */
     char      err[256]; /* PQcancel()'s message */
@@ -245,6 +275,7 @@ static int send_cancel(ferry_pq *c)
     cancel_free(j, rc);
     return rc == -EIO ? 0 : rc;
 }
+#endif
 
 /*
  * After an interrupted call: finish sending, cancel on the server what

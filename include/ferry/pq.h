@@ -21,8 +21,9 @@
  * Cancellation and deadlines.  Every call that waits for the server is a
  * cancellation point and honours the deadlines of the caller's scopes.  A
  * query interrupted that way is cancelled on the server: the cancel
- * request goes out on a thread of the default pool (libpq's PQcancel()
- * blocks), the query's results are read and dropped, and the call returns
+ * request goes out from the task with libpq 17's non-blocking cancel, or
+ * before libpq 17 on a thread of the default pool (PQcancel() blocks), the
+ * query's results are read and dropped, and the call returns
  * -ECANCELED or -ETIMEDOUT with the connection idle again.  That cleanup
  * runs shielded, bounded by ferry_pq_opts.cleanup_timeout: if the server
  * has not answered by then (or the query was only half sent), the
