@@ -201,6 +201,31 @@ static int drain(ferry_pq *c)
     return PQstatus(c->conn) == CONNECTION_OK ? 0 : lost(c);
 }
 
+/* A cancel request on a pool thread: PQcancel() connects to the server
+ * and waits for it to take the request.  Before libpq 17 there is no
+ * other way; a connection freed while the server works for it uses it
+ * too, without waiting for it. */
+struct cancel_job {
+    PGcancel *cancel;   /* made on the loop from the connection */
+    char      err[256]; /* PQcancel()'s message */
+};
+
+static int cancel_run(void *arg)
+{
+    struct cancel_job *j = arg;
+
+    return PQcancel(j->cancel, j->err, (int)sizeof(j->err)) ? 0 : -EIO;
+}
+
+static void cancel_free(void *arg, int status)
+{
+    struct cancel_job *j = arg;
+
+    (void)status;
+    PQfreeCancel(j->cancel);
+    free(j);
+}
+
 #ifdef LIBPQ_HAS_ASYNC_CANCEL
 /* Ask the server to cancel what the connection runs (libpq 17's
  * non-blocking cancel: a connection of its own, polled as a connect is).
@@ -230,30 +255,6 @@ static int send_cancel(ferry_pq *c)
     return rc;
 }
 #else
-/* The cancel request, on a pool thread: PQcancel() connects to the
- * server and waits for it to take the request (libpq before 17 has no
- * other way). */
-struct cancel_job {
-    PGcancel *cancel;   /* made on the loop from the connection */
-    char      err[256]; /* PQcancel()'s message */
-};
-
-static int cancel_run(void *arg)
-{
-    struct cancel_job *j = arg;
-
-    return PQcancel(j->cancel, j->err, (int)sizeof(j->err)) ? 0 : -EIO;
-}
-
-static void cancel_free(void *arg, int status)
-{
-    struct cancel_job *j = arg;
-
-    (void)status;
-    PQfreeCancel(j->cancel);
-    free(j);
-}
-
 /* Ask the server to cancel what the connection runs.  Whether it worked
  * or not, the caller drains next: a query that ended first just gives its
  * results. */
@@ -393,6 +394,27 @@ static int collect(ferry_pq *c, PGresult **out)
 
 /* ---- connection ---------------------------------------------------- */
 
+/* Queue a cancel request that nobody waits for (ferry_pq_free() of a
+ * connection the server still works for): the server would otherwise
+ * finish the query before it noticed the closed socket. */
+static int cancel_done(void *arg, int status)
+{
+    cancel_free(arg, status);
+    return 0;
+}
+
+static void cancel_detached(ferry_pq *c)
+{
+    struct cancel_job *j = calloc(1, sizeof(*j));
+
+    if (!j)
+        return;
+    j->cancel = PQgetCancel(c->conn);
+    if (!j->cancel ||
+        ferry_pool_submit(NULL, cancel_run, j, NULL, cancel_done, j) != 0)
+        cancel_free(j, 0);
+}
+
 void ferry__pq_close(ferry_pq *c)
 {
     if (c->conn)
@@ -473,6 +495,9 @@ void ferry_pq_free(ferry_pq *c)
 {
     if (!c)
         return;
+    if (c->conn && PQstatus(c->conn) == CONNECTION_OK &&
+        (c->inflight || c->mode == PQ_COPY_OUT || (c->mode == PQ_PIPELINE && c->pending)))
+        cancel_detached(c);
     ferry__pq_close(c);
     free(c);
 }

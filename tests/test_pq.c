@@ -493,8 +493,17 @@ static int deadline_main(void *arg)
     g_num[6] = (ferry_now() - t0) / 1000000;
     g_num[7] = others_active(watch);
     g_rc[3] = ferry_pq_ok(c) ? (int)query_num(c, "SELECT 43") : -1;
-    ferry_pq_free(watch);
+    /* Freed while the server works for it (psycopg #608): the work is
+     * cancelled, not left to run to its end. */
+    ferry_pq_pipeline_enter(c);
+    ferry_pq_send(c, "SELECT pg_sleep(10)", 0, NULL, NULL, NULL, NULL, 0);
+    ferry_pq_sync(c);
+    ferry_sleep(tu_ms(100));
+    g_num[8] = others_active(watch);
     ferry_pq_free(c);
+    for (int i = 0; i < 50 && (g_num[9] = others_active(watch)) != 0; i++)
+        ferry_sleep(tu_ms(20));
+    ferry_pq_free(watch);
     return 0;
 }
 
@@ -516,6 +525,8 @@ T(deadline_cancels_the_query_on_the_server, 20.)
     cr_expect_lt(g_num[6], tu_ms(1000) / 1000000, "cancel took %ld ms", g_num[6]);
     cr_expect_eq(g_num[7], 0);
     cr_expect_eq(g_rc[3], 43);
+    cr_expect_eq(g_num[8], 1, "the pipelined sleep was not running (%ld)", g_num[8]);
+    cr_expect_eq(g_num[9], 0, "the sleep of a freed connection still runs");
 }
 
 /* ---- random cancellation through the pool -------------------------------- */

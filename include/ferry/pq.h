@@ -88,8 +88,11 @@ int ferry_pq_connect(ferry_pq **out /* OUT */, const char *conninfo,
                      const ferry_pq_opts *opts /* optional */);
 
 /*
- * Close the connection and free it.  A connection in a call of another
- * task must not be freed.
+ * Close the connection and free it.  If the server still works for it (a
+ * pipeline or a COPY TO STDOUT not read to its end), a cancel request is
+ * sent from a thread of the default pool, not waited for: the server
+ * would otherwise finish the work before it noticed the closed socket.  A
+ * connection in a call of another task must not be freed.
  * Thread: loop.  Suspends: no.  NULL is ignored.
  */
 void ferry_pq_free(ferry_pq *c);
