@@ -523,9 +523,10 @@ T(deadline_cancels_the_query_on_the_server, 20.)
     cr_assert_eq(tu_run(deadline_main, NULL), 0);
     cr_assert_eq(g_rc[0], 0);
     cr_expect_eq(g_rc[1], -ETIMEDOUT);
-    /* Back within the deadline plus the cleanup (a cancel round trip). */
+    /* Back within the deadline plus the cleanup's bound (2 s; a cancel
+     * round trip takes a few ms on an idle machine). */
     cr_expect_geq(g_num[0], 190);
-    cr_expect_lt(g_num[0], 200 + tu_ms(1000) / 1000000, "took %ld ms", g_num[0]);
+    cr_expect_lt(g_num[0], 200 + tu_ms(2500) / 1000000, "took %ld ms", g_num[0]);
     cr_expect_eq(g_num[1], 1);
     cr_expect_eq(g_num[2], 0, "%ld queries still run on the server", g_num[2]);
     cr_expect_eq(g_num[3], 1);
@@ -533,7 +534,7 @@ T(deadline_cancels_the_query_on_the_server, 20.)
     cr_expect_eq(g_num[5], 1, "the second sleep was not running (%ld)", g_num[5]);
     cr_expect_eq(g_rc[6], -ECANCELED);
     cr_expect_eq(g_rc[2], 0);
-    cr_expect_lt(g_num[6], tu_ms(1000) / 1000000, "cancel took %ld ms", g_num[6]);
+    cr_expect_lt(g_num[6], tu_ms(2500) / 1000000, "cancel took %ld ms", g_num[6]);
     cr_expect_eq(g_num[7], 0);
     cr_expect_eq(g_rc[3], 43);
     cr_expect_eq(g_num[8], 1, "the pipelined sleep was not running (%ld)", g_num[8]);
@@ -798,7 +799,7 @@ T(interrupted_pipeline_and_copy_are_cancelled, 20.)
     cr_assert_eq(g_rc[0], 0);
     cr_expect_eq(g_rc[1], 0);
     cr_expect_eq(g_rc[2], -ETIMEDOUT, "rc %d after %ld ms", g_rc[2], g_num[1]);
-    cr_expect_lt(g_num[1], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[1]);
+    cr_expect_lt(g_num[1], 300 + tu_ms(2500) / 1000000, "took %ld ms", g_num[1]);
     cr_expect_eq(g_num[2], 1);
     cr_expect_eq(g_num[3], 0, "%ld queries still run on the server", g_num[3]);
     cr_expect_eq(g_num[4], 44);
@@ -806,7 +807,7 @@ T(interrupted_pipeline_and_copy_are_cancelled, 20.)
     cr_expect_eq(g_num[5], PGRES_COPY_OUT);
     cr_expect_eq(g_rc[4], -ETIMEDOUT);
     cr_expect_gt(g_num[8], 0, "no row came before the deadline");
-    cr_expect_lt(g_num[6], 300 + tu_ms(1000) / 1000000, "took %ld ms", g_num[6]);
+    cr_expect_lt(g_num[6], 300 + tu_ms(2500) / 1000000, "took %ld ms", g_num[6]);
     cr_expect_eq(g_num[7], 0, "%ld queries still run on the server", g_num[7]);
     cr_expect_eq(g_rc[5], 45);
 }
@@ -971,7 +972,7 @@ T(a_server_that_stops_answering_gives_the_caller_back, 20.)
     cr_expect_eq(g_rc[2], -ETIMEDOUT);
     /* The deadline, then the bounded cleanup, then closed. */
     cr_expect_geq(g_num[1], 190);
-    cr_expect_lt(g_num[1], 500 + tu_ms(300) / 1000000, "took %ld ms", g_num[1]);
+    cr_expect_lt(g_num[1], 500 + tu_ms(1000) / 1000000, "took %ld ms", g_num[1]);
     cr_expect_eq(g_num[2], 1, "the connection was not closed");
     cr_expect_eq(g_rc[3], -ECONNRESET);
 }
