@@ -976,3 +976,122 @@ T(a_server_that_stops_answering_gives_the_caller_back, 20.)
     cr_expect_eq(g_num[2], 1, "the connection was not closed");
     cr_expect_eq(g_rc[3], -ECONNRESET);
 }
+
+/* ---- one task at a time, the pool's wait, calls from outside a task -------- */
+
+static ferry_pq *g_shared;
+
+static int second_user_main(void *arg)
+{
+    PGresult *r = NULL;
+
+    (void)arg;
+    g_rc[2] = ferry_pq_query(g_shared, &r, "SELECT 1", 0, NULL);
+    PQclear(r);
+    return 0;
+}
+
+static int busy_main(void *arg)
+{
+    ferry_pq_pool *p;
+    ferry_pq *held, *other = NULL;
+    ferry_scope scope;
+    PGresult *r = NULL;
+    ferry_task *t;
+    char *buf;
+    size_t len;
+    int64_t t0;
+
+    (void)arg;
+    g_rc[0] = ferry_pq_connect(&g_shared, g_conninfo, NULL);
+    if (g_rc[0])
+        return 0;
+    /* A second task on a connection in use is refused, and the first
+     * call goes on undisturbed. */
+    t = tu_spawn(second_user_main, NULL);
+    g_rc[1] = ferry_pq_query(g_shared, &r, "SELECT pg_sleep(0.1), 5", 0, NULL);
+    g_num[0] = r && PQntuples(r) == 1 ? atol(PQgetvalue(r, 0, 1)) : -1;
+    PQclear(r);
+    tu_join(t);
+    /* Calls that do not fit the connection's state. */
+    g_rc[3] = ferry_pq_recv(g_shared, &r);
+    g_rc[4] = ferry_pq_copy_put(g_shared, "x", 1);
+    g_rc[5] = ferry_pq_copy_get(g_shared, &buf, &len);
+    g_rc[6] = ferry_pq_sync(g_shared);
+    g_rc[7] = ferry_pq_pipeline_exit(g_shared);
+    g_rc[8] = ferry_pq_exec(g_shared, "COPY (SELECT 1) TO STDOUT");
+    g_num[1] = ferry_pq_ok(g_shared);
+    /* The pool: a second acquire waits for the one connection, up to its
+     * deadline; freeing a pool with a connection lent is refused. */
+    g_rc[9] = ferry_pq_pool_new(&p, g_conninfo, 1, NULL);
+    if (g_rc[9])
+        return 0;
+    g_rc[10] = ferry_pq_pool_acquire(p, &held);
+    t0 = ferry_now();
+    ferry_scope_enter(&scope, ferry_now() + FERRY_MSEC(100), 0);
+    g_rc[11] = ferry_pq_pool_acquire(p, &other);
+    ferry_scope_exit(&scope);
+    g_num[2] = (ferry_now() - t0) / 1000000;
+    g_num[3] = other == NULL;
+    g_rc[12] = ferry_pq_pool_free(p);
+    /* Given back inside a transaction: closed, not lent again. */
+    ferry_pq_exec(held, "BEGIN");
+    ferry_pq_pool_release(p, held);
+    g_rc[13] = ferry_pq_pool_acquire(p, &held);
+    if (!g_rc[13]) {
+        g_num[4] = PQtransactionStatus(ferry_pq_conn(held)) == PQTRANS_IDLE;
+        ferry_pq_pool_release(p, held);
+    }
+    {
+        ferry_pq_pool_stats st;
+
+        ferry_pq_pool_stats_get(p, &st);
+        g_num[5] = (long)st.made;
+        g_num[6] = (long)st.closed;
+    }
+    g_rc[14] = ferry_pq_pool_free(p);
+    return 0;
+}
+
+static int free_shared_main(void *arg)
+{
+    (void)arg;
+    ferry_pq_free(g_shared);
+    return 0;
+}
+
+T(one_task_at_a_time_and_the_pool_waits, 20.)
+{
+    PGresult *r = (PGresult *)1;
+    ferry_pq *none = (ferry_pq *)1;
+
+    cr_assert_eq(tu_run(busy_main, NULL), 0);
+    cr_assert_eq(g_rc[0], 0);
+    cr_expect_eq(g_rc[1], 0);
+    cr_expect_eq(g_num[0], 5);
+    cr_expect_eq(g_rc[2], -EBUSY);
+    cr_expect_eq(g_rc[3], -EBUSY);
+    cr_expect_eq(g_rc[4], -EBUSY);
+    cr_expect_eq(g_rc[5], -EBUSY);
+    cr_expect_eq(g_rc[6], -EBUSY);
+    cr_expect_eq(g_rc[7], 0);
+    cr_expect_eq(g_rc[8], -EINVAL);
+    cr_expect_eq(g_num[1], 1, "the refused COPY left the connection busy");
+    cr_expect_eq(g_rc[9], 0);
+    cr_expect_eq(g_rc[10], 0);
+    cr_expect_eq(g_rc[11], -ETIMEDOUT);
+    cr_expect_geq(g_num[2], 95);
+    cr_expect_eq(g_num[3], 1);
+    cr_expect_eq(g_rc[12], -EBUSY);
+    cr_expect_eq(g_rc[13], 0);
+    cr_expect_eq(g_num[4], 1);
+    cr_expect_eq(g_num[5], 2);
+    cr_expect_eq(g_num[6], 1);
+    cr_expect_eq(g_rc[14], 0);
+    /* Outside a task. */
+    cr_expect_eq(ferry_pq_query(g_shared, &r, "SELECT 1", 0, NULL), -EPERM);
+    cr_expect_null(r);
+    cr_expect_eq(ferry_pq_connect(&none, g_conninfo, NULL), -EPERM);
+    cr_expect_null(none);
+    cr_assert_eq(tu_run(free_shared_main, NULL), 0);
+}
