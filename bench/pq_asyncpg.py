@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """pq_asyncpg.py - asyncpg's row of bench/pq_bench.c's two workloads, for
-bench/run-pq.sh: the same queries, the same counts, the same BENCH lines.
+bench/run-pq.sh: the same queries, the same counts, the same BENCH lines
+(one a run).
 
     pq_asyncpg.py [-r RUNS] [-n QUERIES] [-b BATCHES] [WORKLOAD...]
 
@@ -27,11 +28,10 @@ def conn_args():
                 user=kv.get("user"), database=kv.get("dbname"))
 
 
-def report(workload, unit, values, ok):
-    s = sorted(values)
-    print("BENCH workload=%s system=asyncpg-%s median=%.0f %s runs=%s check=%s" % (
-        workload, asyncpg.__version__, s[len(s) // 2], unit,
-        ",".join("%.0f" % v for v in values), "ok" if ok else "FAIL"), flush=True)
+def report(workload, n, values, ok):
+    for v in values:
+        print("BENCH workload=%s system=asyncpg n=%d seconds=%.6f ops_per_s=%.0f check=%s" % (
+            workload, n, n / v, v, "ok" if ok else "FAIL"), flush=True)
 
 
 async def select_50(queries):
@@ -75,8 +75,9 @@ def main():
     ap.add_argument("-b", type=int, default=20)
     ap.add_argument("workload", nargs="*")
     a = ap.parse_args()
-    for name, fn, arg, unit in (("pq_select_50", select_50, a.n, "queries/s"),
-                                ("pq_pipeline_1000", pipeline_1000, a.b, "batches/s")):
+    print("# asyncpg: %s" % asyncpg.__version__, flush=True)
+    for name, fn, arg in (("pq_select_50", select_50, a.n),
+                          ("pq_pipeline_1000", pipeline_1000, a.b)):
         if a.workload and name not in a.workload:
             continue
         values, ok = [], True
@@ -84,7 +85,7 @@ def main():
             v, good = asyncio.run(fn(arg))
             values.append(v)
             ok = ok and good
-        report(name, unit, values, ok)
+        report(name, arg, values, ok)
     return 0
 
 

@@ -22,8 +22,9 @@
  *                   nothing else).  Batches/s; check=ok: every insert
  *                   succeeded and the table holds them all.
  *
- * Each workload runs RUNS times (default 5) per system; one BENCH line
- * each with the median and the runs.
+ * Each workload runs RUNS times (default 5) per system, one BENCH line a
+ * run (ops_per_s: queries or batches a second); bench/parts.py pq makes
+ * the table of bench/README.md from them.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -42,25 +43,15 @@ static const char *conninfo;
 static long queries = 20000, batches = 20;
 static int runs = 5;
 
-static int cmp_double(const void *a, const void *b)
+/* One BENCH line per run (the contract's format, bench/README.md): `n`
+ * operations (queries or batches) at `v[i]` a second. */
+static void report(const char *workload, const char *system, long n, const double *v,
+                   int nruns, bool ok)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static void report(const char *workload, const char *system, const char *unit,
-                   double *v, int n, bool ok)
-{
-    double sorted[64];
-
-    memcpy(sorted, v, (size_t)n * sizeof(*v));
-    qsort(sorted, (size_t)n, sizeof(*v), cmp_double);
-    printf("BENCH workload=%s system=%s median=%.0f %s runs=", workload, system,
-           sorted[n / 2], unit);
-    for (int i = 0; i < n; i++)
-        printf("%s%.0f", i ? "," : "", v[i]);
-    printf(" check=%s\n", ok ? "ok" : "FAIL");
+    for (int i = 0; i < nruns; i++)
+        printf("BENCH workload=%s system=%s n=%ld seconds=%.6f ops_per_s=%.0f check=%s\n",
+               workload, system, n, v[i] > 0 ? (double)n / v[i] : 0.0, v[i],
+               ok ? "ok" : "FAIL");
     fflush(stdout);
 }
 
@@ -313,14 +304,14 @@ int main(int argc, char **argv)
             sel_bad = 0;
             ok &= ferry_run(select_ferry, &v[i]) == 0 && sel_bad == 0;
         }
-        report("pq_select_50", "ferry", "queries/s", v, runs, ok);
+        report("pq_select_50", "ferry", queries, v, runs, ok);
         ok = true;
         for (int i = 0; i < runs; i++) {
             long bad = 0;
 
             ok &= select_threads(&v[i], &bad) == 0 && bad == 0;
         }
-        report("pq_select_50", "libpq-threads", "queries/s", v, runs, ok);
+        report("pq_select_50", "libpq-threads", queries, v, runs, ok);
     }
     if (wanted(argc, argv, optind, "pq_pipeline_1000")) {
         ok = true;
@@ -329,14 +320,14 @@ int main(int argc, char **argv)
             ok &= ferry_run(pipeline_ferry, &v[i]) == 0 && pipe_bad == 0 &&
                   count_rows() == batches * BATCH;
         }
-        report("pq_pipeline_1000", "ferry", "batches/s", v, runs, ok);
+        report("pq_pipeline_1000", "ferry", batches, v, runs, ok);
         ok = true;
         for (int i = 0; i < runs; i++) {
             pipe_bad = 0;
             ok &= pipeline_blocking(&v[i]) == 0 && pipe_bad == 0 &&
                   count_rows() == batches * BATCH;
         }
-        report("pq_pipeline_1000", "libpq-blocking", "batches/s", v, runs, ok);
+        report("pq_pipeline_1000", "libpq-blocking", batches, v, runs, ok);
     }
     return 0;
 }

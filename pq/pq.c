@@ -1,6 +1,8 @@
-/* pq.c - a libpq connection driven from tasks: connect, queries, pipeline
- * mode, COPY, notifications, and the cleanup after an interrupted call.
- * Loop thread only (the cancel request alone runs on a pool thread).
+/* pq.c - a libpq connection driven from tasks: connect and free, the
+ * waits every call is made of, and the cleanup after an interrupted call
+ * (the calls themselves are in pq_query.c).
+ * Loop thread only (a cancel request before libpq 17 runs on a pool
+ * thread).
  *
  * Every wait is ferry_wait_fd() on PQsocket(), read again before each
  * wait: during the connect the socket changes (another host, a retry
@@ -21,30 +23,26 @@
 
 #define PQ_CLEANUP_DEFAULT ((int64_t)2 * 1000 * 1000 * 1000)
 
-/* Pipeline: how many messages are queued between two checks that the
- * socket takes what libpq buffered. */
-#define PQ_SEND_CHECK 64
-
 /* ---- helpers ------------------------------------------------------- */
 
 /* The connection is gone: close what is left of it. */
-static int lost(ferry_pq *c)
+int ferry__pq_lost(ferry_pq *c)
 {
     ferry__pq_close(c);
     return -ECONNRESET;
 }
 
-static int wait_sock(ferry_pq *c, int events)
+int ferry__pq_wait(ferry_pq *c, int events)
 {
     int fd = c->conn ? PQsocket(c->conn) : -1;
 
     if (fd < 0)
-        return lost(c);
+        return ferry__pq_lost(c);
     return ferry_wait_fd(fd, events, NULL);
 }
 
 /* Send everything libpq has buffered, reading meanwhile. */
-static int flush_all(ferry_pq *c)
+int ferry__pq_flush(ferry_pq *c)
 {
     for (;;) {
         int rc, fl = PQflush(c->conn);
@@ -52,12 +50,12 @@ static int flush_all(ferry_pq *c)
         if (fl == 0)
             return 0;
         if (fl < 0)
-            return lost(c);
-        rc = wait_sock(c, FERRY_READ | FERRY_WRITE);
+            return ferry__pq_lost(c);
+        rc = ferry__pq_wait(c, FERRY_READ | FERRY_WRITE);
         if (rc)
             return rc;
         if (!PQconsumeInput(c->conn))
-            return lost(c);
+            return ferry__pq_lost(c);
     }
 }
 
@@ -66,25 +64,25 @@ static int flush_all(ferry_pq *c)
  * until libpq has a whole result.  A read that fails lets libpq make an
  * error result of the loss (PQisBusy() false), which the caller then gets.
  */
-static int await_result(ferry_pq *c)
+int ferry__pq_await(ferry_pq *c)
 {
     for (;;) {
         int rc, fl = PQflush(c->conn);
 
         if (fl < 0)
-            return lost(c);
+            return ferry__pq_lost(c);
         if (!PQisBusy(c->conn))
             return 0;
-        rc = wait_sock(c, FERRY_READ | (fl ? FERRY_WRITE : 0));
+        rc = ferry__pq_wait(c, FERRY_READ | (fl ? FERRY_WRITE : 0));
         if (rc)
             return rc;
         if (!PQconsumeInput(c->conn) && PQisBusy(c->conn))
-            return lost(c);
+            return ferry__pq_lost(c);
     }
 }
 
 /* Read and drop the rows of a COPY TO STDOUT up to its end. */
-static int drain_copy_out(ferry_pq *c)
+int ferry__pq_drain_copy_out(ferry_pq *c)
 {
     for (;;) {
         char *buf = NULL;
@@ -97,12 +95,12 @@ static int drain_copy_out(ferry_pq *c)
         if (n == -1)
             return 0;
         if (n < -1)
-            return lost(c);
-        rc = wait_sock(c, FERRY_READ);
+            return ferry__pq_lost(c);
+        rc = ferry__pq_wait(c, FERRY_READ);
         if (rc)
             return rc;
         if (!PQconsumeInput(c->conn))
-            return lost(c);
+            return ferry__pq_lost(c);
     }
 }
 
@@ -113,10 +111,10 @@ static int abort_copy_in(ferry_pq *c, const char *why)
         int rc, r = PQputCopyEnd(c->conn, why);
 
         if (r > 0)
-            return flush_all(c);
+            return ferry__pq_flush(c);
         if (r < 0)
-            return lost(c);
-        rc = wait_sock(c, FERRY_WRITE);
+            return ferry__pq_lost(c);
+        rc = ferry__pq_wait(c, FERRY_WRITE);
         if (rc)
             return rc;
     }
@@ -124,7 +122,7 @@ static int abort_copy_in(ferry_pq *c, const char *why)
 
 /* Leave pipeline mode once every result was read.  libpq may still hold
  * the end of the last query's results: read it first. */
-static bool leave_pipeline(ferry_pq *c)
+bool ferry__pq_leave_pipeline(ferry_pq *c)
 {
     PGresult *r;
 
@@ -152,7 +150,7 @@ static int drain(ferry_pq *c)
         if (rc)
             return rc;
     } else if (c->mode == PQ_COPY_OUT) {
-        rc = drain_copy_out(c);
+        rc = ferry__pq_drain_copy_out(c);
         if (rc)
             return rc;
     }
@@ -160,20 +158,20 @@ static int drain(ferry_pq *c)
         while (c->pending) {
             PGresult *r;
 
-            rc = await_result(c);
+            rc = ferry__pq_await(c);
             if (rc)
                 return rc;
             r = PQgetResult(c->conn);
             if (!r) {
                 if (PQstatus(c->conn) == CONNECTION_BAD)
-                    return lost(c);
+                    return ferry__pq_lost(c);
                 continue;
             }
             c->pending--;
             PQclear(r);
         }
-        if (!leave_pipeline(c))
-            return lost(c);
+        if (!ferry__pq_leave_pipeline(c))
+            return ferry__pq_lost(c);
         c->inflight = false;
         return 0;
     }
@@ -182,7 +180,7 @@ static int drain(ferry_pq *c)
         PGresult *r;
         ExecStatusType st;
 
-        rc = await_result(c);
+        rc = ferry__pq_await(c);
         if (rc)
             return rc;
         r = PQgetResult(c->conn);
@@ -193,12 +191,12 @@ static int drain(ferry_pq *c)
         if (st == PGRES_COPY_IN)
             rc = abort_copy_in(c, "cancelled by the client");
         else if (st == PGRES_COPY_OUT)
-            rc = drain_copy_out(c);
+            rc = ferry__pq_drain_copy_out(c);
         if (rc)
             return rc;
     }
     c->inflight = false;
-    return PQstatus(c->conn) == CONNECTION_OK ? 0 : lost(c);
+    return PQstatus(c->conn) == CONNECTION_OK ? 0 : ferry__pq_lost(c);
 }
 
 /* A cancel request on a pool thread: PQcancel() connects to the server
@@ -295,16 +293,16 @@ static void settle(ferry_pq *c)
         ferry__pq_close(c);
         return;
     }
-    rc = flush_all(c);
+    rc = ferry__pq_flush(c);
     if (!rc && c->mode == PQ_PIPELINE && c->unsynced) {
         /* The server skips nothing before a sync: end the batch so that
          * the drain below has an end to read up to. */
         if (PQpipelineSync(c->conn) != 1) {
-            rc = lost(c);
+            rc = ferry__pq_lost(c);
         } else {
             c->unsynced = 0;
             c->pending++;
-            rc = flush_all(c);
+            rc = ferry__pq_flush(c);
         }
     }
     /* A COPY FROM STDIN waits for us, not the server: drain() ends it. */
@@ -319,7 +317,7 @@ static void settle(ferry_pq *c)
 }
 
 /* Start a call: one task at a time, in a task, on an open connection. */
-static int enter(ferry_pq *c)
+int ferry__pq_enter(ferry_pq *c)
 {
     if (!c)
         return -EINVAL;
@@ -337,7 +335,7 @@ static int enter(ferry_pq *c)
  * the server was involved leaves the connection settled (idle) or closed.
  * Not for an end that leaves the connection as the caller expects it
  * (copy_get's -ENODATA). */
-static int leave(ferry_pq *c, int rc)
+int ferry__pq_leave(ferry_pq *c, int rc)
 {
     if (rc && rc != -ECONNRESET && c->conn)
         settle(c);
@@ -346,23 +344,23 @@ static int leave(ferry_pq *c, int rc)
 }
 
 /* libpq refused a send: the connection is gone, or it was a misuse. */
-static int send_failed(ferry_pq *c)
+int ferry__pq_send_failed(ferry_pq *c)
 {
     if (PQstatus(c->conn) == CONNECTION_BAD)
-        return lost(c);
+        return ferry__pq_lost(c);
     return -EIO;
 }
 
 /* Collect the results of the query in flight: the first error, or else
  * the last result; a COPY that began returns at once. */
-static int collect(ferry_pq *c, PGresult **out)
+int ferry__pq_collect(ferry_pq *c, PGresult **out)
 {
     PGresult *keep = NULL;
 
     for (;;) {
         PGresult *r;
         ExecStatusType st;
-        int rc = await_result(c);
+        int rc = ferry__pq_await(c);
 
         if (rc) {
             PQclear(keep);
@@ -387,7 +385,7 @@ static int collect(ferry_pq *c, PGresult **out)
     }
     c->inflight = false;
     if (!keep)
-        return lost(c);
+        return ferry__pq_lost(c);
     *out = keep;
     return 0;
 }
@@ -520,461 +518,4 @@ const char *ferry_pq_error(const ferry_pq *c)
     if (!c->conn)
         return "connection closed";
     return PQerrorMessage(c->conn);
-}
-
-/* ---- queries ------------------------------------------------------- */
-
-/* One message to send: a query with parameters, a prepared statement's
- * execution, or a preparation. */
-enum send_kind { SEND_PARAMS, SEND_PREPARED, SEND_PREPARE };
-
-struct send {
-    enum send_kind     kind;
-    const char        *name;          /* SEND_PREPARED, SEND_PREPARE */
-    const char        *sql;           /* SEND_PARAMS, SEND_PREPARE */
-    int                nparams;
-    const Oid         *types;         /* SEND_PARAMS, SEND_PREPARE */
-    const char *const *values;        /* SEND_PARAMS, SEND_PREPARED */
-    const int         *lengths;
-    const int         *formats;
-    int                result_format;
-};
-
-static bool send_valid(const struct send *s)
-{
-    if (s->nparams < 0 || (s->nparams && s->kind != SEND_PREPARE && !s->values))
-        return false;
-    return s->kind == SEND_PREPARED ? s->name != NULL
-                                    : s->sql != NULL && (s->kind == SEND_PARAMS || s->name);
-}
-
-/* Hand the message to libpq (which buffers it). */
-static int send_one(ferry_pq *c, const struct send *s)
-{
-    int ok;
-
-    if (s->kind == SEND_PARAMS)
-        ok = PQsendQueryParams(c->conn, s->sql, s->nparams, s->types, s->values, s->lengths,
-                               s->formats, s->result_format);
-    else if (s->kind == SEND_PREPARED)
-        ok = PQsendQueryPrepared(c->conn, s->name, s->nparams, s->values, s->lengths,
-                                 s->formats, s->result_format);
-    else
-        ok = PQsendPrepare(c->conn, s->name, s->sql, s->nparams, s->types);
-    return ok ? 0 : send_failed(c);
-}
-
-/* Send one message on an idle connection and wait for its result. */
-static int query_one(ferry_pq *c, PGresult **out, const struct send *s)
-{
-    int rc;
-
-    if (!out || !send_valid(s))
-        return -EINVAL;
-    *out = NULL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_IDLE || c->inflight) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    rc = send_one(c, s);
-    if (rc) {
-        c->inside = false;
-        return rc;
-    }
-    c->inflight = true;
-    rc = collect(c, out);
-    return leave(c, rc);
-}
-
-/* Queue one message of the pipeline and send what the socket takes. */
-static int pipeline_one(ferry_pq *c, const struct send *s)
-{
-    int rc, fl;
-
-    if (!send_valid(s))
-        return -EINVAL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_PIPELINE) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    rc = send_one(c, s);
-    if (rc) {
-        c->inside = false;
-        return rc;
-    }
-    c->pending++;
-    c->unsynced++;
-    /* libpq sends on its own once 64 KiB are buffered, but never waits:
-     * every PQ_SEND_CHECK messages, see whether the socket took it all,
-     * and wait while it takes no more, so that the buffer stays bounded.
-     * A flush per message would cost a system call and a server wakeup
-     * per query. */
-    if (c->unsynced % PQ_SEND_CHECK)
-        return leave(c, 0);
-    fl = PQflush(c->conn);
-    if (fl < 0)
-        return leave(c, lost(c));
-    rc = fl ? flush_all(c) : 0;
-    return leave(c, rc);
-}
-
-int ferry_pq_query_params(ferry_pq *c, PGresult **out, const char *sql, int nparams,
-                          const Oid *types, const char *const *values, const int *lengths,
-                          const int *formats, int result_format)
-{
-    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
-                      result_format };
-
-    return query_one(c, out, &s);
-}
-
-int ferry_pq_prepare(ferry_pq *c, PGresult **out, const char *name, const char *sql,
-                     int nparams, const Oid *types)
-{
-    struct send s = { SEND_PREPARE, name, sql, nparams, types, NULL, NULL, NULL, 0 };
-
-    return query_one(c, out, &s);
-}
-
-int ferry_pq_query_prepared(ferry_pq *c, PGresult **out, const char *name, int nparams,
-                            const char *const *values, const int *lengths, const int *formats,
-                            int result_format)
-{
-    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
-                      result_format };
-
-    return query_one(c, out, &s);
-}
-
-int ferry_pq_query(ferry_pq *c, PGresult **out, const char *sql, int nparams,
-                   const char *const *values)
-{
-    return ferry_pq_query_params(c, out, sql, nparams, NULL, values, NULL, NULL, 0);
-}
-
-int ferry_pq_exec(ferry_pq *c, const char *sql)
-{
-    int rc, err = 0;
-
-    if (!sql)
-        return -EINVAL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_IDLE || c->inflight) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    if (!PQsendQuery(c->conn, sql)) {
-        c->inside = false;
-        return send_failed(c);
-    }
-    c->inflight = true;
-    for (;;) {
-        PGresult *r;
-        ExecStatusType st;
-
-        rc = await_result(c);
-        if (rc)
-            return leave(c, rc);
-        r = PQgetResult(c->conn);
-        if (!r)
-            break;
-        st = PQresultStatus(r);
-        PQclear(r);
-        if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR)
-            err = -EIO;
-        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT) {
-            /* Not for COPY: end it (drain() does) and say so. */
-            c->mode = st == PGRES_COPY_IN ? PQ_COPY_IN : PQ_COPY_OUT;
-            return leave(c, -EINVAL);
-        }
-    }
-    c->inflight = false;
-    if (PQstatus(c->conn) != CONNECTION_OK)
-        return leave(c, lost(c));
-    return leave(c, err);
-}
-
-/* ---- pipeline ------------------------------------------------------ */
-
-int ferry_pq_pipeline_enter(ferry_pq *c)
-{
-    if (!c)
-        return -EINVAL;
-    if (!c->conn)
-        return -ECONNRESET;
-    if (c->inside || c->inflight || c->mode != PQ_IDLE)
-        return -EBUSY;
-#ifdef LIBPQ_HAS_PIPELINING
-    if (PQenterPipelineMode(c->conn) != 1)
-        return PQstatus(c->conn) == CONNECTION_BAD ? lost(c) : -EBUSY;
-    c->mode = PQ_PIPELINE;
-    c->pending = 0;
-    c->unsynced = 0;
-    return 0;
-#else
-    return -ENOTSUP;
-#endif
-}
-
-int ferry_pq_pipeline_exit(ferry_pq *c)
-{
-    if (!c)
-        return -EINVAL;
-    if (c->mode != PQ_PIPELINE)
-        return 0;
-    if (c->inside || c->pending || c->unsynced)
-        return -EBUSY;
-    return leave_pipeline(c) ? 0 : -EBUSY;
-}
-
-int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,
-                  const char *const *values, const int *lengths, const int *formats,
-                  int result_format)
-{
-    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
-                      result_format };
-
-    return pipeline_one(c, &s);
-}
-
-int ferry_pq_send_prepare(ferry_pq *c, const char *name, const char *sql, int nparams,
-                          const Oid *types)
-{
-    struct send s = { SEND_PREPARE, name, sql, nparams, types, NULL, NULL, NULL, 0 };
-
-    return pipeline_one(c, &s);
-}
-
-int ferry_pq_send_prepared(ferry_pq *c, const char *name, int nparams,
-                           const char *const *values, const int *lengths, const int *formats,
-                           int result_format)
-{
-    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
-                      result_format };
-
-    return pipeline_one(c, &s);
-}
-
-int ferry_pq_sync(ferry_pq *c)
-{
-    if (!c)
-        return -EINVAL;
-    if (!c->conn)
-        return -ECONNRESET;
-    if (c->inside || c->mode != PQ_PIPELINE)
-        return -EBUSY;
-    if (PQpipelineSync(c->conn) != 1)
-        return send_failed(c);
-    c->pending++;
-    c->unsynced = 0;
-    return 0;
-}
-
-int ferry_pq_recv(ferry_pq *c, PGresult **out)
-{
-    int rc;
-
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_PIPELINE) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    if (!c->pending) {
-        c->inside = false;
-        return -ENODATA;
-    }
-    for (;;) {
-        PGresult *r;
-
-        rc = await_result(c);
-        if (rc)
-            return leave(c, rc);
-        r = PQgetResult(c->conn);
-        if (!r) {
-            /* The end of one query's results, before the next one's. */
-            if (PQstatus(c->conn) == CONNECTION_BAD)
-                return leave(c, lost(c));
-            continue;
-        }
-        c->pending--;
-        *out = r;
-        return leave(c, 0);
-    }
-}
-
-/* ---- COPY ---------------------------------------------------------- */
-
-int ferry_pq_copy_start(ferry_pq *c, PGresult **out, const char *sql)
-{
-    int rc;
-
-    if (!out || !sql)
-        return -EINVAL;
-    *out = NULL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_IDLE || c->inflight) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    if (!PQsendQuery(c->conn, sql)) {
-        c->inside = false;
-        return send_failed(c);
-    }
-    c->inflight = true;
-    rc = collect(c, out);
-    return leave(c, rc);
-}
-
-int ferry_pq_copy_put(ferry_pq *c, const void *buf, size_t len)
-{
-    int rc;
-
-    if ((!buf && len) || len > INT32_MAX)
-        return -EINVAL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_COPY_IN) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    for (;;) {
-        int r = PQputCopyData(c->conn, buf, (int)len);
-
-        if (r > 0)
-            break;
-        if (r < 0)
-            return leave(c, lost(c));
-        rc = flush_all(c);
-        if (rc)
-            return leave(c, rc);
-    }
-    rc = PQflush(c->conn);
-    if (rc < 0)
-        return leave(c, lost(c));
-    return leave(c, rc ? flush_all(c) : 0);
-}
-
-int ferry_pq_copy_get(ferry_pq *c, char **buf, size_t *len)
-{
-    int rc;
-
-    if (!buf || !len)
-        return -EINVAL;
-    *buf = NULL;
-    *len = 0;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode == PQ_COPY_DONE) {
-        c->inside = false;
-        return -ENODATA;
-    }
-    if (c->mode != PQ_COPY_OUT) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    for (;;) {
-        int n = PQgetCopyData(c->conn, buf, 1);
-
-        if (n > 0) {
-            *len = (size_t)n;
-            return leave(c, 0);
-        }
-        if (n == -1) {
-            c->mode = PQ_COPY_DONE;
-            c->inside = false;
-            return -ENODATA;
-        }
-        if (n < -1)
-            return leave(c, lost(c));
-        rc = wait_sock(c, FERRY_READ);
-        if (!rc && !PQconsumeInput(c->conn))
-            rc = lost(c);
-        if (rc)
-            return leave(c, rc);
-    }
-}
-
-int ferry_pq_copy_end(ferry_pq *c, const char *errmsg, PGresult **out)
-{
-    int rc;
-
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode == PQ_COPY_IN) {
-        for (;;) {
-            int r = PQputCopyEnd(c->conn, errmsg);
-
-            if (r > 0)
-                break;
-            if (r < 0)
-                return leave(c, lost(c));
-            rc = flush_all(c);
-            if (rc)
-                return leave(c, rc);
-        }
-    } else if (c->mode == PQ_COPY_OUT) {
-        rc = drain_copy_out(c);
-        if (rc)
-            return leave(c, rc);
-    } else if (c->mode != PQ_COPY_DONE) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    c->mode = PQ_IDLE;
-    rc = collect(c, out);
-    return leave(c, rc);
-}
-
-/* ---- notifications --------------------------------------------------- */
-
-int ferry_pq_notify_recv(ferry_pq *c, PGnotify **out)
-{
-    int rc;
-
-    if (!out)
-        return -EINVAL;
-    *out = NULL;
-    rc = enter(c);
-    if (rc)
-        return rc;
-    if (c->mode != PQ_IDLE || c->inflight) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    for (;;) {
-        *out = PQnotifies(c->conn);
-        if (*out)
-            break;
-        rc = wait_sock(c, FERRY_READ);
-        if (rc)
-            break;
-        if (!PQconsumeInput(c->conn)) {
-            rc = lost(c);
-            break;
-        }
-    }
-    /* An interrupted wait sent nothing: the connection is idle as it was. */
-    c->inside = false;
-    return rc;
 }

@@ -32,4 +32,38 @@ struct ferry_pq {
 /* Close the connection (the socket with it); the struct stays. */
 void ferry__pq_close(ferry_pq *c);
 
+/* The connection is gone: close what is left.  Returns -ECONNRESET. */
+int ferry__pq_lost(ferry_pq *c);
+
+/* Wait for the socket (FERRY_READ, FERRY_WRITE); -ECONNRESET once closed. */
+int ferry__pq_wait(ferry_pq *c, int events);
+
+/* Send everything libpq has buffered, reading meanwhile. */
+int ferry__pq_flush(ferry_pq *c);
+
+/* Wait until PQgetResult() will not block. */
+int ferry__pq_await(ferry_pq *c);
+
+/* Read and drop the rows of a COPY TO STDOUT up to its end. */
+int ferry__pq_drain_copy_out(ferry_pq *c);
+
+/* Leave pipeline mode once every result was read; false if libpq refuses. */
+bool ferry__pq_leave_pipeline(ferry_pq *c);
+
+/* Start a call: -EINVAL, -EPERM (not in a task), -EBUSY (another task
+ * inside), -ECONNRESET (closed); 0 and the connection is the caller's. */
+int ferry__pq_enter(ferry_pq *c);
+
+/* End a call with `rc`; an interruption or failure past the point where
+ * the server was involved leaves the connection settled or closed.
+ * Returns rc. */
+int ferry__pq_leave(ferry_pq *c, int rc);
+
+/* libpq refused a send: -ECONNRESET (and closed) or -EIO. */
+int ferry__pq_send_failed(ferry_pq *c);
+
+/* Collect the results of the query in flight into *out (the first error,
+ * or else the last result; a COPY that began returns at once). */
+int ferry__pq_collect(ferry_pq *c, PGresult **out);
+
 #endif /* FERRY_PQ_INT_H */
