@@ -24,15 +24,15 @@
 enum send_kind { SEND_PARAMS, SEND_PREPARED, SEND_PREPARE };
 
 struct send {
-    enum send_kind     kind;
-    const char        *name;          /* SEND_PREPARED, SEND_PREPARE */
+    enum send_kind     kind;          /* which of the three */
+    const char        *name;          /* the statement: SEND_PREPARED, SEND_PREPARE */
     const char        *sql;           /* SEND_PARAMS, SEND_PREPARE */
-    int                nparams;
-    const Oid         *types;         /* SEND_PARAMS, SEND_PREPARE */
-    const char *const *values;        /* SEND_PARAMS, SEND_PREPARED */
-    const int         *lengths;
-    const int         *formats;
-    int                result_format;
+    int                nparams;       /* how many parameters */
+    const Oid         *types;         /* their types or NULL: SEND_PARAMS, SEND_PREPARE */
+    const char *const *values;        /* their values: SEND_PARAMS, SEND_PREPARED */
+    const int         *lengths;       /* of binary values, or NULL */
+    const int         *formats;       /* 0 text, 1 binary, per value; NULL: all text */
+    int                result_format; /* 0 text, 1 binary */
 };
 
 static bool send_valid(const struct send *s)

@@ -824,14 +824,14 @@ struct proxy {
     int pg_port;         /* the real server's */
     bool stall;          /* forward nothing from now on */
     int fds[64];         /* every socket it made, closed at the end */
-    int nfds;
-    ferry_task *tasks[64];
-    int ntasks;
+    int nfds;            /* how many */
+    ferry_task *tasks[64]; /* its acceptor and pumps, cancelled at the end */
+    int ntasks;          /* how many */
 };
 
 struct pump {
-    struct proxy *p;
-    int from, to;
+    struct proxy *p;   /* its proxy, for `stall` */
+    int from, to;      /* bytes read from `from` are written to `to` */
 };
 
 static struct pump g_pumps[32];
