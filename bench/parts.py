@@ -5,6 +5,7 @@
     python3 bench/parts.py redis --into bench/README.md bench/redis_results.txt
     python3 bench/parts.py redis --check bench/README.md bench/redis_results.txt
     python3 bench/parts.py xloop bench/xloop_results.txt
+    python3 bench/parts.py pq bench/pq_results.txt
 
 Parts:
   redis  ferry-redis-bench's lines: a row per workload and system, its
@@ -14,6 +15,9 @@ Parts:
          parameters (limit=, tasks=, hold_us=) is a workload of its own.
   xloop  bench/run-xloop.sh's lines: a row per workload, the median ns per
          call of each system.
+  pq     bench/run-pq.sh's lines: a row per workload and system, its median
+         queries or batches a second, and ferry's median over that
+         system's (ferry / system).
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -38,6 +42,7 @@ END = "<!-- END table -->"
 SYSTEMS = {
     "redis": ["ferry", "hiredis-blocking", "asyncio-redispy", "ferry-polling", "no-limiter"],
     "xloop": ["ferry", "eventfd-pingpong", "go"],
+    "pq": ["ferry", "libpq-threads", "libpq-blocking", "asyncpg"],
 }
 
 
@@ -126,11 +131,31 @@ def xloop_table(runs, order):
     return out
 
 
+def pq_table(runs, order):
+    out = ["| workload | system | per second | ferry / system |",
+           "| --- | --- | ---: | ---: |"]
+    systems = systems_of(runs, "pq")
+    for w in order:
+        ferry = runs.get((w, "ferry"))
+        fmed = figure(ferry, "ops_per_s")[0] if ferry else None
+        for s in systems:
+            fs = runs.get((w, s))
+            if not fs:
+                continue
+            med, text = figure(fs, "ops_per_s")
+            ratio = "-" if s == "ferry" or fmed is None else "%.2f" % (fmed / med)
+            out.append("| %s | %s | %s | %s |" % (w, s, text, ratio))
+    return out
+
+
+TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table}
+
+
 def render(part, lines):
     runs, order, notes = parse(lines)
     if not runs:
         raise SystemExit("parts.py: no BENCH lines")
-    rows = redis_table(runs, order) if part == "redis" else xloop_table(runs, order)
+    rows = TABLES[part](runs, order)
     text = "\n".join(rows) + "\n"
     if notes:
         text += "\n" + "".join("- %s\n" % n for n in notes)

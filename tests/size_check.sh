@@ -6,7 +6,8 @@
 #
 # Reads the library's folders under ROOT (the source tree by default):
 # base/, src/ (with src/ctx/ and src/port/), io/, bridge/ and wire/, and
-# redis/ (the ferry_redis library), their .c and .h files.  A function is what starts with a line
+# redis/ and pq/ (the ferry_redis and ferry_pq libraries), their .c and .h
+# files.  A function is what starts with a line
 # that is a lone "{" at the left margin (how every function body here
 # opens) and ends at its matching brace; the braces are counted with
 # comments, strings and character constants taken out.  Prints every
@@ -23,7 +24,7 @@ if [ $# -gt 1 ]; then
 fi
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 files=()
-for d in base src src/ctx src/port io bridge wire redis; do
+for d in base src src/ctx src/port io bridge wire redis pq; do
     [ -d "$root/$d" ] || continue
     for f in "$root/$d"/*.c "$root/$d"/*.h; do
         [ -f "$f" ] && files+=("$f")

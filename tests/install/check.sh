@@ -92,6 +92,18 @@ elif [ -e "$prefix/include/ferry/curl.h" ]; then
     exit 1
 fi
 
+# The PostgreSQL part, when this build has it (libpq found).
+if [ -f "$pcdir/ferry-pq.pc" ]; then
+    test -f "$prefix/include/ferry/pq.h"
+    "$work/consumer/pq_shared"
+    "$work/consumer/pq_static"
+    deps=$(ldd "$work/consumer/pq_shared")
+    grep -q "$libdir/libferry_pq.so" <<<"$deps"
+elif [ -e "$prefix/include/ferry/pq.h" ]; then
+    echo "install check: pq.h installed without the PostgreSQL part" >&2
+    exit 1
+fi
+
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$pcdir
 cc=${CC:-cc}
@@ -114,5 +126,10 @@ if [ -f "$pcdir/ferry-curl.pc" ]; then
     $cc -o "$work/curl_pc" "$root/tests/install/curl_main.c" \
         $(pkg-config --cflags --libs ferry-curl)
     LD_LIBRARY_PATH=$libdir "$work/curl_pc"
+fi
+if [ -f "$pcdir/ferry-pq.pc" ]; then
+    # shellcheck disable=SC2046
+    $cc -o "$work/pq_pc" "$root/tests/install/pq_main.c" $(pkg-config --cflags --libs ferry-pq)
+    LD_LIBRARY_PATH=$libdir "$work/pq_pc"
 fi
 echo "install check: passed"
