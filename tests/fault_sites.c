@@ -1248,6 +1248,112 @@ static int op_runtime_select(void)
     return rc ? rc : st;
 }
 
+/* ---- a port served by every loop of the runtime ---------------------------- */
+
+static ferry_runtime_listener *g_rl;
+
+static int op_runtime_listen(void)
+{
+    ferry_runtime_listen_opts lo = { .mode = FERRY_SPREAD_BALANCED, .acceptor = 1 };
+
+    g_rl = NULL;
+    return ferry_runtime_listen(&g_rl, g_rt, "127.0.0.1", 0, &lo);
+}
+
+static void undo_runtime_listen(int rc)
+{
+    if (rc == 0 && ferry_runtime_listener_port(g_rl) <= 0)
+        FAILF("runtime_listen: no port");
+    if (rc != 0 && g_rl)
+        FAILF("runtime_listen: failed but set *out");
+    ferry_runtime_listener_free(g_rl);
+    g_rl = NULL;
+}
+
+/* A runtime of two loops and a balanced listener whose acceptor is loop
+ * 1: a connection is handed over to loop 0 (the less loaded on a tie is
+ * the round-robin candidate, loop 0 first). */
+static void setup_rl(void)
+{
+    setup_runtime();
+    if (op_runtime_listen() != 0)
+        FAILF("runtime_listen: setup");
+}
+
+static void teardown_rl(void)
+{
+    ferry_runtime_listener_free(g_rl);
+    g_rl = NULL;
+    teardown_runtime();
+}
+
+static atomic_int rl_served, rl_ended;
+
+static int rl_conn(ferry_stream *s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    atomic_store(&rl_served, 1);
+    return 0;                    /* the stream is closed: the client sees the end */
+}
+
+static int rl_serve(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    rc = ferry_runtime_listener_serve(g_rl, rl_conn, NULL);
+    atomic_store(&rl_ended, 1);
+    return rc;
+}
+
+/* Serve one connection: accepted on loop 1, handed to loop 0, its task
+ * run there.  A connection dropped for want of memory is closed (the
+ * client sees the end without it being served): -ENOMEM, as
+ * ferry_listener_accept() reports one. */
+static int rl_main(void *arg)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)ferry_runtime_listener_port(g_rl)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int64_t until;
+    ferry_task *t;
+    int rc, st = 0, fd;
+    char b;
+
+    (void)arg;
+    atomic_store(&rl_served, 0);
+    atomic_store(&rl_ended, 0);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        return -1000;
+    sweep_arm();
+    rc = ferry_task_spawn(&t, NULL, rl_serve, NULL, NULL);
+    if (rc == 0) {
+        until = ferry_now() + tu_ms(2000);
+        while (!atomic_load(&rl_served) && !atomic_load(&rl_ended) && ferry_now() < until &&
+               recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN)
+            if (ferry_sleep(FERRY_MSEC(1)) != 0)
+                ferry_yield();
+        ferry_task_cancel(t);
+        ferry_task_join(t, &st);
+    }
+    sweep_disarm();
+    close(fd);
+    if (rc)
+        return rc;
+    if (st != -ECANCELED)
+        return st;
+    return atomic_load(&rl_served) ? 0 : -ENOMEM;
+}
+
+static int op_runtime_serve(void)
+{
+    int st = -1, rc = ferry_runtime_run(g_rt, rl_main, NULL, &st);
+
+    return rc ? rc : st;
+}
+
 /* ---- task-local values --------------------------------------------------- */
 
 /* A value per task, and the copies children inherit: the key's refs count
@@ -2205,6 +2311,12 @@ static const struct sweep sweeps[] = {
       "eventfd write", true, teardown_runtime },
     { "select on a future",  setup_runtime,    op_runtime_select, undo_runtime_calls,
       "eventfd write", true, teardown_runtime },
+    { "runtime_listen",      setup_runtime,    op_runtime_listen, undo_runtime_listen,
+      NULL, false, teardown_runtime },
+    /* An acceptor whose wait for its socket cannot be registered (a
+     * libevent allocation) tries again a little later: absorbed. */
+    { "runtime_listener_serve", setup_rl,      op_runtime_serve,  undo_nothing,
+      "eventfd write|libevent malloc", true, teardown_rl },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },

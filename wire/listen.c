@@ -275,6 +275,16 @@ static void dispatch(struct ferry_runtime_listener *l, struct spread_loop *me, f
         conn_drop(c);   /* that loop has closed */
 }
 
+/* Out of descriptors or memory: the queue stays, try again a little
+ * later (without a timer if even that cannot be had).  Returns 0;
+ * -ECANCELED, -ETIMEDOUT. */
+static int retry_later(void)
+{
+    int rc = ferry_sleep(FERRY_MSEC(10));
+
+    return rc == -ENOMEM ? ferry_yield() : rc;
+}
+
 /* Accept on `lfd` until interrupted.  Returns -ECANCELED, -ETIMEDOUT, or
  * an error of accept4(2) that trying again will not cure. */
 static int accept_loop(struct ferry_runtime_listener *l, struct spread_loop *me, ferry_group *g,
@@ -295,13 +305,14 @@ static int accept_loop(struct ferry_runtime_listener *l, struct spread_loop *me,
         switch (errno) {
         case EAGAIN:
             rc = ferry_wait_fd(lfd, FERRY_READ, NULL);
+            if (rc == -ENOMEM)       /* the wait could not be registered */
+                rc = retry_later();
             break;
         case EINTR: case ECONNABORTED: case EPROTO: case EPERM:
             rc = 0;
             break;
         case EMFILE: case ENFILE: case ENOBUFS: case ENOMEM:
-            /* Out of descriptors or memory: the queue stays, try later. */
-            rc = ferry_sleep(FERRY_MSEC(10));
+            rc = retry_later();
             break;
         default:
             return -errno;
