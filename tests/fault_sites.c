@@ -2314,9 +2314,10 @@ static const struct sweep sweeps[] = {
     { "runtime_listen",      setup_runtime,    op_runtime_listen, undo_runtime_listen,
       NULL, false, teardown_runtime },
     /* An acceptor whose wait for its socket cannot be registered (a
-     * libevent allocation) tries again a little later: absorbed. */
+     * libevent allocation: its table of descriptors grows with malloc or
+     * realloc) tries again a little later: absorbed. */
     { "runtime_listener_serve", setup_rl,      op_runtime_serve,  undo_nothing,
-      "eventfd write|libevent malloc", true, teardown_rl },
+      "eventfd write|libevent malloc|libevent realloc", true, teardown_rl },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
