@@ -294,6 +294,29 @@ TL(cpu_steering_picks_the_loop_of_the_receiving_cpu)
                      atomic_load(&s.served[i]));
 }
 
+TL(balanced_cpu_steering_serves_where_it_counts)
+{
+    static struct srv s;
+    int64_t sum = 0;
+    unsigned i;
+
+    s.loops = 4;
+    s.opts.mode = FERRY_SPREAD_BALANCED;
+    s.opts.flags = FERRY_SPREAD_CPU;
+    s.opts.acceptor = 3;
+    s.conns = 16;
+    s.keep = true;
+    run_server(&s);
+    cr_assert_eq(s.made, 16);
+    cr_assert_eq(atomic_load(&s.wrong_loop), 0);
+    for (i = 0; i < 4; i++) {
+        cr_expect_eq(s.load_seen[i], atomic_load(&s.served[i]), "loop %u", i);
+        cr_expect_eq(s.load_after[i], 0, "loop %u", i);
+        sum += s.load_seen[i];
+    }
+    cr_assert_eq(sum, 16);
+}
+
 /* ---- the end while connections are handed over -------------------------- */
 
 struct churn {
@@ -433,6 +456,13 @@ TL(arguments_and_a_second_serve)
     cr_assert_eq(ferry_runtime_listen(&l, rt, "127.0.0.1", 70000, NULL), -EINVAL);
     cr_assert_null(l);
     cr_assert_eq(ferry_runtime_listener_port(NULL), -EINVAL);
+    /* A numeric IPv6 address, where the machine has IPv6. */
+    st = ferry_runtime_listen(&l, rt, "::1", 0, NULL);
+    cr_assert(st == 0 || st == -EADDRNOTAVAIL || st == -EAFNOSUPPORT, "::1: %d", st);
+    if (st == 0) {
+        cr_assert_gt(ferry_runtime_listener_port(l), 0);
+        ferry_runtime_listener_free(l);
+    }
     /* Every address, IPv6 and IPv4 on one socket per loop. */
     cr_assert_eq(ferry_runtime_listen(&m.l, rt, NULL, 0, NULL), 0);
     cr_assert_eq(ferry_runtime_listener_serve(m.l, churn_conn, &c), -EPERM); /* not a task */
