@@ -264,9 +264,13 @@ TL(reuseport_accepts_on_every_loop)
 static bool kernel_has_reuseport_cbpf(void)
 {
     struct sock_filter code[] = { { BPF_RET | BPF_K, 0, 0, 0 } };
-    struct sock_fprog prog = { .len = 1, .filter = code };
+    struct sock_fprog prog;
     int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
     bool ok;
+
+    memset(&prog, 0, sizeof prog);
+    prog.len = 1;
+    prog.filter = code;
 
     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     ok = setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) == 0;

@@ -427,8 +427,11 @@ static void attach_cpu_program(int fd, unsigned n)
         { BPF_ALU | BPF_MOD | BPF_K, 0, 0, n },
         { BPF_RET | BPF_A, 0, 0, 0 },
     };
-    struct sock_fprog prog = { .len = sizeof code / sizeof code[0], .filter = code };
+    struct sock_fprog prog;
 
+    memset(&prog, 0, sizeof prog);   /* the padding after `len` goes to the kernel too */
+    prog.len = sizeof code / sizeof code[0];
+    prog.filter = code;
     (void)setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
 }
 
