@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -421,6 +422,91 @@ TL(runtime_ended_during_handovers_leaves_no_descriptor)
     }
 }
 
+/* ---- out of descriptors --------------------------------------------------- */
+
+/* The client's sockets exist before the limit is lowered: connecting
+ * takes no descriptor, accepting does. */
+struct emfile {
+    ferry_runtime_listener *l;
+    int                     fds[4];
+    atomic_int              served;
+    int                     served_while_low;
+    int                     rc;
+};
+
+static int emfile_conn(ferry_stream *s, void *arg)
+{
+    struct emfile *e = arg;
+
+    (void)s;
+    atomic_fetch_add(&e->served, 1);
+    return 0;
+}
+
+static int emfile_serve(void *arg)
+{
+    struct emfile *e = arg;
+
+    return ferry_runtime_listener_serve(e->l, emfile_conn, e);
+}
+
+static int emfile_main(void *arg)
+{
+    struct emfile *e = arg;
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)ferry_runtime_listener_port(e->l)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    struct rlimit old, low;
+    int64_t until;
+    ferry_task *t;
+    int i, rc;
+
+    for (i = 0; i < 4; i++)
+        if ((e->fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+            return -1;
+    rc = ferry_task_spawn(&t, NULL, emfile_serve, e, NULL);
+    if (rc)
+        return rc;
+    ferry_sleep(tu_ms(20));             /* every loop waits in accept */
+    getrlimit(RLIMIT_NOFILE, &old);
+    low = old;
+    low.rlim_cur = (rlim_t)count_fds();   /* no room for one more */
+    setrlimit(RLIMIT_NOFILE, &low);
+    for (i = 0; i < 4; i++)
+        connect(e->fds[i], (struct sockaddr *)&a, sizeof a);
+    ferry_sleep(tu_ms(50));             /* accept4() fails with EMFILE meanwhile */
+    e->served_while_low = atomic_load(&e->served);
+    setrlimit(RLIMIT_NOFILE, &old);
+    until = ferry_now() + tu_ms(5000);
+    while (atomic_load(&e->served) < 4 && ferry_now() < until)
+        ferry_sleep(FERRY_MSEC(1));
+    ferry_task_cancel(t);
+    ferry_task_join(t, &e->rc);
+    for (i = 0; i < 4; i++)
+        close(e->fds[i]);
+    return 0;
+}
+
+TL(accept_out_of_descriptors_waits_and_serves_later)
+{
+    static struct emfile e;
+    ferry_runtime_opts o = { .loops = 2 };
+    ferry_runtime_listen_opts lo = { .mode = FERRY_SPREAD_BALANCED };
+    ferry_runtime *rt;
+    int st = -1;
+
+    cr_assert_eq(ferry_runtime_new(&rt, &o), 0);
+    cr_assert_eq(ferry_runtime_listen(&e.l, rt, "127.0.0.1", 0, &lo), 0);
+    cr_assert_eq(ferry_runtime_run(rt, emfile_main, &e, &st), 0);
+    cr_assert_eq(st, 0);
+    ferry_runtime_listener_free(e.l);
+    ferry_runtime_free(rt);
+    cr_expect_eq(e.served_while_low, 0);
+    cr_assert_eq(atomic_load(&e.served), 4, "served %d of 4 once descriptors were back",
+                 atomic_load(&e.served));
+    cr_assert_eq(e.rc, -ECANCELED);
+}
+
 /* ---- arguments ------------------------------------------------------------ */
 
 static int busy_main(void *arg)
@@ -460,6 +546,20 @@ TL(arguments_and_a_second_serve)
     cr_assert_eq(ferry_runtime_listen(&l, rt, "127.0.0.1", 70000, NULL), -EINVAL);
     cr_assert_null(l);
     cr_assert_eq(ferry_runtime_listener_port(NULL), -EINVAL);
+    /* A port another socket holds without SO_REUSEPORT. */
+    {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t len = sizeof a;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        cr_assert_eq(listen(fd, 1), 0);
+        cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+        cr_assert_eq(ferry_runtime_listen(&l, rt, "127.0.0.1", ntohs(a.sin_port), NULL),
+                     -EADDRINUSE);
+        cr_assert_null(l);
+        close(fd);
+    }
     /* A numeric IPv6 address, where the machine has IPv6. */
     st = ferry_runtime_listen(&l, rt, "::1", 0, NULL);
     cr_assert(st == 0 || st == -EADDRNOTAVAIL || st == -EAFNOSUPPORT, "::1: %d", st);
