@@ -374,7 +374,7 @@ typedef int (*ferry_conn_fn)(ferry_stream *s, void *arg);
  * one, the same for every socket; see ferry_runtime_listener_port()).
  * Connections queue from now on; they are served by
  * ferry_runtime_listener_serve().
- * Thread: any, not in a task of another runtime.  Suspends: no.
+ * Thread: any.  Suspends: no.
  * Owns: the caller owns *out; free it with ferry_runtime_listener_free().
  * Returns: 0; -EADDRINUSE, -EACCES and the other errors of socket(2),
  * bind(2) and listen(2), negated; -EINVAL (out NULL, no runtime, port
