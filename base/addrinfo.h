@@ -1,6 +1,6 @@
 /* addrinfo.h - address lists in blocks of ferry's own allocator (one
  * allocation a list, freed by ferry_freeaddrinfo()), and the codes of name
- * resolution.  What the resolver (src/dns.c) and the pool's fallback
+ * resolution.  What the resolver (io/dns.c) and the pool's fallback
  * (bridge/getaddrinfo.c) share.  Any thread.
  */
 #ifndef FERRY_ADDRINFO_H
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <netdb.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 
 /* One address to put into a list. */
 struct ferry__ai_addr {

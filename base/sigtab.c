@@ -6,7 +6,7 @@
  * adds one to the signal's counter and writes the wake descriptor of every
  * listener of that signal; it takes no lock and never waits.  The
  * counters, not the descriptors, carry the deliveries: a listener (a loop,
- * src/sigport.c) hands `counter - seen` to its subscriptions when it is
+ * io/sigport.c) hands `counter - seen` to its subscriptions when it is
  * woken or asked.  So every listener sees every delivery, several
  * deliveries may share one wakeup, and a failed write loses nothing (the
  * count is there for the next look).

@@ -1,7 +1,7 @@
 /* sigtab.h - POSIX signals for the whole process: one handler, a counter
  * of deliveries per signal, and the table of listeners it wakes (a slot
  * each: a wake descriptor and a mask of signals).  base/sigtab.c has the
- * rules; a loop's side of it is src/sigport.c.
+ * rules; a loop's side of it is io/sigport.c.
  * Thread: any.
  */
 #ifndef FERRY_BASE_SIGTAB_H

@@ -42,7 +42,7 @@
  * ferry_loop_opts.stack_cache (an experiment knob: the contract's numbers
  * use the defaults).  FERRY_BENCH_IO=libevent registers the echo servers'
  * descriptors through libevent instead of the loop's epoll set (an
- * experiment knob: the portable path of src/stream.c).
+ * experiment knob: the portable path of io/stream.c).
  *
  * Workloads (n as the peers'):
  *   switch              two tasks each ferry_yield() n/2 times (n = 2,000,000)
@@ -190,7 +190,7 @@ static void print_stats(const char *workload)
     if (ferry_loop_stats_get(loop, &ls) == 0)
         fprintf(stderr, "stats %s: turns=%" PRIu64 " steps=%" PRIu64 " polls=%" PRIu64 "\n",
                 workload, ls.turns, ls.steps, ls.polls);
-    if (ferry_loop_inbox_stats(loop, &ib) == 0)
+    if (ferry_loop_inbox_stats_get(loop, &ib) == 0)
         fprintf(stderr, "stats %s: inbox posts=%" PRIu64 " wakeups=%" PRIu64
                 " drains=%" PRIu64 " run=%" PRIu64 " max_batch=%zu\n",
                 workload, ib.posts, ib.wakeups, ib.drains, ib.run, ib.max_batch);
@@ -1006,7 +1006,7 @@ static int echo_main(void *arg)
     return 0;
 }
 
-/* The experiment knob FERRY_BENCH_IO=libevent (src/stream.c). */
+/* The experiment knob FERRY_BENCH_IO=libevent (io/stream.c). */
 extern bool ferry__io_use_libevent;
 
 static int run_echo(const char *port, bool bev)

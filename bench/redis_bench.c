@@ -67,9 +67,11 @@
  * flushed: give a scratch server).  rss_kb is the largest peak RSS of the
  * measurement's processes.
  *
- * stdout: a BENCH line per workload, system and run, then the medians and
- * the ratios ferry / hiredis-blocking and ferry / asyncio-redispy as a
- * markdown table.  Exit status: 0
+ * stdout: a note "# run R: load average L at its start" before each run
+ * and a BENCH line per workload, system and run (bench/parts.py makes the
+ * report's table of them), then the medians and the ratios ferry /
+ * hiredis-blocking and ferry / asyncio-redispy as a quick markdown
+ * table.  Exit status: 0
  * if every check was ok, 1 otherwise, 2 on usage errors.
  */
 #include <errno.h>
@@ -612,6 +614,21 @@ static struct result measure(const char *self, const struct workload *w, const c
     return res;
 }
 
+/* A note for the report: the 1-minute load average as a run starts. */
+static void print_load(int run)
+{
+    char load[32] = "?";
+    FILE *f = fopen("/proc/loadavg", "r");
+
+    if (f) {
+        if (fscanf(f, "%31s", load) != 1)
+            strcpy(load, "?");
+        fclose(f);
+    }
+    printf("# run %d: load average %s at its start\n", run, load);
+    fflush(stdout);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -729,6 +746,7 @@ int main(int argc, char **argv)
                "(redis-py 4.2 or later is needed)\n",
                SYS_ASYNCIO);
     for (int r = 0; r < runs; r++) {
+        print_load(r + 1);
         for (int i = 0; i < NWORK; i++) {
             if (!want[i])
                 continue;

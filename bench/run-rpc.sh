@@ -13,6 +13,7 @@
 #   bench/run-rpc.sh -a DIR -n 3 -k 8000 -N 30000
 #   bench/run-rpc.sh -a DIR -o OUT -w       # keep the lines in OUT, and
 #                                           # write bench/README.md's table
+#                                           # (bench/parts.py rpc --into)
 #
 #   -a DIR   the peer programs (anchors) directory: echo-pair.sh, c/, go/
 #            (required; copied to build-bench/anchors when read-only)
@@ -22,7 +23,8 @@
 #   -b DIR   a build directory holding bench/ferry-bench (default: a
 #            Release build in build-bench/, made here)
 #   -o DIR   where the BENCH lines go (default: a new directory in /tmp)
-#   -w       replace the "Loops per core" table of bench/README.md
+#   -w       replace the table of bench/README.md's part 4 with this run's
+#            (the committed lines are bench/rpc_results.txt: copy OUT's there)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -90,8 +92,8 @@ pair() {
 }
 
 {
-    echo "# commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cpus, $(uname -r), work $work"
-    [ -n "$gobin" ] && echo "# $(go version)"
+    echo "# commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?"), Release build, $(nproc) cpus, $(uname -r), work $work"
+    [ -n "$gobin" ] && echo "# go: $(go version)"
 } >>"$results"
 for ((r = 1; r <= runs; r++)); do
     echo "# run $r: load average $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results"
@@ -107,10 +109,9 @@ for ((r = 1; r <= runs; r++)); do
 done
 
 echo "BENCH lines: $results"
-python3 - "$results" "$work" "$runs" "${write:+$here/README.md}" <<'EOF'
+python3 - "$results" "$work" "$runs" <<'EOF'
 import re, statistics, sys
 path, work, runs = sys.argv[1], sys.argv[2], sys.argv[3]
-readme = sys.argv[4] if len(sys.argv) > 4 else ""
 rows, loads = {}, []
 for line in open(path):
     if line.startswith("# run"):
@@ -150,14 +151,8 @@ for w in ("spread_balanced", "spread_reuseport"):
 text = "\n".join(out) + "\n\n" + "\n".join("- " + r for r in ratios) + \
        "\n- load average at each run's start: " + ", ".join(loads) + "\n"
 print(text)
-if readme:
-    begin, end = "<!-- run-rpc: begin -->", "<!-- run-rpc: end -->"
-    doc = open(readme).read()
-    if begin in doc and end in doc:
-        head, rest = doc.split(begin, 1)
-        doc = head + begin + "\n" + text + rest[rest.index(end):]
-        open(readme, "w").write(doc)
-        print("run-rpc: wrote the table into", readme)
-    else:
-        print("run-rpc: no run-rpc markers in", readme)
 EOF
+if [ -n "$write" ]; then
+    python3 "$here/parts.py" rpc --into "$here/README.md" "$results" &&
+        echo "run-rpc: wrote the table into $here/README.md"
+fi

@@ -10,6 +10,7 @@
 #   bench/run-xloop.sh                 # 5 runs
 #   bench/run-xloop.sh -n 3 -b DIR     # 3 runs, ferry-bench from the build DIR
 #   bench/run-xloop.sh -o DIR          # keep the BENCH lines in DIR/results.txt
+#   (bench/parts.py xloop makes the report's table of them)
 #
 # Without -b, the Release build in build-bench/ (made here if missing).
 # FERRY_BENCH_PIN=1 pins ferry's two loops to the first two CPUs.
@@ -64,6 +65,8 @@ for ((r = 1; r <= runs; r++)); do
 done
 
 echo "BENCH lines: $results"
+echo "the report's table (python3 bench/parts.py xloop --into bench/README.md $results):"
+python3 "$here/parts.py" xloop "$results" || true
 python3 - "$results" <<'EOF'
 import re, statistics, sys
 rows = {}

@@ -71,7 +71,7 @@ static void future_unref(struct ferry_future *f)
     pthread_mutex_unlock(&f->mu);
     if (!last)
         return;
-    ferry_inbox_release(f->ib);
+    ferry_inbox_unref(f->ib);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     ferry__free(f);
@@ -227,7 +227,7 @@ err_mutex:
 err_free:
     ferry__free(f);
 err_inbox:
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
     return rc;
 }
 

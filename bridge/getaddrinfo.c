@@ -1,6 +1,6 @@
 /* getaddrinfo.c - getaddrinfo(3) run on a pool thread for a task that
  * abandons it if it is interrupted: the resolver's fallback where evdns
- * cannot answer (src/dns.c), reached through the loop's hooks.
+ * cannot answer (io/dns.c), reached through the loop's hooks.
  *
  * The pool job owns copies of the host, the service and the hints: an
  * abandoned job runs on after its task has returned, and its cleanup (on

@@ -217,7 +217,7 @@ static void inbox_ref(struct ferry_inbox *ib)
     atomic_fetch_add_explicit(&ib->refs, 1, memory_order_relaxed);
 }
 
-void ferry_inbox_release(struct ferry_inbox *ib)
+void ferry_inbox_unref(struct ferry_inbox *ib)
 {
     if (!ib)
         return;
@@ -343,7 +343,7 @@ int ferry_inbox_stats_get(ferry_inbox *ib, ferry_inbox_stats *out)
     return 0;
 }
 
-int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
+int ferry_loop_inbox_stats_get(ferry_loop *loop, ferry_inbox_stats *out)
 {
     struct ferry_inbox *ib = ferry__inbox_of(loop);
 
@@ -352,6 +352,18 @@ int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
     if (!ib)
         return -ESHUTDOWN;
     return ferry_inbox_stats_get(ib, out);
+}
+
+/* The names before ferry_inbox_unref() and ferry_loop_inbox_stats_get(),
+ * kept for programs written against them (ferry/bridge.h). */
+void ferry_inbox_release(struct ferry_inbox *ib)
+{
+    ferry_inbox_unref(ib);
+}
+
+int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out)
+{
+    return ferry_loop_inbox_stats_get(loop, out);
 }
 
 bool ferry__inbox_on_loop(const struct ferry_inbox *ib)

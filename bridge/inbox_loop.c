@@ -318,7 +318,7 @@ void ferry__inbox_close(void *ctx)
     ib->ev = NULL;
     /* The loop keeps the pointer: threads that still reach it find a
      * closed inbox (valid until the last reference goes). */
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
 }
 
 int ferry__inbox_new(struct ferry_inbox **out, ferry_loop *loop, struct event_base *base,

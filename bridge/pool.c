@@ -119,18 +119,14 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
     p->nthreads = o.threads ? o.threads : default_threads();
     p->capacity = o.capacity ? o.capacity : 4096;
     ferry__pool_policy_init(p);
-    p->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
     atomic_init(&p->refs, 1);
     atomic_init(&p->callback_errors, 0);
-    atomic_init(&p->qhint, 0);
-    atomic_init(&p->sub_cpu, -1);
-    atomic_init(&p->spin_cpu, -1);
     /* The threads, then a flag per thread: one allocation. */
     p->threads = ferry__calloc(p->nthreads, sizeof *p->threads + sizeof *p->exited);
     if (!p->threads)
         goto err_free;
     p->exited = (bool *)(p->threads + p->nthreads);
-    if (pool_mutex_init(&p->mu, p->multicpu))
+    if (pool_mutex_init(&p->mu, p->wake.multicpu))
         goto err_free;
     if (ferry__cond_init(&p->room))
         goto err_mutex;
@@ -203,7 +199,7 @@ size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *
         ferry__list_push_back(dropped, &j->link);
         n++;
     }
-    atomic_store_explicit(&p->qhint, 0, memory_order_relaxed);
+    ferry__pool_unqueued_locked(p);
     return n;
 }
 
@@ -452,7 +448,7 @@ int ferry_ticket_withdraw(ferry_ticket *t)
         /* Submitted jobs never wait in overq: their threads wait for room. */
         ferry__list_remove(&j->link);
         p->nqueued--;
-        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+        ferry__pool_unqueued_locked(p);
         p->cancelled++;
         j->state = JOB_FINISHED;
         j->dropped = true;

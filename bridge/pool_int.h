@@ -8,7 +8,9 @@
  *   pool.c         the pool object: making and freeing it, the default
  *                  pool, statistics, ferry_pool_submit() from any thread;
  *   pool_worker.c  the workers, and when to wake one (the clock, the
- *                  spinner, the checker); pool threads calling into loops;
+ *                  spinner, the checker): the waking policy, struct
+ *                  ferry__pool_wake, which no other file writes; pool
+ *                  threads calling into loops;
  *   pool_sink.c    a job's end going back to whoever waits for it, and the
  *                  sink that takes a loop's finished task jobs in one go;
  *   to_thread.c    the task side: ferry_to_thread(), the abandon variant,
@@ -158,6 +160,30 @@ struct sink {
     struct job         *slot[2][SINK_SLOTS]; /* mu: FINISHED task jobs for ib */
 };
 
+/*
+ * The waking policy of a pool: who is idle, who spins, the checker, the
+ * adaptive budgets and the hints they read.  Written by pool_worker.c
+ * only; the other files of the pool go through the functions of its
+ * section below (they may read it).
+ */
+struct ferry__pool_wake {
+    unsigned            nidle;     /* mu: workers waiting on `work` */
+    unsigned            nwaking;   /* mu: of those, signalled and not yet back */
+    bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
+    bool                checker;   /* mu: a worker is the checker (not in nidle) */
+    bool                check_kick;/* mu: the checker was woken for work */
+    bool                appoint;   /* mu: a sleeper was woken to be the next checker */
+    bool                multicpu;  /* set once: more than one CPU online */
+    int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
+    int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */
+    int64_t             flush_ns;  /* mu: when a loop last queued jobs */
+    int64_t             check_ns;  /* mu: the checker's timeout now (adaptive) */
+    uint64_t            svc;       /* mu: moving average of a job's run time, ferry__pool_ticks() */
+    atomic_size_t       qhint;     /* nqueued, published for the spinner */
+    atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
+    atomic_int          spin_cpu;  /* CPU the spinner last ran on (a hint) */
+};
+
 struct ferry_pool {
     pthread_mutex_t     mu;        /* guards the fields marked "mu" */
     pthread_cond_t      work;      /* idle workers wait here */
@@ -168,8 +194,6 @@ struct ferry_pool {
     size_t              nqueued;   /* mu: jobs in queue */
     size_t              capacity;  /* set once */
     unsigned            nthreads;  /* set once: threads started */
-    unsigned            nidle;     /* mu: workers waiting on `work` */
-    unsigned            nwaking;   /* mu: of those, signalled and not yet back */
     unsigned            nblocked;  /* mu: workers blocked calling into a loop */
     unsigned            room_threads; /* mu: threads waiting on `room` */
     size_t              running;   /* mu: jobs running, abandoned ones included */
@@ -185,22 +209,10 @@ struct ferry_pool {
     bool               *exited;    /* mu: per thread, left its loop (after `threads`, same
                                     * allocation) */
     pthread_cond_t      gone;      /* a worker left, or a job was abandoned, while stopping */
-    bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
-    int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
-    int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */
-    int64_t             flush_ns;  /* mu: when a loop last queued jobs */
-    uint64_t            svc;       /* mu: moving average of a job's run time, ferry__pool_ticks() */
     pthread_cond_t      check;     /* the checker sleeps here (CLOCK_MONOTONIC) */
-    bool                checker;   /* mu: a worker is the checker (not in nidle) */
-    bool                check_kick;/* mu: the checker was woken for work */
-    bool                appoint;   /* mu: a sleeper was woken to be the next checker */
-    int64_t             check_ns;  /* mu: its timeout now (adaptive) */
     uint64_t            stalled;   /* mu: stuck jobs the checker took */
-    atomic_size_t       qhint;     /* nqueued, published for the spinner */
-    atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
-    atomic_int          spin_cpu;  /* CPU the spinner last ran on (a hint) */
-    bool                multicpu;  /* set once: more than one CPU online */
     pthread_t          *threads;   /* set once */
+    struct ferry__pool_wake wake;  /* the waking policy (pool_worker.c) */
     /* Apart from the fields the workers write all the time: the loop
      * thread takes and drops a reference per ferry_to_thread. */
     char                pad0[64];
@@ -263,16 +275,6 @@ static inline void ferry__pool_queue_locked(struct ferry_pool *p, struct job *j,
     p->nqueued++;
 }
 
-/* Publish the queue length for the spinner and the submitter's CPU. */
-static inline void ferry__pool_publish_locked(struct ferry_pool *p)
-{
-    int cpu = sched_getcpu();
-
-    atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
-    if (cpu != atomic_load_explicit(&p->sub_cpu, memory_order_relaxed))
-        atomic_store_explicit(&p->sub_cpu, cpu, memory_order_relaxed);
-}
-
 /* Requires mu: why a job could not be queued now, or 0. */
 static inline int ferry__pool_refuse_locked(struct ferry_pool *p)
 {
@@ -297,9 +299,34 @@ size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *
 
 /* ---- the workers (pool_worker.c) ----------------------------------------- */
 
-/* A new pool's adaptive budgets and the waking policy's starting point;
+/* A new pool's waking policy: its adaptive budgets and starting point;
  * calibrates the clock once per process. */
 void ferry__pool_policy_init(struct ferry_pool *p);
+
+/* Publish the queue length for the spinner and the submitter's CPU.
+ * Requires mu. */
+void ferry__pool_publish_locked(struct ferry_pool *p);
+
+/* The queue lost jobs (taken out, dropped): publish its length for the
+ * spinner.  Requires mu. */
+void ferry__pool_unqueued_locked(struct ferry_pool *p);
+
+/*
+ * A loop queued `added` jobs of a turn's hand-over: publish, note the
+ * time, wake a worker for them.  Requires mu.  Returns how long the loop
+ * may poll for the completion if it has nothing else to do (a spinning
+ * worker took the jobs on another CPU), else 0.
+ */
+int64_t ferry__pool_flushed_locked(struct ferry_pool *p, size_t added);
+
+/* The loop polled for `budget` after a hand-over and it ended with `r`
+ * (FERRY__SPIN_*): adapt the loop's budget.  Takes mu. */
+void ferry__pool_loop_spun(struct ferry_pool *p, int r, int64_t budget);
+
+/* A loop takes the pool's completions: if they came within LSPIN_MAX_NS
+ * of the last hand-over, a poll would have paid, so the loop's budget is
+ * restored.  Requires mu. */
+void ferry__pool_completions_taken_locked(struct ferry_pool *p);
 
 /* Wake a worker for `added` newly queued jobs: claim the spinner if there
  * is one (it takes them), else signal a sleeper not yet signalled, unless

@@ -71,8 +71,7 @@ static void sink_run(struct ferry__cnode *n)
     s->n = 0;
     ferry__list_move(&local, &s->more);
     s->posted = false;
-    if (p->lspin_ns < LSPIN_MAX_NS && ferry__now_real() - p->flush_ns < LSPIN_MAX_NS)
-        p->lspin_ns = LSPIN_MAX_NS;           /* a wait would have paid */
+    ferry__pool_completions_taken_locked(p);
     pthread_mutex_unlock(&p->mu);
     for (size_t i = 0; i < cnt; i++) {
         struct job *j = v[i];

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "fuzz.h"
 #include "pool_int.h"
@@ -92,13 +93,13 @@ static bool enough_workers_locked(struct ferry_pool *p, size_t added)
 {
     if (p->running <= p->nabandoned + p->nblocked ||   /* none that will come back soon */
         p->nqueued <= added ||                          /* they queue behind nothing */
-        p->svc >= svc_min_ticks || p->svc * p->nqueued > qdelay_ticks)
+        p->wake.svc >= svc_min_ticks || p->wake.svc * p->nqueued > qdelay_ticks)
         return false;
-    if (p->check_ns > CHECK_MIN_NS) {
+    if (p->wake.check_ns > CHECK_MIN_NS) {
         /* Also when the duty is being handed on: the next checker starts
          * with the short timeout. */
-        p->check_ns = CHECK_MIN_NS;
-        if (p->checker)
+        p->wake.check_ns = CHECK_MIN_NS;
+        if (p->wake.checker)
             pthread_cond_signal(&p->check);
     }
     return true;
@@ -111,17 +112,17 @@ static bool enough_workers_locked(struct ferry_pool *p, size_t added)
  * worker was claimed. */
 bool ferry__pool_wake_locked(struct ferry_pool *p, size_t added)
 {
-    if (p->spinner) {
-        p->spinner = false;
+    if (p->wake.spinner) {
+        p->wake.spinner = false;
         return true;
     }
     if (enough_workers_locked(p, added))
         return false;
-    if (p->nidle > p->nwaking) {
-        p->nwaking++;
+    if (p->wake.nidle > p->wake.nwaking) {
+        p->wake.nwaking++;
         pthread_cond_signal(&p->work);
-    } else if (p->checker && !p->check_kick) {
-        p->check_kick = true;          /* no other sleeper: the checker takes it */
+    } else if (p->wake.checker && !p->wake.check_kick) {
+        p->wake.check_kick = true;          /* no other sleeper: the checker takes it */
         pthread_cond_signal(&p->check);
     }
     return false;
@@ -148,11 +149,59 @@ enum { SPIN_WORK, SPIN_TIMEOUT, SPIN_CLASH };
 
 void ferry__pool_policy_init(struct ferry_pool *p)
 {
+    struct ferry__pool_wake *w = &p->wake;
+
     pthread_once(&ticks_once, ticks_calibrate);
-    p->spin_ns = SPIN_MAX_NS;
-    p->lspin_ns = LSPIN_MAX_NS;
-    p->svc = qdelay_ticks;             /* slow until measured: spread out */
-    p->check_ns = CHECK_MIN_NS;
+    w->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+    w->spin_ns = SPIN_MAX_NS;
+    w->lspin_ns = LSPIN_MAX_NS;
+    w->svc = qdelay_ticks;             /* slow until measured: spread out */
+    w->check_ns = CHECK_MIN_NS;
+    atomic_init(&w->qhint, 0);
+    atomic_init(&w->sub_cpu, -1);
+    atomic_init(&w->spin_cpu, -1);
+}
+
+void ferry__pool_publish_locked(struct ferry_pool *p)
+{
+    int cpu = sched_getcpu();
+
+    atomic_store_explicit(&p->wake.qhint, p->nqueued, memory_order_relaxed);
+    if (cpu != atomic_load_explicit(&p->wake.sub_cpu, memory_order_relaxed))
+        atomic_store_explicit(&p->wake.sub_cpu, cpu, memory_order_relaxed);
+}
+
+void ferry__pool_unqueued_locked(struct ferry_pool *p)
+{
+    atomic_store_explicit(&p->wake.qhint, p->nqueued, memory_order_relaxed);
+}
+
+int64_t ferry__pool_flushed_locked(struct ferry_pool *p, size_t added)
+{
+    ferry__pool_publish_locked(p);
+    p->wake.flush_ns = ferry__now_real();
+    /* The loop polls only for a spinner that took the jobs, and not on
+     * the CPU that spinner runs on. */
+    if (ferry__pool_wake_locked(p, added) && p->wake.lspin_ns && p->wake.multicpu &&
+        atomic_load_explicit(&p->wake.spin_cpu, memory_order_relaxed) != sched_getcpu())
+        return p->wake.lspin_ns;
+    return 0;
+}
+
+void ferry__pool_loop_spun(struct ferry_pool *p, int r, int64_t budget)
+{
+    pthread_mutex_lock(&p->mu);
+    if (r == FERRY__SPIN_KICKED)
+        p->wake.lspin_ns = LSPIN_MAX_NS;
+    else if (r == FERRY__SPIN_TIMEOUT && budget <= p->wake.lspin_ns)
+        p->wake.lspin_ns = budget / 2 >= LSPIN_MIN_NS ? budget / 2 : 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void ferry__pool_completions_taken_locked(struct ferry_pool *p)
+{
+    if (p->wake.lspin_ns < LSPIN_MAX_NS && ferry__now_real() - p->wake.flush_ns < LSPIN_MAX_NS)
+        p->wake.lspin_ns = LSPIN_MAX_NS;           /* a wait would have paid */
 }
 
 static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
@@ -162,13 +211,13 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
     bool clash = false;
 
     for (unsigned i = 0;; i++) {
-        if (atomic_load_explicit(&p->qhint, memory_order_relaxed))
+        if (atomic_load_explicit(&p->wake.qhint, memory_order_relaxed))
             return SPIN_WORK;
         if ((i & 63) == 0 || clash) {
             int cpu = sched_getcpu();
 
-            atomic_store_explicit(&p->spin_cpu, cpu, memory_order_relaxed);
-            clash = cpu >= 0 && cpu == atomic_load_explicit(&p->sub_cpu, memory_order_relaxed);
+            atomic_store_explicit(&p->wake.spin_cpu, cpu, memory_order_relaxed);
+            clash = cpu >= 0 && cpu == atomic_load_explicit(&p->wake.sub_cpu, memory_order_relaxed);
             if (i && ferry__now_real() >= end)
                 return clash ? SPIN_CLASH : SPIN_TIMEOUT;
             if (clash) {
@@ -196,31 +245,31 @@ static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
  */
 static void check_locked(struct ferry_pool *p)
 {
-    p->checker = true;
+    p->wake.checker = true;
     for (;;) {
         struct ferry__link *l = ferry__list_first(&p->queue);
 
-        if (p->stopping || p->check_kick)
+        if (p->stopping || p->wake.check_kick)
             break;
         if (l && ferry__pool_ticks() - ferry__container_of(l, struct job, link)->enq >
                      check_ticks) {
             p->stalled++;              /* stuck: the caller takes it */
-            p->check_ns = CHECK_MIN_NS;
+            p->wake.check_ns = CHECK_MIN_NS;
             break;
         }
         /* Longer sleeps only while nothing is in flight (see
          * enough_workers_locked()). */
-        if (ferry__cond_wait_until(&p->check, &p->mu, ferry__now_real() + p->check_ns) == ETIMEDOUT &&
-            p->check_ns < CHECK_MAX_NS && !p->running && !p->nqueued)
-            p->check_ns *= 2;
+        if (ferry__cond_wait_until(&p->check, &p->mu, ferry__now_real() + p->wake.check_ns) == ETIMEDOUT &&
+            p->wake.check_ns < CHECK_MAX_NS && !p->running && !p->nqueued)
+            p->wake.check_ns *= 2;
     }
-    if (p->check_kick)
-        p->check_ns = CHECK_MIN_NS;
-    p->checker = false;
-    p->check_kick = false;
-    if (!p->stopping && !p->appoint && p->nidle > p->nwaking) {
-        p->appoint = true;
-        p->nwaking++;
+    if (p->wake.check_kick)
+        p->wake.check_ns = CHECK_MIN_NS;
+    p->wake.checker = false;
+    p->wake.check_kick = false;
+    if (!p->stopping && !p->wake.appoint && p->wake.nidle > p->wake.nwaking) {
+        p->wake.appoint = true;
+        p->wake.nwaking++;
         pthread_cond_signal(&p->work);
     }
 }
@@ -232,41 +281,41 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
 {
     int64_t t0;
 
-    if (!*spun && !p->spinner && p->spin_ns && p->multicpu) {
-        int64_t budget = p->spin_ns;
+    if (!*spun && !p->wake.spinner && p->wake.spin_ns && p->wake.multicpu) {
+        int64_t budget = p->wake.spin_ns;
         int r;
 
-        p->spinner = true;
+        p->wake.spinner = true;
         pthread_mutex_unlock(&p->mu);
         r = spin_for_work(p, budget, waited_for);
         pthread_mutex_lock(&p->mu);
-        p->spinner = false;
+        p->wake.spinner = false;
         *spun = true;
         if (r == SPIN_WORK)
-            p->spin_ns = SPIN_MAX_NS;
-        else if (r == SPIN_TIMEOUT && budget <= p->spin_ns)
-            p->spin_ns = budget / 2 >= SPIN_MIN_NS ? budget / 2 : 0;
+            p->wake.spin_ns = SPIN_MAX_NS;
+        else if (r == SPIN_TIMEOUT && budget <= p->wake.spin_ns)
+            p->wake.spin_ns = budget / 2 >= SPIN_MIN_NS ? budget / 2 : 0;
         return;
     }
-    if (!p->checker && !p->appoint && !p->stopping) {
+    if (!p->wake.checker && !p->wake.appoint && !p->stopping) {
         check_locked(p);
         return;
     }
     t0 = ferry__now_real();
-    p->nidle++;
+    p->wake.nidle++;
     pthread_cond_wait(&p->work, &p->mu);
-    p->nidle--;
-    if (p->nwaking)
-        p->nwaking--;
-    if (p->appoint) {
-        p->appoint = false;
-        if (!p->checker && !p->stopping) {
+    p->wake.nidle--;
+    if (p->wake.nwaking)
+        p->wake.nwaking--;
+    if (p->wake.appoint) {
+        p->wake.appoint = false;
+        if (!p->wake.checker && !p->stopping) {
             check_locked(p);
             return;
         }
     }
-    if (p->spin_ns < SPIN_MAX_NS && ferry__now_real() - t0 < SPIN_MAX_NS)
-        p->spin_ns = SPIN_MAX_NS;
+    if (p->wake.spin_ns < SPIN_MAX_NS && ferry__now_real() - t0 < SPIN_MAX_NS)
+        p->wake.spin_ns = SPIN_MAX_NS;
 }
 
 /*
@@ -277,9 +326,9 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
  */
 static bool more_workers_locked(struct ferry_pool *p, const struct job *j)
 {
-    if (!p->nqueued || p->spinner || p->nidle <= p->nwaking || p->svc < svc_min_ticks)
+    if (!p->nqueued || p->wake.spinner || p->wake.nidle <= p->wake.nwaking || p->wake.svc < svc_min_ticks)
         return false;
-    return p->svc * p->nqueued > qdelay_ticks || ferry__pool_ticks() - j->enq > qdelay_ticks;
+    return p->wake.svc * p->nqueued > qdelay_ticks || ferry__pool_ticks() - j->enq > qdelay_ticks;
 }
 
 /*
@@ -303,7 +352,7 @@ void *ferry__pool_worker_main(void *arg)
     for (;;) {
         if (done) {
             /* A moving average over the last 8 jobs or so. */
-            p->svc = p->svc - (p->svc >> 3) + (took >> 3);
+            p->wake.svc = p->wake.svc - (p->wake.svc >> 3) + (took >> 3);
             what = ferry__pool_book_locked(p, done, status, &ib);
             /* The first completion on an idle sink: a loop is waiting for
              * it, as in a round trip (see spin_for_work). */
@@ -327,11 +376,11 @@ void *ferry__pool_worker_main(void *arg)
         p->nqueued--;
         p->running++;
         j->state = JOB_RUNNING;
-        atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+        atomic_store_explicit(&p->wake.qhint, p->nqueued, memory_order_relaxed);
         if (!ferry__list_empty(&p->overq) || p->room_threads || !ferry__list_empty(&p->roomq))
             ferry__pool_room_kick_locked(p);
         if (more_workers_locked(p, j)) {
-            p->nwaking++;
+            p->wake.nwaking++;
             pthread_cond_signal(&p->work);
         }
         pthread_mutex_unlock(&p->mu);

@@ -55,7 +55,7 @@ static bool job_not_taken(void *arg, int64_t waited)
 {
     struct ferry_pool *p = arg;
 
-    return waited >= LSPIN_TAKE_NS && atomic_load_explicit(&p->qhint, memory_order_relaxed);
+    return waited >= LSPIN_TAKE_NS && atomic_load_explicit(&p->wake.qhint, memory_order_relaxed);
 }
 
 /* A turn that offloads this many jobs hands them over at once, not at its
@@ -79,7 +79,7 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
     struct loop_jobs *q = jobs_of(ib);
     struct ferry__link local, failed = {0}, *l;
     struct ferry_pool *spin_pool = NULL, *one = q->pool;
-    int64_t budget = 0;
+    int64_t budget = 0, spun;
     size_t n = q->n;
 
     if (!n)
@@ -98,12 +98,10 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
             one->nqueued <= one->capacity && ferry__list_empty(&one->overq)) {
             list_splice_tail(&one->queue, &local);
             one->nqueued += n;
-            ferry__pool_publish_locked(one);
-            one->flush_ns = ferry__now_real();
-            if (ferry__pool_wake_locked(one, n) && one->lspin_ns && one->multicpu &&
-                atomic_load_explicit(&one->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
+            spun = ferry__pool_flushed_locked(one, n);
+            if (spun) {
                 spin_pool = one;
-                budget = one->lspin_ns;
+                budget = spun;
             }
         } else {
             l = ferry__list_pop_front(&local);
@@ -138,12 +136,10 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
             j = l ? ferry__container_of(l, struct job, link) : NULL;
         } while (j && j->pool == p);
         if (added) {
-            ferry__pool_publish_locked(p);
-            p->flush_ns = ferry__now_real();
-            if (ferry__pool_wake_locked(p, added) && p->lspin_ns && p->multicpu &&
-                atomic_load_explicit(&p->spin_cpu, memory_order_relaxed) != sched_getcpu()) {
+            spun = ferry__pool_flushed_locked(p, added);
+            if (spun) {
                 spin_pool = p;
-                budget = p->lspin_ns;
+                budget = spun;
             }
         }
         pthread_mutex_unlock(&p->mu);
@@ -155,12 +151,7 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
     if (spin_pool && may_wait && ferry__inbox_loop_idle(ib, budget)) {
         int r = ferry__inbox_spin(ib, budget, job_not_taken, spin_pool);
 
-        pthread_mutex_lock(&spin_pool->mu);
-        if (r == FERRY__SPIN_KICKED)
-            spin_pool->lspin_ns = LSPIN_MAX_NS;
-        else if (r == FERRY__SPIN_TIMEOUT && budget <= spin_pool->lspin_ns)
-            spin_pool->lspin_ns = budget / 2 >= LSPIN_MIN_NS ? budget / 2 : 0;
-        pthread_mutex_unlock(&spin_pool->mu);
+        ferry__pool_loop_spun(spin_pool, r, budget);
     }
 }
 
@@ -293,7 +284,7 @@ static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, s
             j->over = false;
         } else {
             p->nqueued--;
-            atomic_store_explicit(&p->qhint, p->nqueued, memory_order_relaxed);
+            ferry__pool_unqueued_locked(p);
             ferry__pool_room_kick_locked(p);
         }
         p->cancelled++;

@@ -117,7 +117,7 @@ static int main_task(void *arg)
     ferry_inbox_stats before, after;
 
     /* 1. Four threads post 10,000 callbacks each. */
-    ferry_loop_inbox_stats(loop, &before);
+    ferry_loop_inbox_stats_get(loop, &before);
     for (int i = 0; i < THREADS; i++)
         pthread_create(&th[i], NULL, poster, &failed[i]);
     for (int i = 0; i < THREADS; i++)
@@ -125,7 +125,7 @@ static int main_task(void *arg)
     ferry_yield();                                 /* let the last batch run */
     while (counter < THREADS * POSTS && ferry_sleep(FERRY_MSEC(1)) == 0)
         ;
-    ferry_loop_inbox_stats(loop, &after);
+    ferry_loop_inbox_stats_get(loop, &after);
     printf("  call_soon_threadsafe: %d threads x %d posts -> counter %ld (no mutex), "
            "%llu eventfd wakeups, %llu drains\n", THREADS, POSTS, counter,
            (unsigned long long)(after.wakeups - before.wakeups),

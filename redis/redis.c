@@ -15,8 +15,9 @@
  * function if it gave one).
  *
  * A connection whose tasks wait for pushed messages (the semaphore's
- * waiters) keeps a second hiredis context, subscribed to its wake channel;
- * see "The wake channel" below and redis_int.h.
+ * waiters) keeps a second hiredis context, subscribed to its wake channel
+ * (redis_wake.c, redis_int.h).  The events that drive both contexts on
+ * the loop's base are redis_io.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +37,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "ferry/redis.h"
 #include "ferry/sync.h"
 #include "redis_int.h"
@@ -44,36 +45,6 @@
 #define DEFAULT_CONNECT_TIMEOUT FERRY_SEC(5)
 #define DEFAULT_RETRY_MIN       FERRY_MSEC(100)
 #define DEFAULT_RETRY_MAX       FERRY_SEC(2)
-
-/* The wake channel (redis_int.h): a subscriber connection of its own. */
-struct redis_wake {
-    redisAsyncContext *ac;        /* the subscriber; NULL while there is none */
-    bool               up;        /* ac's SUBSCRIBE was confirmed */
-    uint64_t           epoch;     /* subscriptions confirmed so far */
-    int64_t            retry_at;  /* no new attempt before this time */
-    int64_t            backoff;   /* the wait after the next failed attempt */
-    ferry_timer       *timer;     /* ends an attempt that takes too long, or
-                                   * starts the next one after a back-off */
-    struct ferry__redis_waiter *first, *last; /* registered, oldest first */
-    char               id[64];    /* the channel's name after "ferry-wake:" */
-};
-
-struct ferry_redis {
-    ferry_loop        *loop;      /* the loop whose task made it */
-    struct event_base *base;      /* that loop's base */
-    redisAsyncContext *ac;        /* the context; NULL while down */
-    char              *host;      /* IP address (or Unix socket path) */
-    int                port;      /* TCP port; unused for a Unix socket */
-    bool               unix_path; /* host is a Unix socket's path */
-    bool               closing;   /* ferry_redis_close() is freeing it */
-    ferry_redis_opts   opts;      /* with the defaults filled in */
-    int                err;       /* error of the last failed attempt; 0 after a success */
-    int64_t            retry_at;  /* no new attempt before this time */
-    int64_t            backoff;   /* the wait after the next failed attempt */
-    ferry_timer       *connect_timer; /* ends an attempt that takes too long */
-    int64_t            client_id; /* CLIENT ID of the current connection; 0 unknown */
-    struct redis_wake  wake;      /* the wake channel of its waiters */
-};
 
 /* One command whose caller waits (or waited) for the reply. */
 struct redis_call {
@@ -125,213 +96,6 @@ void ferry_redis_reply_free(redisReply *reply)
 {
     if (reply != NULL)
         freeReplyObject(reply);
-}
-
-/* ---- Events on the loop's base ------------------------------------------ */
-
-/*
- * hiredis's event hooks, with the allocations checked and a cleanup that
- * may run twice.  They differ from hiredis's libevent adapter in three
- * ways, each to save system calls per command:
- *
- * - The read event is persistent: hiredis always wants replies read once
- *   connected, so it stays added until the cleanup and costs no epoll_ctl
- *   per command.  A read event with nothing pending is harmless: hiredis
- *   reads no reply.
- * - A write hiredis asks for on an established connection is done by a
- *   flush at the end of the current turn (one per connection until it
- *   runs, so the commands of every task in that turn go out in one write),
- *   without a write event.  Only if output remains (the socket was full)
- *   is the write event added.  While connecting, hiredis learns from the
- *   write event that the connect finished, so that path keeps the event.
- * - The SIGPIPE guard around the write (see write_quietly()) is skipped
- *   when the process ignores SIGPIPE.
- */
-struct redis_io {
-    redisAsyncContext *ac;    /* the context the events serve; NULL once it is gone */
-    ferry_loop        *loop;  /* runs the flush */
-    struct event      *rev;   /* readable, persistent */
-    struct event      *wev;   /* writable, one-shot */
-    bool               flush_queued;  /* flush_soon() is scheduled and has not run */
-    bool               writing;       /* inside io_write(): hiredis's wish to write more goes to wev */
-    bool               pipe_ignored;  /* SIGPIPE was ignored when the connection began */
-};
-
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-    struct redis_io *io = arg;
-
-    (void)fd;
-    (void)what;
-    redisAsyncHandleRead(io->ac);
-}
-
-/*
- * hiredis writes with write(2), which raises SIGPIPE when the server has
- * gone.  Block it on this thread around the write, take back a SIGPIPE the
- * write raised (not one that was already pending: that one is the
- * application's) and restore the mask; the process's disposition is never
- * changed.  A process that ignores SIGPIPE needs none of this.
- * `flush_only`: one write of what is queued, without hiredis's handling of
- * the result (for a context about to be freed).
- */
-static void write_quietly(redisAsyncContext *ac, bool pipe_ignored, bool flush_only)
-{
-    static const struct timespec zero = { 0, 0 };
-    sigset_t pipe_set, old, pending;
-    bool was_pending = false;
-    int done;
-
-    if (pipe_ignored) {
-        if (flush_only)
-            redisBufferWrite(&ac->c, &done);
-        else
-            redisAsyncHandleWrite(ac);
-        return;
-    }
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    if (sigpending(&pending) == 0)
-        was_pending = sigismember(&pending, SIGPIPE) == 1;
-    if (flush_only)
-        redisBufferWrite(&ac->c, &done);
-    else
-        redisAsyncHandleWrite(ac);
-    if (!was_pending && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-        while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
-            ;
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-}
-
-/*
- * Let hiredis write.  The write may end the connection, and hiredis then
- * runs the cleanup, which leaves `io` for this function to free.
- */
-static void io_write(struct redis_io *io)
-{
-    io->writing = true;
-    write_quietly(io->ac, io->pipe_ignored, false);
-    io->writing = false;
-    if (io->ac == NULL && !io->flush_queued)
-        free(io);
-}
-
-static void on_writable(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    io_write(arg);
-}
-
-/* The flush at the end of the turn in which hiredis asked for a write. */
-static void flush_soon(void *arg)
-{
-    struct redis_io *io = arg;
-
-    io->flush_queued = false;
-    if (io->ac == NULL) {
-        free(io);
-        return;
-    }
-    /* With the write event added, the socket was full: the event writes
-     * when it takes more. */
-    if (event_pending(io->wev, EV_WRITE, NULL))
-        return;
-    io_write(io);
-}
-
-static void io_add_read(void *p)
-{
-    struct redis_io *io = p;
-
-    if (io != NULL && !event_pending(io->rev, EV_READ, NULL))
-        event_add(io->rev, NULL);
-}
-
-static void io_del_read(void *p)
-{
-    struct redis_io *io = p;
-
-    if (io != NULL)
-        event_del(io->rev);
-}
-
-static void io_add_write(void *p)
-{
-    struct redis_io *io = p;
-
-    if (io == NULL)
-        return;
-    /* Never write from inside this hook: hiredis calls it while it
-     * queues a command, with its own state half updated. */
-    if (io->writing || !(io->ac->c.flags & REDIS_CONNECTED)) {
-        event_add(io->wev, NULL);
-        return;
-    }
-    if (io->flush_queued || event_pending(io->wev, EV_WRITE, NULL))
-        return;
-    if (ferry_call_soon(io->loop, flush_soon, io) == 0)
-        io->flush_queued = true;
-    else
-        event_add(io->wev, NULL);   /* no memory for the flush: the event writes */
-}
-
-static void io_del_write(void *p)
-{
-    struct redis_io *io = p;
-
-    if (io != NULL)
-        event_del(io->wev);
-}
-
-/* hiredis is done with the context.  A queued flush or a write under way
- * still holds `io`: it frees it. */
-static void io_cleanup(void *p)
-{
-    struct redis_io *io = p;
-
-    if (io == NULL)
-        return;
-    io->ac->ev.data = NULL;
-    io->ac->ev.cleanup = NULL;
-    io->ac = NULL;
-    event_free(io->rev);
-    event_free(io->wev);
-    io->rev = NULL;
-    io->wev = NULL;
-    if (!io->flush_queued && !io->writing)
-        free(io);
-}
-
-static int io_attach(redisAsyncContext *ac, ferry_loop *loop, struct event_base *base)
-{
-    struct redis_io *io = calloc(1, sizeof(*io));
-    struct sigaction sa;
-
-    if (io == NULL)
-        return -ENOMEM;
-    io->ac = ac;
-    io->loop = loop;
-    io->pipe_ignored = sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN;
-    io->rev = event_new(base, ac->c.fd, EV_READ | EV_PERSIST, on_readable, io);
-    io->wev = event_new(base, ac->c.fd, EV_WRITE, on_writable, io);
-    if (io->rev == NULL || io->wev == NULL) {
-        if (io->rev)
-            event_free(io->rev);
-        if (io->wev)
-            event_free(io->wev);
-        free(io);
-        return -ENOMEM;
-    }
-    ac->ev.addRead = io_add_read;
-    ac->ev.delRead = io_del_read;
-    ac->ev.addWrite = io_add_write;
-    ac->ev.delWrite = io_del_write;
-    ac->ev.cleanup = io_cleanup;
-    ac->ev.data = io;
-    return 0;
 }
 
 /* ---- Connection attempts ------------------------------------------------ */
@@ -434,7 +198,7 @@ static int start_attempt(ferry_redis *r)
         attempt_failed(r, err);
         return err;
     }
-    err = io_attach(ac, r->loop, r->base);
+    err = ferry__redis_io_attach(ac, r->loop, r->base);
     if (err == 0)
         err = ferry_call_later(r->loop, r->opts.connect_timeout, on_connect_timeout, r,
                                &r->connect_timer);
@@ -742,241 +506,6 @@ int64_t ferry_redis_client_id(const ferry_redis *r)
     return ferry_redis_connected(r) ? r->client_id : 0;
 }
 
-/* ---- The wake channel ---------------------------------------------------- */
-
-#define WAKE_PREFIX "ferry-wake:"
-
-/* The channel's name: the pid, a random number drawn once per thread and a
- * count, so that no two connections of any process share one. */
-static __thread uint64_t wake_seed;
-static __thread unsigned wake_count;
-
-static void wake_init(ferry_redis *r)
-{
-    if (wake_seed == 0) {
-        if (getrandom(&wake_seed, sizeof(wake_seed), 0) != sizeof(wake_seed))
-            wake_seed = (uint64_t)ferry_now() ^ ((uint64_t)getpid() << 32);
-        wake_seed |= 1;
-    }
-    snprintf(r->wake.id, sizeof(r->wake.id), "%ld.%016" PRIx64 ".%u", (long)getpid(), wake_seed,
-             ++wake_count);
-    r->wake.backoff = r->opts.retry_min;
-}
-
-static void wake_stop_timer(struct redis_wake *wk)
-{
-    if (wk->timer != NULL) {
-        ferry_timer_cancel(wk->timer);
-        wk->timer = NULL;
-    }
-}
-
-/* Every registered waiter checks again: the channel came up (messages
- * before it were not seen) or was lost (messages from now on are not). */
-static void wake_all(ferry_redis *r)
-{
-    for (struct ferry__redis_waiter *w = r->wake.first; w != NULL; w = w->next)
-        ferry_event_set(w->ev);
-}
-
-static void wake_start(ferry_redis *r);
-
-static void wake_retry(void *arg)
-{
-    ferry_redis *r = arg;
-
-    r->wake.timer = NULL;
-    if (r->wake.ac == NULL && r->wake.first != NULL)
-        wake_start(r);
-}
-
-/* The subscriber is gone (its context is or is being freed): the next
- * attempt after the back-off, if waiters are still registered then. */
-static void wake_lost(ferry_redis *r)
-{
-    struct redis_wake *wk = &r->wake;
-    bool was_up = wk->up;
-
-    wk->up = false;
-    wake_stop_timer(wk);
-    if (r->closing)
-        return;
-    wk->retry_at = ferry_now() + wk->backoff;
-    if (ferry_call_later(r->loop, wk->backoff, wake_retry, r, &wk->timer) != 0)
-        wk->timer = NULL;   /* the next registration tries again */
-    wk->backoff = wk->backoff > r->opts.retry_max / 2 ? r->opts.retry_max : wk->backoff * 2;
-    if (was_up)
-        wake_all(r);
-}
-
-/* A message "VALUE TOKEN" for the waiter registered with TOKEN. */
-static void wake_deliver(ferry_redis *r, const char *msg, size_t len)
-{
-    const char *sp = memchr(msg, ' ', len), *tok;
-    char *end;
-    long long v;
-    size_t tlen;
-
-    if (sp == NULL)
-        return;
-    v = strtoll(msg, &end, 10);
-    if (end != sp || v <= 0)
-        return;
-    tok = sp + 1;
-    tlen = len - (size_t)(tok - msg);
-    for (struct ferry__redis_waiter *w = r->wake.first; w != NULL; w = w->next) {
-        if (strlen(w->token) == tlen && memcmp(w->token, tok, tlen) == 0) {
-            w->value = v;
-            ferry_event_set(w->ev);
-            return;
-        }
-    }
-}
-
-/* The channel's callback: the SUBSCRIBE's confirmation, then each message;
- * NULL when the context is freed. */
-static void wake_on_reply(redisAsyncContext *ac, void *reply, void *priv)
-{
-    ferry_redis *r = priv;
-    struct redis_wake *wk = &r->wake;
-    redisReply *rep = reply;
-    const char *kind;
-
-    if (rep == NULL || wk->ac != ac || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
-        rep->element[0]->type != REDIS_REPLY_STRING)
-        return;
-    kind = rep->element[0]->str;
-    if (strcmp(kind, "subscribe") == 0 && !wk->up) {
-        wake_stop_timer(wk);
-        wk->up = true;
-        wk->epoch++;
-        wk->backoff = r->opts.retry_min;
-        wk->retry_at = 0;
-        wake_all(r);
-    } else if (strcmp(kind, "message") == 0 && rep->element[2]->type == REDIS_REPLY_STRING) {
-        wake_deliver(r, rep->element[2]->str, rep->element[2]->len);
-    }
-}
-
-static void wake_on_connect(const redisAsyncContext *ac, int status)
-{
-    ferry_redis *r = ac->data;
-
-    /* A failed connect: hiredis frees the context after this. */
-    if (status != REDIS_OK && r->wake.ac == ac) {
-        r->wake.ac = NULL;
-        wake_lost(r);
-    }
-}
-
-static void wake_on_disconnect(const redisAsyncContext *ac, int status)
-{
-    ferry_redis *r = ac->data;
-
-    (void)status;
-    if (r->wake.ac == ac) {
-        r->wake.ac = NULL;
-        wake_lost(r);
-    }
-}
-
-/* The subscription was not confirmed within opts.connect_timeout. */
-static void wake_on_timeout(void *arg)
-{
-    ferry_redis *r = arg;
-    redisAsyncContext *ac = r->wake.ac;
-
-    r->wake.timer = NULL;
-    if (ac == NULL || r->wake.up)
-        return;
-    r->wake.ac = NULL;
-    wake_lost(r);
-    redisAsyncFree(ac);
-}
-
-/* Connect the subscriber and send its SUBSCRIBE, which hiredis writes once
- * the connection is made. */
-static void wake_start(ferry_redis *r)
-{
-    struct redis_wake *wk = &r->wake;
-    char chan[sizeof(WAKE_PREFIX) + sizeof(wk->id)];
-    redisAsyncContext *ac;
-
-    wake_stop_timer(wk);
-    if (r->unix_path)
-        ac = redisAsyncConnectUnix(r->host);
-    else
-        ac = redisAsyncConnect(r->host, r->port);
-    if (ac == NULL) {
-        wake_lost(r);
-        return;
-    }
-    snprintf(chan, sizeof(chan), WAKE_PREFIX "%s", wk->id);
-    if (ac->err || io_attach(ac, r->loop, r->base) != 0)
-        goto fail;
-    ac->data = r;
-    redisAsyncSetConnectCallback(ac, wake_on_connect);
-    redisAsyncSetDisconnectCallback(ac, wake_on_disconnect);
-    if (redisAsyncCommand(ac, wake_on_reply, r, "SUBSCRIBE %s", chan) != REDIS_OK)
-        goto fail;
-    if (ferry_call_later(r->loop, r->opts.connect_timeout, wake_on_timeout, r, &wk->timer) != 0) {
-        wk->timer = NULL;
-        goto fail;
-    }
-    wk->ac = ac;
-    return;
-
-fail:
-    redisAsyncFree(ac);
-    wake_lost(r);
-}
-
-const char *ferry__redis_wake_id(const ferry_redis *r)
-{
-    return r->wake.id;
-}
-
-void ferry__redis_wake_add(ferry_redis *r, struct ferry__redis_waiter *w)
-{
-    struct redis_wake *wk = &r->wake;
-
-    w->next = NULL;
-    w->prev = wk->last;
-    if (wk->last != NULL)
-        wk->last->next = w;
-    else
-        wk->first = w;
-    wk->last = w;
-}
-
-void ferry__redis_wake_want(ferry_redis *r)
-{
-    struct redis_wake *wk = &r->wake;
-
-    if (wk->ac == NULL && wk->timer == NULL && !r->closing && ferry_now() >= wk->retry_at)
-        wake_start(r);
-}
-
-void ferry__redis_wake_del(ferry_redis *r, struct ferry__redis_waiter *w)
-{
-    struct redis_wake *wk = &r->wake;
-
-    if (w->prev != NULL)
-        w->prev->next = w->next;
-    else
-        wk->first = w->next;
-    if (w->next != NULL)
-        w->next->prev = w->prev;
-    else
-        wk->last = w->prev;
-    w->prev = w->next = NULL;
-}
-
-uint64_t ferry__redis_wake_epoch(const ferry_redis *r)
-{
-    return r->wake.up ? r->wake.epoch : 0;
-}
-
 /* ---- Connect and close -------------------------------------------------- */
 
 static int check_opts(ferry_redis_opts *o, const ferry_redis_opts *in)
@@ -1047,7 +576,7 @@ static int first_connect(ferry_redis *r)
     r->loop = ferry_loop_current();
     r->base = ferry_loop_base(r->loop);
     r->backoff = r->opts.retry_min;
-    wake_init(r);
+    ferry__redis_wake_init(r);
     rc = start_attempt(r);
     if (rc)
         return rc;
@@ -1139,7 +668,7 @@ void ferry_redis_close(ferry_redis *r)
         return;
     r->closing = true;
     stop_connect_timer(r);
-    wake_stop_timer(&r->wake);
+    ferry__redis_wake_stop_timer(&r->wake);
     ac = r->wake.ac;
     if (ac != NULL) {
         r->wake.ac = NULL;
@@ -1150,7 +679,7 @@ void ferry_redis_close(ferry_redis *r)
         /* Commands sent without waiting (a release) go out if the socket
          * takes them at once: closing right after them is common. */
         if (ac->c.flags & REDIS_CONNECTED)
-            write_quietly(ac, false, true);
+            ferry__redis_write_quietly(ac, false, true);
         /* Runs every queued callback with no reply (their callers get
          * -ESHUTDOWN; abandoned records are freed), then on_disconnect. */
         redisAsyncFree(ac);

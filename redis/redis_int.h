@@ -1,13 +1,68 @@
-/* redis_int.h - what redis.c offers the rest of the Redis part.
+/* redis_int.h - what the files of the Redis part share: the connection's
+ * structure, what redis.c offers the rest (sending with a callback), the
+ * events of redis_io.c, the wake channel of redis_wake.c.
  * Loop thread only.
  */
 #ifndef FERRY_REDIS_INT_H
 #define FERRY_REDIS_INT_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include <event2/event.h>
+#include <hiredis/async.h>
 
 #include "ferry/redis.h"
 #include "ferry/sync.h"
+
+struct ferry__redis_waiter;
+
+/* The wake channel (redis_int.h): a subscriber connection of its own. */
+struct ferry__redis_wake {
+    redisAsyncContext *ac;        /* the subscriber; NULL while there is none */
+    bool               up;        /* ac's SUBSCRIBE was confirmed */
+    uint64_t           epoch;     /* subscriptions confirmed so far */
+    int64_t            retry_at;  /* no new attempt before this time */
+    int64_t            backoff;   /* the wait after the next failed attempt */
+    ferry_timer       *timer;     /* ends an attempt that takes too long, or
+                                   * starts the next one after a back-off */
+    struct ferry__redis_waiter *first, *last; /* registered, oldest first */
+    char               id[64];    /* the channel's name after "ferry-wake:" */
+};
+
+struct ferry_redis {
+    ferry_loop        *loop;      /* the loop whose task made it */
+    struct event_base *base;      /* that loop's base */
+    redisAsyncContext *ac;        /* the context; NULL while down */
+    char              *host;      /* IP address (or Unix socket path) */
+    int                port;      /* TCP port; unused for a Unix socket */
+    bool               unix_path; /* host is a Unix socket's path */
+    bool               closing;   /* ferry_redis_close() is freeing it */
+    ferry_redis_opts   opts;      /* with the defaults filled in */
+    int                err;       /* error of the last failed attempt; 0 after a success */
+    int64_t            retry_at;  /* no new attempt before this time */
+    int64_t            backoff;   /* the wait after the next failed attempt */
+    ferry_timer       *connect_timer; /* ends an attempt that takes too long */
+    int64_t            client_id; /* CLIENT ID of the current connection; 0 unknown */
+    struct ferry__redis_wake  wake;      /* the wake channel of its waiters */
+};
+
+/* Drive `ac` by events on `base`, the base of `loop` (redis_io.c).
+ * Returns: 0; -ENOMEM (nothing attached). */
+int ferry__redis_io_attach(redisAsyncContext *ac, ferry_loop *loop, struct event_base *base);
+
+/* hiredis's write of what `ac` has queued, with SIGPIPE blocked on this
+ * thread around it unless `pipe_ignored`; `flush_only`: one write, without
+ * hiredis's handling of the result, for a context about to be freed
+ * (redis_io.c). */
+void ferry__redis_write_quietly(redisAsyncContext *ac, bool pipe_ignored, bool flush_only);
+
+/* The wake channel's name, drawn when the connection is made
+ * (redis_wake.c). */
+void ferry__redis_wake_init(ferry_redis *r);
+
+/* Cancel the wake channel's timer, if one runs (redis_wake.c). */
+void ferry__redis_wake_stop_timer(struct ferry__redis_wake *wk);
 
 /* Gets the reply of a command sent with ferry__redis_send_cb(): the reply
  * (freed by ferry after the call) or NULL if the connection dropped or was

@@ -49,6 +49,56 @@ static inline struct ferry__waiter *ferry__waitq_first(const struct ferry__waitq
 /* Grant every waiter present now; returns how many. */
 size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 
+/* ---- Parts of a loop added by the layers above -------------------------- */
+
+/*
+ * The loop knows its own parts by name (loop_int.h); the I/O layer (io/)
+ * keeps its per-loop state (streams and listeners, signal subscriptions,
+ * the resolver) in parts it adds to the loop at their first use, so that
+ * the loop frees what it never named and a loop that did no I/O carries
+ * none.  A part is embedded in the subsystem's own structure.
+ */
+struct ferry__loop_part;
+
+struct ferry__part_ops {
+    const char *name;   /* for messages: "streams", "signals", "resolver" */
+    /*
+     * While the loop ends, after every task was cancelled: true while the
+     * part still owes callbacks that only polling brings (the scheduler
+     * goes on polling until every part says false).  May be NULL.
+     */
+    bool (*closing)(struct ferry__loop_part *part);
+    /* Free the part and all it holds, once every task has ended; called
+     * once, newest part first, before the loop's event_base goes, with the
+     * part still in the loop (its own code may still find it), which it
+     * leaves with ferry__loop_part_del() before its memory goes. */
+    void (*free)(struct ferry__loop_part *part);
+};
+
+struct ferry__loop_part {
+    struct ferry__link            link;  /* in the loop's list of parts */
+    const struct ferry__part_ops *ops;   /* what the part is */
+    ferry_loop                   *loop;  /* the loop it belongs to */
+};
+
+/* Add `part` (zeroed by its owner) to `loop`; it then belongs to the loop
+ * until ferry__loop_parts_free().  Allocates nothing. */
+void ferry__loop_part_add(ferry_loop *loop, struct ferry__loop_part *part,
+                          const struct ferry__part_ops *ops);
+
+/* Take `part` out of its loop (its owner frees it). */
+void ferry__loop_part_del(struct ferry__loop_part *part);
+
+/* The loop's part made with `ops`, or NULL if it has none yet. */
+struct ferry__loop_part *ferry__loop_part_find(const ferry_loop *loop,
+                                               const struct ferry__part_ops *ops);
+
+/* ferry_loop_free(): does a part still owe callbacks (its closing hook)? */
+bool ferry__loop_parts_closing(ferry_loop *loop);
+
+/* ferry_loop_free(): free every part, newest first. */
+void ferry__loop_parts_free(ferry_loop *loop);
+
 /* What a loop still holds (ferry__loop_leftovers()). */
 struct ferry__leftovers {
     size_t tasks;       /* tasks not yet ended */

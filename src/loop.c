@@ -9,6 +9,7 @@
 #include "loop_only.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #include "loop_int.h"
@@ -185,4 +186,62 @@ int ferry_loop_stats_get(ferry_loop *loop, ferry_loop_stats *out)
     out->live_tasks = loop->live;
     out->stacks_cached = loop->stack_nfree;
     return 0;
+}
+
+/* ---- the parts the layers above add ---------------------------------------- */
+
+void ferry__loop_part_add(ferry_loop *loop, struct ferry__loop_part *part,
+                          const struct ferry__part_ops *ops)
+{
+    part->ops = ops;
+    part->loop = loop;
+    ferry__list_push_back(&loop->parts, &part->link);
+}
+
+void ferry__loop_part_del(struct ferry__loop_part *part)
+{
+    ferry__list_remove(&part->link);
+}
+
+struct ferry__loop_part *ferry__loop_part_find(const ferry_loop *loop,
+                                               const struct ferry__part_ops *ops)
+{
+    const struct ferry__link *head = &loop->parts;
+    struct ferry__link *l;
+
+    /* A head never linked has next NULL (list.h). */
+    for (l = head->next; l && l != head; l = l->next) {
+        struct ferry__loop_part *p = ferry__container_of(l, struct ferry__loop_part, link);
+        if (p->ops == ops)
+            return p;
+    }
+    return NULL;
+}
+
+bool ferry__loop_parts_closing(ferry_loop *loop)
+{
+    struct ferry__link *l;
+    bool busy = false;
+
+    /* Every part is asked: a closing hook also moves its part's shutdown
+     * on. */
+    ferry__list_foreach(l, &loop->parts) {
+        struct ferry__loop_part *p = ferry__container_of(l, struct ferry__loop_part, link);
+        if (p->ops->closing && p->ops->closing(p))
+            busy = true;
+    }
+    return busy;
+}
+
+void ferry__loop_parts_free(ferry_loop *loop)
+{
+    while (!ferry__list_empty(&loop->parts)) {
+        struct ferry__link *last = loop->parts.prev;
+        struct ferry__loop_part *p = ferry__container_of(last, struct ferry__loop_part, link);
+
+        p->ops->free(p);
+        /* A hook that left its part in would be called again forever. */
+        if (!ferry__list_empty(&loop->parts) && loop->parts.prev == last)
+            abort();
+    }
 }

@@ -334,14 +334,8 @@ struct ferry_loop {
         uint64_t            broken_dropped; /* broken locks pushed out of `broken` */
     };
 
-    /* ---- signals (signal.c, sigport.c) ---- */
-    struct ferry__sigport  *sigport;     /* signal subscriptions (sig_int.h), or NULL */
-
-    /* ---- streams and listeners (stream.c, net.c) ---- */
-    struct ferry__netloop  *net;         /* (stream_int.h), or NULL */
-
-    /* ---- name resolution (dns.c) ---- */
-    struct ferry__resolver *resolver;    /* (dns_int.h), or NULL */
+    /* ---- the parts the I/O layer adds at their first use (loop.c) ---- */
+    struct ferry__link      parts;       /* of struct ferry__loop_part, oldest first */
 
     /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
      * and task.c) ---- */

@@ -11,9 +11,6 @@
 #include "fuzz.h"
 #include "loop_int.h"
 #include "loop_new.h"
-#include "dns_int.h"
-#include "sig_int.h"
-#include "stream_int.h"
 
 int ferry__loop_opts_check(const ferry_loop_opts *opts)
 {
@@ -202,12 +199,10 @@ void ferry__loop_free(ferry_loop *loop)
     hooks_close(loop);
     /* What the accepted posts made ready. */
     ferry__sched_run_ready(loop);
-    /* Streams and listeners left open are closed with their loop. */
-    ferry__stream_loop_free(loop);
-    /* Subscriptions end here, before the event_base their descriptor is
-     * on. */
-    ferry__signal_loop_free(loop);
-    ferry__dns_loop_free(loop);
+    /* The I/O parts (streams and listeners left open, signal
+     * subscriptions, the resolver) end here, before the event_base their
+     * descriptors are on. */
+    ferry__loop_parts_free(loop);
     loop->in_run = false;
     ferry__stack_drain(loop);
     ferry__overflow_teardown(loop);

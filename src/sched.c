@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "rand.h"
-#include "dns_int.h"
 #include "loop_int.h"
 #include "loop_new.h"
 #include "switch.h"
@@ -340,9 +339,9 @@ void ferry__sched_end_tasks(ferry_loop *loop)
 {
     struct ferry__link *l, *tmp;
 
-    /* Until the resolver may go too: lookups cancelled by now still have
-     * callbacks to come from evdns. */
-    while (loop->live || !ferry__list_empty(&loop->runq) || ferry__dns_closing(loop)) {
+    /* Until the parts may go too: a part may still owe callbacks (the
+     * resolver's lookups cancelled by now, from evdns). */
+    while (loop->live || !ferry__list_empty(&loop->runq) || ferry__loop_parts_closing(loop)) {
         ferry__list_foreach_safe(l, tmp, &loop->tasks)
             ferry_task_cancel(ferry__container_of(l, ferry_task, all));
         loop->stop = false;

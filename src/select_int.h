@@ -1,6 +1,8 @@
-/* select_int.h - the select record, and what each primitive offers a
- * select: try a case without waiting, the queue a case's waiter goes in,
- * and, for a case that was granted, perform it or hand the grant back.
+/* select_int.h - the select record, its grant (wait.c), and what the
+ * queue offers a select: try a case without waiting, the queue a case's
+ * waiter goes in, and, for a case that was granted, perform it or hand the
+ * grant back.  ferry_select() itself is in the I/O layer (io/select.c),
+ * which also has the stream cases (io/stream_int.h).
  * Loop thread only.
  */
 #ifndef FERRY_SELECT_INT_H
@@ -8,7 +10,6 @@
 
 #include "ferry_int.h"
 #include "ferry/queue.h"
-#include "ferry/stream.h"
 
 /*
  * One select in progress, on the selecting task's stack.  `master` is the
@@ -47,21 +48,5 @@ int ferry__queue_sel_try(ferry_queue *q, struct ferry_task *self, void *buf, boo
 struct ferry__waitq *ferry__queue_sel_waitq(ferry_queue *q, bool put);
 int ferry__queue_sel_done(ferry_queue *q, struct ferry__waiter *w, void *buf, bool put,
                           bool perform);
-
-/*
- * Stream cases (stream.c).  `want` is FERRY_READ or FERRY_WRITE.
- *   poll:   the readiness now without waiting (FERRY_READ: bytes buffered,
- *           the end or an error reached, or read now into the buffer;
- *           FERRY_WRITE: no EAGAIN since the loop last said writable),
- *           0 not ready, -EBADF closed, -EPERM another loop's stream,
- *           -ENOMEM no buffer;
- *   arm:    link `w` for `want` and count the select as inside the stream
- *           (0, or -ENOMEM with nothing linked);
- *   disarm: after `w` was unlinked: stop waiting, and free the stream if
- *           it was closed meanwhile and nobody else is inside.
- */
-int  ferry__stream_sel_poll(ferry_stream *s, struct ferry_task *self, int want);
-int  ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want);
-void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w);
 
 #endif /* FERRY_SELECT_INT_H */

@@ -175,3 +175,36 @@ bool ferry_scope_fired(const ferry_scope *s)
 {
     return s && s->fired;
 }
+
+/* A grant of a select's case (select_int.h): the select record is the
+ * waiters' business, whatever the case waits on. */
+bool ferry__sel_grant(struct ferry__waiter *w, int result)
+{
+    struct ferry__sel *sel = w->sel;
+    size_t i;
+
+    if (ferry__link_linked(&w->link))
+        ferry__list_remove(&w->link);
+    w->state = FERRY__W_GRANTED;
+    w->result = result;
+    for (i = 0; i < sel->n; i++) {
+        struct ferry__waiter *o = sel->w[i];
+
+        if (o == w)
+            sel->winner = (int)i;
+        if (o == w || o->state != FERRY__W_WAITING)
+            continue;
+        /* A channel's node is in its channel's list, under its mutex:
+         * only the waiter's state changes here, and the channel's wake
+         * then finds it not WAITING (the disarm passes that wake on). */
+        if (ferry__link_linked(&o->link))
+            ferry__list_remove(&o->link);
+        o->state = FERRY__W_IDLE;
+    }
+    if (sel->master.state == FERRY__W_WAITING) {
+        sel->master.state = FERRY__W_GRANTED;
+        sel->master.result = 0;
+        ferry__task_ready(w->task);
+    }
+    return true;
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/coverage.sh - build ferry with gcov coverage in its own directory,
 # run the test suites, and print line and branch coverage of the library
-# (base/, src/, bridge/, wire/; gcovr), with the files that miss the most
+# (base/, src/, io/, bridge/, wire/; gcovr), with the files that miss the most
 # lines.
 #
 #   bash tests/coverage.sh
@@ -30,10 +30,10 @@ find "$build" -name '*.gcda' -delete
 status=0
 ctest --test-dir "$build" --output-on-failure --no-tests=error ${CTEST_ARGS:-} || status=$?
 
-gcov_args=(--root "$root" --filter "$root/base/" --filter "$root/src/"
+gcov_args=(--root "$root" --filter "$root/base/" --filter "$root/src/" --filter "$root/io/"
            --filter "$root/bridge/" --filter "$root/wire/"
            --exclude-unreachable-branches --exclude-throw-branches "$build")
-echo "== coverage of base/, src/, bridge/ and wire/"
+echo "== coverage of base/, src/, io/, bridge/ and wire/"
 gcovr "${gcov_args[@]}" --txt "$build/coverage-lines.txt" --print-summary | tail -3
 # gcovr 5.2 (Debian 12) has no --txt-metric: --branches selects the branch table.
 gcovr "${gcov_args[@]}" --branches --txt "$build/coverage-branches.txt" >/dev/null
@@ -45,7 +45,7 @@ echo "(per-file reports: $build/coverage-lines.txt, $build/coverage-branches.txt
 summary=$(gcovr "${gcov_args[@]}" --print-summary --txt /dev/null 2>/dev/null | tail -3)
 line=$(printf '%s\n' "$summary" | awk '/^lines:/ { sub("%", "", $2); print $2 }')
 branch=$(printf '%s\n' "$summary" | awk '/^branches:/ { sub("%", "", $2); print $2 }')
-echo "coverage: lines ${line}%, branches ${branch}% (base/, src/, bridge/, wire/)"
+echo "coverage: lines ${line}%, branches ${branch}% (base/, src/, io/, bridge/, wire/)"
 if [ -n "${FERRY_COV_LINE_MIN:-}" ] && awk -v a="$line" -v b="$FERRY_COV_LINE_MIN" 'BEGIN { exit !(a < b) }'; then
     echo "coverage: lines ${line}% below ${FERRY_COV_LINE_MIN}%"
     status=1

@@ -6,9 +6,9 @@
 #
 # LIST (written by CMakeLists.txt) has one line per layer, bottom first:
 # the layer's OBJECT library name and its object files, separated by ';'.
-# The layers are base, loop (src/), bridge and wire: base may refer to no
-# other layer, the loop only to base, the bridge to base and the loop, wire
-# to all three (docs/design.md, "Layout").  For each object, NM lists the
+# The layers are base, loop (src/, the core), io, bridge and wire: base may
+# refer to no other layer, the loop only to base, io to base and the loop,
+# the bridge to those three, wire to all four (docs/design.md, "Layout").  For each object, NM lists the
 # symbols it refers to (nm -u) and the global ones it defines; a reference
 # to a symbol that a higher layer defines fails the check, naming both
 # objects.  Prints, per layer, how many of its references go to each layer

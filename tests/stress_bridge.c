@@ -84,7 +84,7 @@ Test(stress_bridge, four_threads_post_250k_each_nothing_lost_or_reordered,
     cr_assert_eq(post_disorder, 0);
     for (int i = 0; i < NPOST; i++)
         cr_assert_eq(post_next[i], post_n);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.posts, (uint64_t)(NPOST * post_n));
     cr_assert_eq(st.run, (uint64_t)(NPOST * post_n));
     cr_assert_lt(st.wakeups, st.posts / 2, "wakeups %llu for %llu posts",
@@ -469,7 +469,7 @@ static void *close_thread(void *arg)
         else if (rc != -ENOMEM)
             return (void *)1;
     }
-    ferry_inbox_release(c->ib);
+    ferry_inbox_unref(c->ib);
     return NULL;
 }
 

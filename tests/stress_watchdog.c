@@ -153,7 +153,7 @@ static void run_producers(int nprod)
                  (unsigned long long)want);
     {
         ferry_inbox_stats st;
-        cr_assert_eq(ferry_loop_inbox_stats(g_loop, &st), 0);
+        cr_assert_eq(ferry_loop_inbox_stats_get(g_loop, &st), 0);
         cr_assert_geq(st.run, (uint64_t)n_expected);
         /* Coalescing: far fewer eventfd writes than posts. */
         cr_expect_lt(st.wakeups, (uint64_t)n_expected / 2 + 100,
@@ -302,7 +302,7 @@ T(post_racing_loop_close, 600.)
             ferry_loop_run(loop, FERRY_RUN_ONCE);
         ferry_loop_free(loop);   /* runs every accepted post, refuses the rest */
         pthread_join(th, NULL);
-        ferry_inbox_release(r.ib);
+        ferry_inbox_unref(r.ib);
         atomic_fetch_add_explicit(&progress, 1, memory_order_relaxed);
         if (r.last_rc != -ESHUTDOWN && !bad_rc++)
             fprintf(stderr, "post vs close: iteration %ld: the poster stopped with %d\n", i,

@@ -1,4 +1,4 @@
-/* test_dns.c - name resolution for tasks (ferry/net.h): numeric hosts and
+/* test_dns.c - name resolution for tasks (ferry/resolve.h): numeric hosts and
  * the hosts file answered without waiting, DNS through a fake server on
  * loopback (tests/fakedns.c: no test needs the network), the resolver's
  * error codes, deadlines and cancellation with the late answer dropped,
@@ -1337,7 +1337,7 @@ T(a_nul_byte_in_nsswitch_conf_hides_only_the_rest_of_its_line)
 /* An AAAA record whose RDLENGTH is not 16 makes the reply unusable:
  * FERRY_EAI_FAIL, as a reply that could not be read.  The A answer of
  * the same lookup still counts (glibc does the same).  An A record of 16
- * bytes is not refused: evdns reads it as four addresses (docs/net.md,
+ * bytes is not refused: evdns reads it as four addresses (docs/resolve.md,
  * Limits). */
 T(an_aaaa_record_of_the_wrong_length_is_eai_fail)
 {

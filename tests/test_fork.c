@@ -135,7 +135,7 @@ static void before_fork(void)
 
 static void after_fork(void)
 {
-    ferry_inbox_release(fork_ib);
+    ferry_inbox_unref(fork_ib);
     ferry_pool_free(fork_pool);
 }
 

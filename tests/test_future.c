@@ -155,7 +155,7 @@ TL(loop_closing_under_a_waiting_thread_gives_eshutdown)
     t = tu_start_thread(closed_thread, loop);
     do {
         usleep(200);
-        ferry_loop_inbox_stats(loop, &st);
+        ferry_loop_inbox_stats_get(loop, &st);
     } while (st.posts < 1);                 /* the request is accepted */
     ferry_loop_free(loop);                  /* never ran the loop */
     pthread_join(t, NULL);
@@ -210,7 +210,7 @@ static pthread_t unstarted_start(struct unstarted *u)
 
     do {
         usleep(200);
-        cr_assert_eq(ferry_loop_inbox_stats(u->loop, &st), 0);
+        cr_assert_eq(ferry_loop_inbox_stats_get(u->loop, &st), 0);
     } while (st.posts < 1);
     return t;
 }

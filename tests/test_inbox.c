@@ -105,12 +105,12 @@ T(burst_while_loop_sleeps_costs_one_eventfd_write)
 
     pthread_join(t, &bad);
     cr_assert_null(bad);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.posts, 100000);
     cr_assert_eq(st.wakeups, 1, "wakeups %llu", (unsigned long long)st.wakeups);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(atomic_load(&burst_ran), 100000);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.run, 100000);
     /* Drained in bounded batches, not in one go. */
     cr_assert_leq(st.max_batch, 1024);
@@ -164,12 +164,12 @@ T(post_racing_the_drain_still_runs)
 
     for (int round = 0; round < 200; round++) {
         race_ran = 0;
-        cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &before), 0);
+        cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &before), 0);
         cr_assert_eq(ferry_loop_call_soon_threadsafe(tu_loop, race_outer_cb, NULL), 0);
         /* RUN_DEFAULT would block forever on a stranded post (pending). */
         cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
         cr_assert_eq(race_ran, 2, "round %d", round);
-        cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &after), 0);
+        cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &after), 0);
         /* The inner post needed no eventfd write: the drain picked it up. */
         cr_assert_eq(after.wakeups, before.wakeups);
     }
@@ -190,7 +190,7 @@ TL(accepted_posts_run_when_the_loop_is_freed_later_ones_refused)
     ferry_loop_free(loop);                    /* never ran: the posts run here */
     cr_assert_eq(atomic_load(&late_ran), 1000);
     cr_assert_eq(ferry_inbox_post(ib, late_cb, NULL), -ESHUTDOWN);
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
     cr_assert_eq(atomic_load(&late_ran), 1000);
     cr_assert_eq(tu_leaks(), 0);
 }
@@ -268,7 +268,7 @@ T(failed_eventfd_write_is_reported_and_the_post_still_runs)
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     tu_log_capture_stop();
     cr_assert_eq(atomic_load(&efd_ran), 3);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.write_errors, 1);
     cr_assert_eq(tu_log_lines(), 1, "log: %s", tu_log_text());
     cr_assert(strstr(tu_log_text(), "eventfd write"), "log: %s", tu_log_text());
@@ -286,13 +286,34 @@ T(bad_arguments_are_einval)
     cr_assert_eq(ferry_inbox_get(&ib, NULL), -EINVAL);
     cr_assert_eq(ferry_loop_stop_threadsafe(NULL), -EINVAL);
     cr_assert_eq(ferry_inbox_stats_get(NULL, &st), -EINVAL);
-    cr_assert_eq(ferry_loop_inbox_stats(NULL, &st), -EINVAL);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, NULL), -EINVAL);
+    cr_assert_eq(ferry_loop_inbox_stats_get(NULL, &st), -EINVAL);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, NULL), -EINVAL);
     cr_assert_eq(ferry_inbox_get(&ib, tu_loop), 0);
     cr_assert_eq(ferry_inbox_post(ib, NULL, NULL), -EINVAL);
     cr_assert_eq(ferry_inbox_stats_get(ib, NULL), -EINVAL);
+    ferry_inbox_unref(ib);
+    ferry_inbox_unref(NULL);
+}
+
+/* The earlier names, kept for programs written against them, do what the
+ * current ones do: the stats agree, and the reference taken is given back
+ * (the teardown finds nothing left). */
+T(earlier_names_still_work)
+{
+    ferry_inbox_stats a, b;
+    ferry_inbox *ib = NULL;
+
+    cr_assert_eq(ferry_loop_call_soon_threadsafe(tu_loop, noop_cb, NULL), 0);
+    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &a), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &b), 0);
+    cr_assert_eq(a.posts, b.posts);
+    cr_assert_geq(a.posts, 1);
+    cr_assert_eq(ferry_loop_inbox_stats(NULL, &a), -EINVAL);
+    cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
+    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &a), 0);
+    cr_assert_eq(a.run, b.run + 1);
+    cr_assert_eq(ferry_inbox_get(&ib, tu_loop), 0);
     ferry_inbox_release(ib);
-    ferry_inbox_release(NULL);
 }
 
 /* A callback accepted before ferry_loop_free() runs during it; from there
@@ -309,7 +330,7 @@ static void during_free_cb(void *arg)
     closing_rc[0] = ferry_loop_call_soon_threadsafe(loop, noop_cb, NULL);
     closing_rc[1] = ferry_loop_stop_threadsafe(loop);
     closing_rc[2] = ferry_inbox_get(&ib, loop);
-    closing_rc[3] = ferry_loop_inbox_stats(loop, &st);
+    closing_rc[3] = ferry_loop_inbox_stats_get(loop, &st);
     closing_rc[4] = ferry_pool_submit(NULL, job42, NULL, loop, NULL, NULL);
 }
 
@@ -325,7 +346,7 @@ TL(a_closing_loop_refuses_with_eshutdown_and_the_inbox_outlives_it)
     ferry_loop_free(loop);                   /* runs the accepted post */
     cr_assert_eq(closing_ran, 1);
     for (int i = 0; i < 5; i++) {
-        /* ferry_loop_inbox_stats() still reports while the loop is being
+        /* ferry_loop_inbox_stats_get() still reports while the loop is being
          * freed (the inbox is closed but still attached): 0 or -ESHUTDOWN. */
         if (i == 3 && closing_rc[i] == 0)
             continue;
@@ -336,7 +357,7 @@ TL(a_closing_loop_refuses_with_eshutdown_and_the_inbox_outlives_it)
     cr_assert_eq(ferry_inbox_stats_get(ib, &st), 0);
     cr_assert_geq(st.posts, 1);
     cr_assert_geq(st.run, 1);
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
 }
 
 /* The queue cannot grow: -ENOMEM and nothing queued; every post accepted
@@ -361,7 +382,7 @@ T(post_that_cannot_grow_the_queue_is_enomem)
     cr_assert_eq(rc, -ENOMEM);
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     cr_assert_eq(grown_runs, accepted);
-    cr_assert_eq(ferry_loop_inbox_stats(tu_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(tu_loop, &st), 0);
     cr_assert_eq(st.posts, (uint64_t)accepted);
 }
 
@@ -433,7 +454,7 @@ TL(attached_base_posts_run_in_order)
         ferry_loop_run(att_loop, FERRY_RUN_ONCE);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(att_seen[i], i);
-    cr_assert_eq(ferry_loop_inbox_stats(att_loop, &st), 0);
+    cr_assert_eq(ferry_loop_inbox_stats_get(att_loop, &st), 0);
     cr_assert_eq(st.write_errors, 0);
     ferry_loop_free(att_loop);
     event_base_free(base);

@@ -23,6 +23,7 @@
 
 #include "testutil.h"
 #include "fault.h"
+#include "ferry_int.h"
 #include "ferry/bridge.h"
 
 #define T(name) Test(loop, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)
@@ -1364,4 +1365,64 @@ T(blocked_loop_detector_reports_nothing_of_tasks_that_yield_and_offload)
     cr_assert_eq(ferry_loop_run(tu_loop, FERRY_RUN_DEFAULT), 0);
     tu_log_capture_stop();
     cr_assert_eq(tu_log_lines(), 0, "log: %s", tu_log_text());
+}
+
+/* ---- the loop's parts (ferry_int.h) ------------------------------------------ */
+
+/* A part as the I/O layer makes one: embedded in its owner's record. */
+struct test_part {
+    struct ferry__loop_part part;
+    int                     id;
+};
+
+static int part_freed[4];       /* ids in the order the loop freed them */
+static int part_nfreed;
+static int part_closing_calls;  /* times the closing hook was asked */
+static int part_busy;           /* answers "still closing" this many times */
+
+static bool test_part_closing(struct ferry__loop_part *part)
+{
+    (void)part;
+    part_closing_calls++;
+    return part_busy-- > 0;
+}
+
+static void test_part_free(struct ferry__loop_part *part)
+{
+    struct test_part *t = ferry__container_of(part, struct test_part, part);
+
+    /* Still findable while its own free hook runs. */
+    if (ferry__loop_part_find(part->loop, part->ops) == part && part_nfreed < 4)
+        part_freed[part_nfreed++] = t->id;
+    ferry__loop_part_del(part);
+}
+
+static const struct ferry__part_ops test_part_a = { "a", test_part_closing, test_part_free };
+static const struct ferry__part_ops test_part_b = { "b", NULL, test_part_free };
+static const struct ferry__part_ops test_part_none = { "none", NULL, test_part_free };
+
+/* The parts a subsystem adds at its first use are found by their ops,
+ * asked while the loop ends until none owes anything (the loop goes on
+ * polling meanwhile), and freed newest first when the loop is freed. */
+Test(loop, parts_are_found_polled_while_closing_and_freed_newest_first, .timeout = 30.)
+{
+    struct test_part a = { .id = 1 }, b = { .id = 2 };
+    ferry_loop *loop;
+
+    part_nfreed = 0;
+    part_closing_calls = 0;
+    part_busy = 3;
+    cr_assert_eq(ferry_loop_new(&loop, NULL), 0);
+    cr_assert_null(ferry__loop_part_find(loop, &test_part_a));
+    ferry__loop_part_add(loop, &a.part, &test_part_a);
+    ferry__loop_part_add(loop, &b.part, &test_part_b);
+    cr_assert_eq(ferry__loop_part_find(loop, &test_part_a), &a.part);
+    cr_assert_eq(ferry__loop_part_find(loop, &test_part_b), &b.part);
+    cr_assert_null(ferry__loop_part_find(loop, &test_part_none));
+    cr_assert_eq(a.part.loop, loop);
+    ferry_loop_free(loop);
+    cr_assert_eq(part_closing_calls, 4, "closing asked %d times", part_closing_calls);
+    cr_assert_eq(part_nfreed, 2);
+    cr_assert_eq(part_freed[0], 2);
+    cr_assert_eq(part_freed[1], 1);
 }

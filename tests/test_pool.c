@@ -856,7 +856,7 @@ static int blk_main(void *arg)
     /* Both pool threads are inside their call once it posted its request. */
     do {
         ferry_sleep(FERRY_USEC(200));
-        ferry_loop_inbox_stats(b->other, &st);
+        ferry_loop_inbox_stats_get(b->other, &st);
     } while (st.posts < 2);
     ferry_task_spawn(&opener, NULL, blk_opener, b, NULL);
     b->rc_task = ferry_to_thread(b->p, ret3, NULL);

@@ -196,7 +196,7 @@ static void rt_destroy(struct ferry_runtime *rt)
     for (i = 0; i < rt->n && rt->slots; i++) {
         if (!rt->slots[i])
             continue;
-        ferry_inbox_release(rt->slots[i]->ib);
+        ferry_inbox_unref(rt->slots[i]->ib);
         ferry__free(rt->slots[i]->lanes);
         ferry__free(rt->slots[i]);
     }

@@ -74,7 +74,7 @@ typedef struct ferry_inbox ferry_inbox;
  * Take a reference on `loop`'s inbox.
  * Thread: any (the loop must not be freed yet).  Suspends: no.
  * Owns: the caller holds one reference; give it back with
- * ferry_inbox_release().  The last reference frees the inbox.
+ * ferry_inbox_unref().  The last reference frees the inbox.
  * Returns: 0; -ESHUTDOWN (loop already closed); -EINVAL.
  */
 int ferry_inbox_get(ferry_inbox **out /* OUT */, ferry_loop *loop);
@@ -86,7 +86,12 @@ int ferry_inbox_get(ferry_inbox **out /* OUT */, ferry_loop *loop);
  */
 int ferry_inbox_post(ferry_inbox *inbox, ferry_cb cb, void *arg);
 
-/* Drop one reference.  NULL is ignored.  Thread: any. */
+/* Drop one reference.  NULL is ignored.  Thread: any.  Suspends: no. */
+void ferry_inbox_unref(ferry_inbox *inbox);
+
+/* Deprecated: the earlier name of ferry_inbox_unref() (`_release` is the
+ * primitives' verb for unlocking), kept for programs written against it.
+ * Thread: any.  Suspends: no. */
 void ferry_inbox_release(ferry_inbox *inbox);
 
 /* Counters of a loop's inbox. */
@@ -104,8 +109,13 @@ typedef struct ferry_inbox_stats {
  * Thread: any.  Suspends: no.  Returns: 0; -EINVAL; -ESHUTDOWN (loop
  * closed; the inbox variant still reports).
  */
-int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out /* OUT */);
+int ferry_loop_inbox_stats_get(ferry_loop *loop, ferry_inbox_stats *out /* OUT */);
 int ferry_inbox_stats_get(ferry_inbox *inbox, ferry_inbox_stats *out /* OUT */);
+
+/* Deprecated: the earlier name of ferry_loop_inbox_stats_get(), kept for
+ * programs written against it.
+ * Thread: any.  Suspends: no.  Returns: as ferry_loop_inbox_stats_get(). */
+int ferry_loop_inbox_stats(ferry_loop *loop, ferry_inbox_stats *out /* OUT */);
 
 /* ---- Thread pools ------------------------------------------------------ */
 

@@ -12,7 +12,7 @@
  *                   received by tasks
  *   ferry/stream.h  buffered streams over sockets and pipes; TCP and Unix
  *                   sockets: listen, accept, connect
- *   ferry/net.h     name resolution for tasks (getaddrinfo)
+ *   ferry/resolve.h name resolution for tasks (getaddrinfo)
  *   ferry/select.h  wait on several cases (fd, stream, event, queue, task
  *                   end, future, signal, time) and perform exactly one
  *   ferry/runtime.h a runtime of N loops on N threads, the call from a
@@ -36,7 +36,7 @@
 #include "ferry/job.h"
 #include "ferry/signal.h"
 #include "ferry/stream.h"
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "ferry/select.h"
 #include "ferry/runtime.h"
 #include "ferry/features.h"

@@ -92,7 +92,7 @@ typedef struct ferry_redis_opts {
  * Returns: 0 and *out; -ECONNREFUSED or another connect error (nothing
  * left open); -ETIMEDOUT (no connection or no answer to the PING within
  * opts.connect_timeout, or a deadline of the caller passed); -ECANCELED; -ENOMEM; FERRY_EAI_* (the
- * name did not resolve, see ferry/net.h); -EINVAL (bad arguments or
+ * name did not resolve, see ferry/resolve.h); -EINVAL (bad arguments or
  * options); -EPERM (not in a task).
  */
 int ferry_redis_connect(ferry_redis **out /* OUT */, const char *host, int port,

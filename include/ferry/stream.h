@@ -348,7 +348,7 @@ int ferry_listener_close(ferry_listener *l);
 /*
  * Connect to TCP `port` on `host`, a host name or a numeric IPv4 or IPv6
  * address, and make a stream of the connection on the calling task's loop.
- * A name is resolved with ferry_getaddrinfo() (ferry/net.h: the loop's
+ * A name is resolved with ferry_getaddrinfo() (ferry/resolve.h: the loop's
  * resolver; a numeric host needs no lookup), within the caller's deadline.
  * When a host stands for several addresses they are tried in turn, in the
  * order of the resolver's list (IPv4 first); with a deadline
@@ -361,7 +361,7 @@ int ferry_listener_close(ferry_listener *l);
  * Returns: 0; -ECONNREFUSED, -ENETUNREACH, -EHOSTUNREACH, -ETIMEDOUT (the
  * system gave up) and the other errors of connect(2), negated, of the last
  * address tried; -ECANCELED, -ETIMEDOUT (the caller's deadline, during
- * the lookup or the attempts); FERRY_EAI_* (ferry/net.h: the name could not
+ * the lookup or the attempts); FERRY_EAI_* (ferry/resolve.h: the name could not
  * be resolved) and the other errors of ferry_getaddrinfo(); -EPERM;
  * -ENOMEM; -EMFILE, -ENFILE; -EINVAL (out or host NULL, port outside
  * 1..65535, a bad flag).  On an error nothing is left open.

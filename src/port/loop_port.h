@@ -44,7 +44,7 @@ enum ferry__wstate {
 struct ferry__waiter {
     struct ferry__link  link;   /* in a waitq while WAITING */
     struct ferry_task  *task;   /* the waiting task */
-    struct ferry__sel  *sel;    /* one case of a select (src/select.c), or
+    struct ferry__sel  *sel;    /* one case of a select (io/select.c), or
                                  * NULL: a grant then unlinks its siblings */
     int                 state;  /* enum ferry__wstate */
     int                 result; /* set by the granter */

@@ -42,6 +42,10 @@ pcdir=$(dirname "$(find "$prefix" -name ferry.pc -print -quit)")
 libdir=$(dirname "$pcdir")
 test -f "$pcdir/ferry.pc"
 test -f "$prefix/include/ferry/ferry.h"
+# Name resolution under its own name, and the earlier name kept for
+# programs that include it (main.c does).
+test -f "$prefix/include/ferry/resolve.h"
+test -f "$prefix/include/ferry/net.h"
 test -f "$libdir/cmake/ferry/ferryConfig.cmake"
 # The schedule fuzzing runner, installed and runnable.
 "$prefix/bin/ferry-fuzz" --help >/dev/null

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include <ferry/ferry.h>
+/* The earlier name of ferry/resolve.h, kept for programs that include it:
+ * installed, and harmless beside ferry/ferry.h. */
+#include <ferry/net.h>
 
 static int child(void *arg)
 {

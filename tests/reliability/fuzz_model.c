@@ -6,7 +6,7 @@
  * Build (clang only; gcc rejects -fsanitize=fuzzer): see run-fuzz.sh.
  *
  * It is not a Criterion test, so the shared teardown does not run: each
- * sequence ends by releasing everything it holds (model.c), and the loop is
+ * sequence ends by releasing everything it holds (model_driver.c), and the loop is
  * kept from one input to the next because libFuzzer calls the target many
  * times in one process.
  */

@@ -1,6 +1,6 @@
 /* model.h - ferry's model-based random tester.
  *
- * One byte string is one sequence of operations.  model.c decodes it into
+ * One byte string is one sequence of operations.  model_ops.c decodes it into
  * driver operations (spawn an actor task, give it a command, cancel it,
  * make its deadline pass, let the loop run one round or until nothing can
  * run, finish a singleflight call, make or cancel a timer, post callbacks

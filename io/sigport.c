@@ -8,7 +8,7 @@
  * an application's event_base_dispatch() would never end on an otherwise
  * empty base.  When it wakes the loop, and whenever a receive or a new
  * subscription asks, the port hands each signal's `count - seen` to the
- * subscriptions (src/signal.c); reading the counters costs no system call.
+ * subscriptions (io/signal.c); reading the counters costs no system call.
  */
 #include "loop_only.h"
 
@@ -30,9 +30,24 @@ static void port_cb(evutil_socket_t fd, short what, void *arg)
 
 /* The loop's port, made on first use: wake descriptor, event (not added
  * yet), slot in the table. */
+static void port_part_free(struct ferry__loop_part *part)
+{
+    ferry__signal_loop_free(ferry__container_of(part, struct ferry__sigport, part));
+}
+
+/* The loop's part for its signal subscriptions. */
+static const struct ferry__part_ops port_ops = { "signals", NULL, port_part_free };
+
+struct ferry__sigport *ferry__sigport_of(const ferry_loop *loop)
+{
+    struct ferry__loop_part *p = ferry__loop_part_find(loop, &port_ops);
+
+    return p ? ferry__container_of(p, struct ferry__sigport, part) : NULL;
+}
+
 static int port_get(ferry_loop *loop, struct ferry__sigport **out)
 {
-    struct ferry__sigport *port = loop->sigport;
+    struct ferry__sigport *port = ferry__sigport_of(loop);
     long slot;
     int rc;
 
@@ -60,7 +75,7 @@ static int port_get(ferry_loop *loop, struct ferry__sigport **out)
         goto err_event;
     }
     port->slot = (size_t)slot;
-    loop->sigport = port;
+    ferry__loop_part_add(loop, &port->part, &port_ops);
     *out = port;
     return 0;
 
@@ -102,7 +117,7 @@ int ferry__sig_add(ferry_loop *loop, int signum)
 
 void ferry__sig_del(ferry_loop *loop, int signum, bool unread)
 {
-    struct ferry__sigport *port = loop->sigport;
+    struct ferry__sigport *port = ferry__sigport_of(loop);
 
     port->total--;
     if (--port->refs[signum])
@@ -115,7 +130,7 @@ void ferry__sig_del(ferry_loop *loop, int signum, bool unread)
 
 void ferry__sig_collect(ferry_loop *loop)
 {
-    struct ferry__sigport *port = loop->sigport;
+    struct ferry__sigport *port = ferry__sigport_of(loop);
 
     if (!port)
         return;
@@ -130,15 +145,14 @@ void ferry__sig_collect(ferry_loop *loop)
     }
 }
 
-void ferry__sig_port_free(ferry_loop *loop)
+void ferry__sig_port_free(struct ferry__sigport *port)
 {
-    struct ferry__sigport *port = loop->sigport;
 
     /* Out of the table first, so that no handler writes the closed
      * descriptor. */
     ferry__sigtab_leave(port->slot);
     event_free(port->ev);
     ferry__wakefd_close(&port->fd);
+    ferry__loop_part_del(&port->part);
     ferry__free(port);
-    loop->sigport = NULL;
 }

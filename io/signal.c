@@ -75,7 +75,7 @@ void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n)
     struct ferry__link *l;
     uint64_t bit = ferry__sig_bit(signum);
 
-    ferry__list_foreach(l, &loop->sigport->subs) {
+    ferry__list_foreach(l, &ferry__sigport_of(loop)->subs) {
         ferry_sigsub *sub = ferry__container_of(l, ferry_sigsub, link);
         if (!(sub->mask & bit))
             continue;
@@ -153,7 +153,7 @@ int ferry_sigsub_new(ferry_sigsub **out, ferry_loop *loop, const int *signums, s
     }
     sub->loop = loop;
     sub->mask = mask;
-    ferry__list_push_back(&loop->sigport->subs, &sub->link);
+    ferry__list_push_back(&ferry__sigport_of(loop)->subs, &sub->link);
     *out = sub;
     return 0;
 
@@ -250,14 +250,37 @@ int ferry_sigsub_free(ferry_sigsub *sub)
     return ferry__sigsub_release(sub, false);
 }
 
-void ferry__signal_loop_free(ferry_loop *loop)
+void ferry__signal_loop_free(struct ferry__sigport *port)
 {
     struct ferry__link *l, *tmp;
 
-    if (!loop->sigport)
-        return;
-    ferry__sig_collect(loop);
-    ferry__list_foreach_safe(l, tmp, &loop->sigport->subs)
+    ferry__sig_collect(port->loop);
+    ferry__list_foreach_safe(l, tmp, &port->subs)
         sub_end(ferry__container_of(l, ferry_sigsub, link), false);
-    ferry__sig_port_free(loop);
+    ferry__sig_port_free(port);
+}
+
+/* A subscription that lives for one wait (ferry/signal.h has the rules):
+ * every loop waiting for the signal gets its own count of each delivery. */
+int ferry_wait_signal(int signum)
+{
+    ferry_sigsub *sub;
+    ferry_task *self;
+    int rc = ferry__enter_task_inline(&self), got;
+
+    if (rc)
+        return rc;
+    if (!ferry__sig_valid(signum))
+        return -EINVAL;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    rc = ferry_sigsub_new(&sub, self->loop, &signum, 1);
+    if (rc)
+        return rc;
+    rc = ferry_sigsub_recv(sub, &got);
+    /* Received: more deliveries during the wait merge into this one.  Not
+     * received: one that came is raised again for the old disposition. */
+    ferry__sigsub_release(sub, rc == 0);
+    return rc;
 }

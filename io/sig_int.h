@@ -1,5 +1,5 @@
-/* sig_int.h - signals between src/signal.c (subscriptions, waiting) and
- * src/sigport.c (the loop's port on the process's signal table,
+/* sig_int.h - signals between io/signal.c (subscriptions, waiting) and
+ * io/sigport.c (the loop's port on the process's signal table,
  * base/sigtab.c).
  * Loop thread only.
  */
@@ -17,13 +17,14 @@
 struct event;
 
 /*
- * A loop's signal state, made by its first subscription and freed by
- * ferry_loop_free() (ferry__signal_loop_free()).
+ * A loop's signal state, made by its first subscription: a part of the
+ * loop (sigport.c), freed by ferry_loop_free() (ferry__signal_loop_free()).
  */
 struct ferry__sigport {
-    /* src/signal.c */
+    struct ferry__loop_part part;            /* in the loop's parts */
+    /* io/signal.c */
     struct ferry__link  subs;                /* the loop's live ferry_sigsubs */
-    /* src/sigport.c */
+    /* io/sigport.c */
     ferry_loop         *loop;                /* the loop it belongs to */
     struct event       *ev;                  /* EV_READ|EV_PERSIST on fd.rfd, added
                                               * while `total` > 0 */
@@ -36,7 +37,7 @@ struct ferry__sigport {
                                               * has been handed to subscriptions */
 };
 
-/* ---- src/sigport.c -------------------------------------------------------- */
+/* ---- io/sigport.c --------------------------------------------------------- */
 
 /*
  * One more subscription of `loop` to `signum` (valid): the first one of the
@@ -45,6 +46,9 @@ struct ferry__sigport {
  * nothing changed, except that the port may stay (freed with the loop).
  */
 int  ferry__sig_add(ferry_loop *loop, int signum);
+
+/* The loop's port, or NULL if it has none yet. */
+struct ferry__sigport *ferry__sigport_of(const ferry_loop *loop);
 
 /*
  * One subscription of `loop` to `signum` fewer.  When the loop's last one
@@ -61,18 +65,18 @@ void ferry__sig_collect(ferry_loop *loop);
 
 /* ferry_loop_free(): the loop has a port and no subscription left; close
  * the port (after it left the table, so no handler writes the closed
- * descriptor). */
-void ferry__sig_port_free(ferry_loop *loop);
+ * descriptor) and take it out of the loop's parts. */
+void ferry__sig_port_free(struct ferry__sigport *port);
 
-/* ---- src/signal.c -------------------------------------------------------- */
+/* ---- io/signal.c --------------------------------------------------------- */
 
 /* `n` deliveries of `signum` for every subscription of `loop` to it. */
 void ferry__sig_deliver(ferry_loop *loop, int signum, uint64_t n);
 
-/* ferry_loop_free(), once every task has ended: end every subscription of
- * the loop (they stay allocated for ferry_sigsub_free(), which then only
- * frees them) and free its port. */
-void ferry__signal_loop_free(ferry_loop *loop);
+/* ferry_loop_free(), once every task has ended (the port's part's free
+ * hook): end every subscription of the loop (they stay allocated for
+ * ferry_sigsub_free(), which then only frees them) and free its port. */
+void ferry__signal_loop_free(struct ferry__sigport *port);
 
 /*
  * ferry_sigsub_free() with a choice, for ferry_wait_signal(): `merge`

@@ -1,4 +1,4 @@
-/* net.c - TCP and Unix sockets for tasks: listen, accept, connect.
+/* socket.c - TCP and Unix sockets for tasks: listen, accept, connect.
  * Loop thread only.
  *
  * A listener is registered with the loop once, like a stream
@@ -30,7 +30,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "loop_int.h"
 #include "stream_int.h"
 

@@ -1,7 +1,8 @@
 /* ioreg.c - the descriptors of a loop's streams and listeners: one
  * registration each for its whole life, readiness bits, and the waits of
  * the tasks that use them; the list of what a loop has open, closed with
- * the loop.
+ * the loop (the loop's "streams" part); and ferry_wait_fd(), a task's
+ * one-shot wait on any descriptor.
  * Loop thread only.
  *
  * Registration.  A descriptor is registered once, when the stream opens,
@@ -61,9 +62,21 @@
 
 bool ferry__io_use_libevent;
 
+static void netloop_free(struct ferry__loop_part *part);
+
+/* The loop's part for its streams and listeners. */
+static const struct ferry__part_ops netloop_ops = { "streams", NULL, netloop_free };
+
+static struct ferry__netloop *netloop_of(const ferry_loop *loop)
+{
+    struct ferry__loop_part *p = ferry__loop_part_find(loop, &netloop_ops);
+
+    return p ? ferry__container_of(p, struct ferry__netloop, part) : NULL;
+}
+
 void ferry__ioobj_add(ferry_loop *loop, struct ferry__ioobj *o)
 {
-    ferry__list_push_back(&loop->net->ioobjs, &o->link);
+    ferry__list_push_back(&netloop_of(loop)->ioobjs, &o->link);
 }
 
 void ferry__ioobj_del(struct ferry__ioobj *o)
@@ -72,13 +85,13 @@ void ferry__ioobj_del(struct ferry__ioobj *o)
         ferry__list_remove(&o->link);
 }
 
-void ferry__stream_loop_free(ferry_loop *loop)
+/* ferry_loop_free(), once every task has ended: close and free every
+ * stream and listener of the loop that is still open, then the netloop. */
+static void netloop_free(struct ferry__loop_part *part)
 {
-    struct ferry__netloop *net = loop->net;
+    struct ferry__netloop *net = ferry__container_of(part, struct ferry__netloop, part);
     struct ferry__link *l;
 
-    if (!net)
-        return;
     while ((l = ferry__list_pop_front(&net->ioobjs)) != NULL) {
         struct ferry__ioobj *o = ferry__container_of(l, struct ferry__ioobj, link);
         o->destroy(o);
@@ -87,8 +100,8 @@ void ferry__stream_loop_free(ferry_loop *loop)
         event_del(&net->ev);
     if (net->epfd >= 0)
         close(net->epfd);
+    ferry__loop_part_del(&net->part);
     ferry__free(net);
-    loop->net = NULL;
 }
 
 /* ---- registration --------------------------------------------------------- */
@@ -167,7 +180,7 @@ static void netloop_cb(evutil_socket_t fd, short what, void *arg)
  * -ENOMEM; -EMFILE, -ENFILE. */
 static int epoll_set(ferry_loop *loop)
 {
-    struct ferry__netloop *net = loop->net;
+    struct ferry__netloop *net = netloop_of(loop);
 
     if (net->epfd >= 0)
         return 0;
@@ -226,17 +239,20 @@ int ferry__ioreg_lt_update(struct ferry__ioreg *g, short extra)
 
 int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready)
 {
+    struct ferry__netloop *net;
     int rc;
 
     memset(g, 0, sizeof *g);
     g->loop = loop;
     g->fd = fd;
     g->ready = ready;
-    if (!loop->net) {
-        loop->net = ferry__calloc(1, sizeof *loop->net);
-        if (!loop->net)
+    net = netloop_of(loop);
+    if (!net) {
+        net = ferry__calloc(1, sizeof *net);
+        if (!net)
             return -ENOMEM;
-        loop->net->epfd = -1;
+        net->epfd = -1;
+        ferry__loop_part_add(loop, &net->part, &netloop_ops);
     }
 #ifdef __linux__
     if (!ferry__io_use_libevent) {
@@ -248,7 +264,7 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
         memset(&ev, 0, sizeof ev);
         ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
         ev.data.ptr = g;
-        if (epoll_ctl(loop->net->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        if (epoll_ctl(net->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
             return errno == EPERM ? -EINVAL : errno == EBADF ? -EBADF : -ENOMEM;
         g->mode = FERRY__IO_EPOLL;
         return 0;
@@ -300,7 +316,7 @@ void ferry__ioreg_close(struct ferry__ioreg *g)
         /* Before close(2): an epoll set keeps a descriptor that another
          * process or a dup() still holds open, and would go on reporting
          * it under its number. */
-        epoll_ctl(g->loop->net->epfd, EPOLL_CTL_DEL, g->fd, NULL);
+        epoll_ctl(netloop_of(g->loop)->epfd, EPOLL_CTL_DEL, g->fd, NULL);
         break;
 #endif
     case FERRY__IO_ET:
@@ -316,3 +332,47 @@ void ferry__ioreg_close(struct ferry__ioreg *g)
     ferry__waitq_grant_all(&g->wq, -EBADF);
 }
 
+/* ---- ferry_wait_fd(): a one-shot wait on any descriptor ---------------------- */
+
+static void io_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ferry__waiter *w = arg;
+
+    (void)fd;
+    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) |
+                      ((what & EV_WRITE) ? FERRY_WRITE : 0) |
+                      ((what & EV_SIGNAL) ? 1 : 0));
+    ferry__grant(w, 0);
+}
+
+int ferry_wait_fd(int fd, int events, int *revents)
+{
+    struct ferry__waiter w;
+    struct event ev;
+    ferry_task *self;
+    short what = 0;
+    int rc = ferry__enter_task_inline(&self);
+
+    if (rc)
+        return rc;
+    if (fd < 0 || !events || (events & ~(FERRY_READ | FERRY_WRITE)))
+        return -EINVAL;
+    rc = ferry__check_inline(self);
+    if (rc)
+        return rc;
+    if (events & FERRY_READ)
+        what |= EV_READ;
+    if (events & FERRY_WRITE)
+        what |= EV_WRITE;
+    ferry__waiter_init(&w, self, events & FERRY_WRITE ? "fd write" : "fd read",
+                       (const void *)(intptr_t)fd);
+    if (event_assign(&ev, self->loop->base, fd, what, io_cb, &w) != 0)
+        return -EINVAL;
+    if (event_add(&ev, NULL) != 0)
+        return -ENOMEM;
+    rc = ferry__wait(NULL, &w, FERRY_NEVER);
+    event_del(&ev);
+    if (rc == 0 && revents)
+        *revents = (int)w.n;
+    return rc;
+}

@@ -6,7 +6,7 @@
  * waiter per case, all pointing at one record on this stack, and waits on
  * the record's master waiter, which is what cancellation and deadlines
  * wake.  The first grant of a case decides the select (ferry__sel_grant()
- * unlinks the siblings), so no primitive ever grants a case that lost.  A
+ * in src/wait.c unlinks the siblings), so no primitive ever grants a case that lost.  A
  * grant that arrives after the master was woken for cancellation or a
  * deadline is handed back with the primitive's own "granted, then
  * cancelled" step: an error return performed nothing.
@@ -25,37 +25,6 @@
 #include "sig_int.h"
 #include "stream_int.h"
 #include "wait_int.h"
-
-bool ferry__sel_grant(struct ferry__waiter *w, int result)
-{
-    struct ferry__sel *sel = w->sel;
-    size_t i;
-
-    if (ferry__link_linked(&w->link))
-        ferry__list_remove(&w->link);
-    w->state = FERRY__W_GRANTED;
-    w->result = result;
-    for (i = 0; i < sel->n; i++) {
-        struct ferry__waiter *o = sel->w[i];
-
-        if (o == w)
-            sel->winner = (int)i;
-        if (o == w || o->state != FERRY__W_WAITING)
-            continue;
-        /* A channel's node is in its channel's list, under its mutex:
-         * only the waiter's state changes here, and the channel's wake
-         * then finds it not WAITING (the disarm passes that wake on). */
-        if (ferry__link_linked(&o->link))
-            ferry__list_remove(&o->link);
-        o->state = FERRY__W_IDLE;
-    }
-    if (sel->master.state == FERRY__W_WAITING) {
-        sel->master.state = FERRY__W_GRANTED;
-        sel->master.result = 0;
-        ferry__task_ready(w->task);
-    }
-    return true;
-}
 
 static bool case_enabled(const ferry_case *c)
 {

@@ -1,5 +1,6 @@
-/* dns_int.h - the loop's resolver (src/dns.c, DNS through evdns) and the
- * readers of the system files it uses (src/dns_conf.c).  Loop thread only.
+/* dns_int.h - the loop's resolver (io/dns.c, DNS through evdns), the parts
+ * of a lookup answered without DNS (io/dns_local.c) and the readers of the
+ * system files it uses (io/dns_conf.c).  Loop thread only.
  * Address lists are base/addrinfo.h's; getaddrinfo(3) on a pool is the
  * bridge's, reached through the loop's hooks (loop_port.h).
  */
@@ -11,12 +12,12 @@
 #include <stdint.h>
 #include <netdb.h>
 
-#include "ferry/net.h"
+#include "ferry/resolve.h"
 #include "ferry_int.h"
 
 #include "addrinfo.h"
 
-/* ---- The system files (loop thread; src/dns_conf.c) ---------------------- */
+/* ---- The system files (loop thread; io/dns_conf.c) ---------------------- */
 
 /* One name of the hosts file: a line gives one entry per name on it. */
 struct ferry__hosts_ent {
@@ -55,21 +56,58 @@ int ferry__nss_read(bool *files, bool *dns, bool *other);
 /* The resolv.conf to read (ferry__dns_set_files()). */
 const char *ferry__dns_resolv_conf(void);
 
+/* ---- The parts of a lookup answered without DNS (dns_local.c) ------------ */
+
+/* The most addresses a lookup returns: evdns keeps at most 32 of each
+ * family from a reply, and the hosts file is cut at the same total. */
+#define FERRY__DNS_MAX_ADDRS 64
+
+/* ai_flags a lookup accepts. */
+#define FERRY__DNS_FLAGS_KNOWN (AI_PASSIVE | AI_CANONNAME | AI_NUMERICHOST | AI_NUMERICSERV | \
+                                AI_V4MAPPED | AI_ALL | AI_ADDRCONFIG | AI_IDN | AI_CANONIDN)
+
+/* Which families to look for.  AI_ADDRCONFIG as glibc reads it: a family
+ * counts if an interface has an address of it other than 127.0.0.1 or ::1. */
+struct ferry__dns_families {
+    bool v4;          /* ask for IPv4 addresses */
+    bool v6;          /* ask for IPv6 addresses */
+    bool mapped;      /* AF_INET6 with AI_V4MAPPED: IPv4 ones become ::ffff:a.b.c.d */
+    bool all;         /* with `mapped`: AI_ALL, mapped ones even when IPv6 ones exist */
+};
+
+/* The caller's hints checked, or the defaults; -EINVAL or a resolver code. */
+int ferry__dns_hints_get(const struct addrinfo *hints, struct addrinfo *h /* OUT */);
+
+/* A numeric host, or none: getaddrinfo(3) answers it without asking
+ * anyone (AI_NUMERICHOST).  Returns 1 if `host` is a name. */
+int ferry__dns_numeric(const char *host, const char *service, const struct addrinfo *h,
+                       struct addrinfo **res /* OUT */);
+
+/* The socket types, protocols and port that `service` gives with these
+ * hints, from the services database. */
+int ferry__dns_service_kinds(const char *service, const struct addrinfo *h,
+                             struct ferry__ai_kind *kinds, size_t *nkinds /* OUT */);
+
+/* Which families to look for: 0, or FERRY_EAI_NONAME (AI_ADDRCONFIG and
+ * the machine has no address of the one family asked for). */
+int ferry__dns_families_get(const struct addrinfo *h, struct ferry__dns_families *f /* OUT */);
+
+/* Append `n` addresses of `family` (4 or 16 bytes each, packed) to the
+ * list (at most FERRY__DNS_MAX_ADDRS), as IPv4-mapped IPv6 ones if `map`. */
+void ferry__dns_addrs_add(struct ferry__ai_addr *list, size_t *len, int family,
+                          const unsigned char *bytes, size_t n, bool map);
+
+/* A name that DNS could hold, copied to `out` without its trailing dot
+ * (then `absolute`: no search list). */
+bool ferry__dns_name_ok(const char *host, char out[256], bool *absolute /* OUT */);
+
 /* ---- The resolver of a loop (loop thread) -------------------------------- */
 
 struct ferry__resolver;
 
-/*
- * ferry_loop_free(), after every task has ended: true while the loop must
- * poll once more before the resolver can go, because evdns still owes
- * callbacks (of lookups that were cancelled) or has just been freed and
- * may have left callbacks of its own to run.  From the first call on, new
- * lookups get -ESHUTDOWN.
- */
-bool ferry__dns_closing(ferry_loop *loop);
-
-/* ferry_loop_free(), at the end: free what is left of the resolver. */
-void ferry__dns_loop_free(ferry_loop *loop);
+/* A loop's resolver is one of its parts (ferry_int.h), made at its first
+ * use; the loop's end asks it to close (it may owe evdns callbacks) and
+ * frees it. */
 
 /* For tests: read these files instead of /etc/resolv.conf and
  * /etc/nsswitch.conf (NULL: those) when a resolver is made from now on.

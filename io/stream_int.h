@@ -1,5 +1,5 @@
 /* stream_int.h - the stream structure and its transport seam, shared by
- * src/stream.c (buffering, waiting, closing), src/net.c (listen, accept,
+ * io/stream.c (buffering, waiting, closing), io/socket.c (listen, accept,
  * connect) and any transport built on a stream (TLS).
  * Loop thread only.
  */
@@ -22,7 +22,7 @@
 
 /*
  * A stream or listener that a loop closes if it is still open when the
- * loop is freed (ferry__stream_loop_free()).
+ * loop is freed (the netloop's part, ioreg.c).
  */
 struct ferry__ioobj {
     struct ferry__link link;                       /* in the loop's list while open */
@@ -33,6 +33,7 @@ struct ferry__ioobj {
  * descriptors are registered in (ioreg.c): made at the first
  * registration, freed with the loop. */
 struct ferry__netloop {
+    struct ferry__loop_part part;  /* in the loop's parts (ioreg.c) */
     struct ferry__link  ioobjs;    /* open streams and listeners */
     int                 epfd;      /* the epoll set, or -1 */
     struct event        ev;        /* epfd's registration with the base */
@@ -44,9 +45,6 @@ struct ferry__netloop {
 void ferry__ioobj_add(ferry_loop *loop, struct ferry__ioobj *o);
 void ferry__ioobj_del(struct ferry__ioobj *o);
 
-/* ferry_loop_free(), once every task has ended: close and free every
- * stream and listener of the loop that is still open, then the netloop. */
-void ferry__stream_loop_free(ferry_loop *loop);
 
 /* ---- The transport seam -------------------------------------------------- */
 
@@ -194,14 +192,14 @@ struct ferry_stream {
 /*
  * Make a stream of `fd` (non-blocking already; the stream owns it on
  * success) on `loop`, with the transport `io` and initial readiness
- * `ready`.  Nothing is checked: ferry_stream_open() and net.c check first.
+ * `ready`.  Nothing is checked: ferry_stream_open() and socket.c check first.
  * Returns: 0; -ENOMEM, -EINVAL (fd stays the caller's).
  */
 int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
                        const struct ferry__stream_io *io, uint8_t ready,
                        const ferry_stream_opts *opts);
 
-/* Close and free a stream that no task is inside (error paths of net.c). */
+/* Close and free a stream that no task is inside (error paths of socket.c). */
 void ferry__stream_destroy(ferry_stream *s);
 
 /* A task that counted itself in s->inside leaves (a transport's own
@@ -209,14 +207,14 @@ void ferry__stream_destroy(ferry_stream *s);
  * stream frees it. */
 void ferry__stream_unref(ferry_stream *s);
 
-/* ---- Connecting (net.c) ------------------------------------------------------ */
+/* ---- Connecting (socket.c) --------------------------------------------------- */
 
 struct addrinfo;
 
 /*
  * Connect to the addresses of `list` in turn (ferry_tcp_connect() after
  * resolving), the first that answers winning; with a deadline, each
- * attempt but the last gets its share of the time left (net.c).
+ * attempt but the last gets its share of the time left (socket.c).
  * Returns: as ferry_tcp_connect(), for the last address tried.
  */
 int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addrinfo *list,
@@ -225,5 +223,21 @@ int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addri
 /* Shortest share of the time left that a connect attempt gets when a host
  * has more addresses to try; tests lower it.  Loop thread. */
 extern int64_t ferry__connect_attempt_min;
+
+/*
+ * Stream cases (stream.c).  `want` is FERRY_READ or FERRY_WRITE.
+ *   poll:   the readiness now without waiting (FERRY_READ: bytes buffered,
+ *           the end or an error reached, or read now into the buffer;
+ *           FERRY_WRITE: no EAGAIN since the loop last said writable),
+ *           0 not ready, -EBADF closed, -EPERM another loop's stream,
+ *           -ENOMEM no buffer;
+ *   arm:    link `w` for `want` and count the select as inside the stream
+ *           (0, or -ENOMEM with nothing linked);
+ *   disarm: after `w` was unlinked: stop waiting, and free the stream if
+ *           it was closed meanwhile and nobody else is inside.
+ */
+int  ferry__stream_sel_poll(ferry_stream *s, struct ferry_task *self, int want);
+int  ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want);
+void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w);
 
 #endif /* FERRY_STREAM_INT_H */

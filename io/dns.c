@@ -1,12 +1,12 @@
-/* dns.c - the resolver of a loop: numeric hosts, the hosts file (read by
- * dns_conf.c), and DNS queries through libevent's evdns on the loop's
+/* dns.c - the resolver of a loop: numeric hosts (with dns_local.c), the
+ * hosts file (read by dns_conf.c), and DNS queries through libevent's evdns on the loop's
  * thread; the choice of the pool (bridge/getaddrinfo.c, reached through
  * the loop's hooks) where those cannot serve.
  * Loop thread only.
  *
  * A loop's resolver is made at its first lookup and freed with the loop.
  * /etc/nsswitch.conf, /etc/hosts and /etc/resolv.conf are read when it is
- * made and not again (docs/net.md).
+ * made and not again (docs/resolve.md).
  *
  * A lookup's DNS part does not use evdns_getaddrinfo(): that call reports
  * every failure but NXDOMAIN as one code (a timeout, a SERVFAIL and a
@@ -30,14 +30,14 @@
  * requests still waiting is a known way to crash libevent 2.1).
  * ferry_loop_free() cancels every task, so every lookup cancels its
  * queries; the loop then polls until the resolver is owed nothing
- * (ferry__dns_closing()), frees the evdns base, and polls once more for
- * the callbacks that the base's own probes may have left.
+ * (resolver_closing(), the closing hook of its part of the loop), frees
+ * the evdns base, and polls once more for the callbacks that the base's
+ * own probes may have left.
  */
 #include "loop_only.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -55,18 +55,13 @@
  * getaddrinfo allows the same 3 s). */
 #define DEFAULT_SKEW FERRY_SEC(3)
 
-/* The most addresses a lookup returns: evdns keeps at most 32 of each
- * family from a reply, and the hosts file is cut at the same total. */
-#define MAX_ADDRS 64
+/* The most addresses of one family evdns keeps from a reply. */
 #define MAX_PER_FAMILY 32
-
-/* ai_flags a lookup accepts. */
-#define FLAGS_KNOWN (AI_PASSIVE | AI_CANONNAME | AI_NUMERICHOST | AI_NUMERICSERV | \
-                     AI_V4MAPPED | AI_ALL | AI_ADDRCONFIG | AI_IDN | AI_CANONIDN)
 /* ai_flags whose lookups go to the pool in FERRY_RESOLVE_AUTO. */
 #define FLAGS_POOL (AI_CANONNAME | AI_IDN | AI_CANONIDN)
 
 struct ferry__resolver {
+    struct ferry__loop_part part; /* in the loop's parts */
     ferry_loop        *loop;
     /* Configuration (ferry_loop_set_resolver()), owned copies. */
     int                mode;        /* FERRY_RESOLVE_* */
@@ -200,229 +195,44 @@ static void resolver_unmake(struct ferry__resolver *r)
     r->made = false;
 }
 
+static bool resolver_closing(struct ferry__loop_part *part);
+static void resolver_free(struct ferry__loop_part *part);
+
+/* The loop's part for its resolver: made at the first lookup or setting. */
+static const struct ferry__part_ops resolver_ops = { "resolver", resolver_closing,
+                                                     resolver_free };
+
+static struct ferry__resolver *resolver_find(const ferry_loop *loop)
+{
+    struct ferry__loop_part *p = ferry__loop_part_find(loop, &resolver_ops);
+
+    return p ? ferry__container_of(p, struct ferry__resolver, part) : NULL;
+}
+
 static int resolver_of(ferry_loop *loop, struct ferry__resolver **out)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = resolver_find(loop);
 
     if (!r) {
         r = ferry__calloc(1, sizeof *r);
         if (!r)
             return -ENOMEM;
         r->loop = loop;
-        loop->resolver = r;
+        ferry__loop_part_add(loop, &r->part, &resolver_ops);
     }
     *out = r;
     return 0;
 }
 
-/* ---- the parts of a lookup answered at once ------------------------------------------ */
-
-/* The caller's hints checked, or the defaults; -EINVAL or a resolver code. */
-static int hints_get(const struct addrinfo *hints, struct addrinfo *h)
-{
-    memset(h, 0, sizeof *h);
-    if (!hints) {
-        h->ai_family = AF_UNSPEC;
-        h->ai_flags = AI_V4MAPPED | AI_ADDRCONFIG;
-        return 0;
-    }
-    if ((hints->ai_flags & ~FLAGS_KNOWN) || hints->ai_addrlen || hints->ai_addr ||
-        hints->ai_canonname || hints->ai_next)
-        return -EINVAL;
-    if (hints->ai_family != AF_UNSPEC && hints->ai_family != AF_INET &&
-        hints->ai_family != AF_INET6)
-        return FERRY_EAI_FAMILY;
-    h->ai_flags = hints->ai_flags;
-    h->ai_family = hints->ai_family;
-    h->ai_socktype = hints->ai_socktype;
-    h->ai_protocol = hints->ai_protocol;
-    return 0;
-}
-
-/* A numeric host, or none: getaddrinfo(3) answers it without asking
- * anyone (AI_NUMERICHOST).  Returns 1 if `host` is a name. */
-static int numeric(const char *host, const char *service, const struct addrinfo *h,
-                   struct addrinfo **res)
-{
-    struct addrinfo nh = *h, *g = NULL;
-    int e, rc;
-
-    nh.ai_flags |= AI_NUMERICHOST;
-    errno = 0;
-    e = getaddrinfo(host, service, &nh, &g);
-    if (e == EAI_NONAME && host)
-        return 1;
-    if (e)
-        return ferry__gai_code(e, errno);
-    rc = ferry__ai_copy(res, g);
-    freeaddrinfo(g);
-    return rc;
-}
-
-/* The socket types, protocols and port that `service` gives with these
- * hints, from the services database (getaddrinfo(3) with no host asks
- * nobody else). */
-static int service_kinds(const char *service, const struct addrinfo *h,
-                         struct ferry__ai_kind *kinds, size_t *nkinds)
-{
-    struct addrinfo th, *g = NULL, *s;
-    int e;
-
-    memset(&th, 0, sizeof th);
-    th.ai_flags = AI_PASSIVE | (h->ai_flags & AI_NUMERICSERV);
-    th.ai_family = h->ai_family == AF_INET6 ? AF_INET6 : AF_INET;
-    th.ai_socktype = h->ai_socktype;
-    th.ai_protocol = h->ai_protocol;
-    errno = 0;
-    e = getaddrinfo(NULL, service ? service : "0", &th, &g);
-    if (e)
-        return ferry__gai_code(e, errno);
-    *nkinds = 0;
-    for (s = g; s && *nkinds < FERRY__AI_KINDS; s = s->ai_next) {
-        struct ferry__ai_kind *k = &kinds[*nkinds];
-
-        if (s->ai_family != th.ai_family || !s->ai_addr)
-            continue;
-        k->socktype = s->ai_socktype;
-        k->protocol = s->ai_protocol;
-        k->port = s->ai_family == AF_INET ?
-                  ((const struct sockaddr_in *)(const void *)s->ai_addr)->sin_port :
-                  ((const struct sockaddr_in6 *)(const void *)s->ai_addr)->sin6_port;
-        (*nkinds)++;
-    }
-    freeaddrinfo(g);
-    return *nkinds ? 0 : FERRY_EAI_SERVICE;
-}
-
-/* Which families to look for.  AI_ADDRCONFIG as glibc reads it: a family
- * counts if an interface has an address of it other than 127.0.0.1 or ::1. */
-struct families {
-    bool v4;          /* ask for IPv4 addresses */
-    bool v6;          /* ask for IPv6 addresses */
-    bool mapped;      /* AF_INET6 with AI_V4MAPPED: IPv4 ones become ::ffff:a.b.c.d */
-    bool all;         /* with `mapped`: AI_ALL, mapped ones even when IPv6 ones exist */
-};
-
-/* What the tests pretend the machine has (ferry__dns_set_families()):
- * -1 for the truth, else bit 0 for IPv4 and bit 1 for IPv6. */
-static int families_forced = -1;
-
-void ferry__dns_set_families(int families)
-{
-    families_forced = families;
-}
-
-/* Whether an interface has an IPv4 or an IPv6 address other than
- * 127.0.0.1 or ::1.  Both unknown (false) if the interfaces cannot be read. */
-static void machine_families(bool *seen4, bool *seen6)
-{
-    struct ifaddrs *ifs, *i;
-
-    *seen4 = *seen6 = false;
-    if (families_forced >= 0) {
-        *seen4 = families_forced & 1;
-        *seen6 = families_forced & 2;
-        return;
-    }
-    if (getifaddrs(&ifs) != 0)
-        return;
-    for (i = ifs; i; i = i->ifa_next) {
-        const struct sockaddr *sa = i->ifa_addr;
-
-        if (!sa)
-            continue;
-        if (sa->sa_family == AF_INET &&
-            ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr !=
-            htonl(INADDR_LOOPBACK))
-            *seen4 = true;
-        if (sa->sa_family == AF_INET6 &&
-            !IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
-            *seen6 = true;
-    }
-    freeifaddrs(ifs);
-}
-
-static int families_get(const struct addrinfo *h, struct families *f)
-{
-    memset(f, 0, sizeof *f);
-    f->v4 = h->ai_family != AF_INET6;
-    f->v6 = h->ai_family != AF_INET;
-    if (h->ai_family == AF_INET6 && (h->ai_flags & AI_V4MAPPED)) {
-        f->v4 = f->mapped = true;
-        f->all = (h->ai_flags & AI_ALL) != 0;
-    }
-    if (h->ai_flags & AI_ADDRCONFIG) {
-        bool seen4, seen6;
-
-        machine_families(&seen4, &seen6);
-        if (h->ai_family == AF_UNSPEC) {
-            /* Neither seen: nothing is known, nothing is narrowed (glibc). */
-            if (seen4 || seen6) {
-                f->v4 = seen4;
-                f->v6 = seen6;
-            }
-        } else if ((h->ai_family == AF_INET && !seen4) || (h->ai_family == AF_INET6 && !seen6)) {
-            return FERRY_EAI_NONAME;
-        }
-    }
-    return 0;
-}
-
-/* Append `n` addresses of `family` (4 or 16 bytes each, packed) to the
- * list, as IPv4-mapped IPv6 ones if `map`. */
-static void addrs_add(struct ferry__ai_addr *list, size_t *len, int family,
-                      const unsigned char *bytes, size_t n, bool map)
-{
-    size_t step = family == AF_INET ? 4 : 16;
-
-    for (size_t i = 0; i < n && *len < MAX_ADDRS; i++) {
-        struct ferry__ai_addr *a = &list[(*len)++];
-
-        memset(a, 0, sizeof *a);
-        if (map) {
-            a->family = AF_INET6;
-            a->bytes[10] = a->bytes[11] = 0xff;
-            memcpy(a->bytes + 12, bytes + i * step, 4);
-        } else {
-            a->family = family;
-            memcpy(a->bytes, bytes + i * step, step);
-        }
-    }
-}
-
-/* A name that DNS could hold: labels of 1 to 63 bytes, 253 in all, one
- * trailing dot at most (then `absolute`: no search list).  Copied to `out`
- * without that dot. */
-static bool name_ok(const char *host, char out[256], bool *absolute)
-{
-    size_t len = strlen(host), label = 0;
-
-    *absolute = len > 0 && host[len - 1] == '.';
-    if (*absolute)
-        len--;
-    if (len == 0 || len > 253)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        if (host[i] == '.') {
-            if (label == 0)
-                return false;
-            label = 0;
-        } else if (++label > 63) {
-            return false;
-        }
-    }
-    memcpy(out, host, len);
-    out[len] = 0;
-    return true;
-}
+/* ---- the hosts file --------------------------------------------------------------- */
 
 /* From the hosts file: 0 and *res; FERRY_EAI_NODATA (the name is there, but
  * with no address of the families asked for); 1 (not there). */
-static int from_hosts(const struct ferry__resolver *r, const char *name, const struct families *f,
+static int from_hosts(const struct ferry__resolver *r, const char *name, const struct ferry__dns_families *f,
                       const struct ferry__ai_kind *kinds, size_t nkinds, bool canon,
                       struct addrinfo **res)
 {
-    struct ferry__ai_addr addrs[MAX_ADDRS];
+    struct ferry__ai_addr addrs[FERRY__DNS_MAX_ADDRS];
     size_t count, n = 0;
     const struct ferry__hosts_ent *e = ferry__hosts_find(&r->hosts, name, &count);
     bool have6 = false;
@@ -434,10 +244,10 @@ static int from_hosts(const struct ferry__resolver *r, const char *name, const s
             have6 = true;
     for (size_t i = 0; i < count; i++)
         if (e[i].family == AF_INET && f->v4 && (!f->mapped || f->all || !have6))
-            addrs_add(addrs, &n, AF_INET, e[i].addr, 1, f->mapped);
+            ferry__dns_addrs_add(addrs, &n, AF_INET, e[i].addr, 1, f->mapped);
     for (size_t i = 0; i < count; i++)
         if (e[i].family == AF_INET6 && f->v6)
-            addrs_add(addrs, &n, AF_INET6, e[i].addr, 1, false);
+            ferry__dns_addrs_add(addrs, &n, AF_INET6, e[i].addr, 1, false);
     if (!n)
         return FERRY_EAI_NODATA;
     return ferry__ai_build(res, addrs, n, kinds, nkinds, canon ? e->canon : NULL);
@@ -560,10 +370,10 @@ static int query_error(const struct query *q)
  * a resolver code; -ECANCELED, -ETIMEDOUT; -ENOMEM.
  */
 static int query_dns(struct ferry__resolver *r, ferry_task *self, const char *name, bool absolute,
-                     const struct families *f, const struct ferry__ai_kind *kinds, size_t nkinds,
+                     const struct ferry__dns_families *f, const struct ferry__ai_kind *kinds, size_t nkinds,
                      const char *canon, struct addrinfo **res)
 {
-    struct ferry__ai_addr addrs[MAX_ADDRS];
+    struct ferry__ai_addr addrs[FERRY__DNS_MAX_ADDRS];
     int64_t until = FERRY_NEVER, skew = r->timeout ? r->timeout : DEFAULT_SKEW;
     int flags = absolute ? DNS_QUERY_NO_SEARCH : 0, rc = 0;
     struct ferry__waiter w;
@@ -599,9 +409,9 @@ static int query_dns(struct ferry__resolver *r, ferry_task *self, const char *na
     /* IPv4 first, then IPv6; IPv4-mapped only without IPv6 ones (or with
      * AI_ALL), as getaddrinfo(3) does. */
     if (q->v4.n && (!f->mapped || f->all || !q->v6.n))
-        addrs_add(addrs, &n, AF_INET, q->v4.addr, q->v4.n, f->mapped);
+        ferry__dns_addrs_add(addrs, &n, AF_INET, q->v4.addr, q->v4.n, f->mapped);
     if (q->v6.n)
-        addrs_add(addrs, &n, AF_INET6, q->v6.addr, q->v6.n, false);
+        ferry__dns_addrs_add(addrs, &n, AF_INET6, q->v6.addr, q->v6.n, false);
     rc = n ? ferry__ai_build(res, addrs, n, kinds, nkinds, canon) : query_error(q);
     query_leave(q);
     return rc;
@@ -629,7 +439,7 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
 {
     struct ferry__ai_kind kinds[FERRY__AI_KINDS];
     struct ferry__resolver *r;
-    struct families f;
+    struct ferry__dns_families f;
     struct addrinfo h;
     ferry_task *self;
     size_t nkinds = 0;
@@ -644,7 +454,7 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
         return rc;
     if (!res || (!host && !service))
         return -EINVAL;
-    rc = hints_get(hints, &h);
+    rc = ferry__dns_hints_get(hints, &h);
     if (rc)
         return rc;
     rc = ferry__check_inline(self);
@@ -663,16 +473,16 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
     if (r->mode == FERRY_RESOLVE_THREADS || (auto_mode && (h.ai_flags & FLAGS_POOL)))
         return on_pool(self, r->pool, host, service, hints, res);
 
-    rc = numeric(host, service, &h, res);
+    rc = ferry__dns_numeric(host, service, &h, res);
     if (rc != 1)
         return rc;
-    rc = service_kinds(service, &h, kinds, &nkinds);
+    rc = ferry__dns_service_kinds(service, &h, kinds, &nkinds);
     if (rc)
         return rc;
-    rc = families_get(&h, &f);
+    rc = ferry__dns_families_get(&h, &f);
     if (rc)
         return rc;
-    if (!name_ok(host, name, &absolute))
+    if (!ferry__dns_name_ok(host, name, &absolute))
         return FERRY_EAI_NONAME;
     if (r->use_files) {
         rc = from_hosts(r, name, &f, kinds, nkinds, canon, res);
@@ -774,12 +584,18 @@ int ferry_loop_set_resolver(ferry_loop *loop, const ferry_resolver_opts *opts)
 
 /* ---- the loop's end ---------------------------------------------------------------- */
 
-bool ferry__dns_closing(ferry_loop *loop)
+/*
+ * ferry_loop_free(), after every task has ended: true while the loop must
+ * poll once more before the resolver can go, because evdns still owes
+ * callbacks (of lookups that were cancelled) or has just been freed and
+ * may have left callbacks of its own to run.  From the first call on, new
+ * lookups get -ESHUTDOWN.
+ */
+static bool resolver_closing(struct ferry__loop_part *part)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = ferry__container_of(part, struct ferry__resolver, part);
+    ferry_loop *loop = r->loop;
 
-    if (!r)
-        return false;
     r->closed = true;
     if (r->inflight)
         return true;
@@ -799,20 +615,21 @@ bool ferry__dns_closing(ferry_loop *loop)
     return false;
 }
 
-void ferry__dns_loop_free(ferry_loop *loop)
+/* ferry_loop_free(), at the end: free what is left of the resolver. */
+static void resolver_free(struct ferry__loop_part *part)
 {
-    struct ferry__resolver *r = loop->resolver;
+    struct ferry__resolver *r = ferry__container_of(part, struct ferry__resolver, part);
 
-    if (!r)
-        return;
     resolver_unmake(r);
     ferry__free(r->ns_conf);
     ferry__free(r->hosts_conf);
+    ferry__loop_part_del(&r->part);
     ferry__free(r);
-    loop->resolver = NULL;
 }
 
 size_t ferry__dns_inflight(ferry_loop *loop)
 {
-    return loop->resolver ? loop->resolver->inflight : 0;
+    struct ferry__resolver *r = resolver_find(loop);
+
+    return r ? r->inflight : 0;
 }
