@@ -12,11 +12,13 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -450,6 +452,33 @@ static int emfile_serve(void *arg)
     return ferry_runtime_listener_serve(e->l, emfile_conn, e);
 }
 
+/* The highest open descriptor. */
+static int highest_fd(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int hi = -1, self = d ? dirfd(d) : -1;
+
+    while (d && (e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+
+        if (e->d_name[0] != '.' && fd != self && fd > hi)
+            hi = fd;
+    }
+    if (d)
+        closedir(d);
+    return hi;
+}
+
+/* Wait (a task) until `n` connections were served, or 5 s scaled. */
+static void emfile_wait(struct emfile *e, int n)
+{
+    int64_t until = ferry_now() + tu_ms(5000);
+
+    while (atomic_load(&e->served) < n && ferry_now() < until)
+        ferry_sleep(FERRY_MSEC(1));
+}
+
 static int emfile_main(void *arg)
 {
     struct emfile *e = arg;
@@ -457,29 +486,47 @@ static int emfile_main(void *arg)
                              .sin_port = htons((uint16_t)ferry_runtime_listener_port(e->l)),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     struct rlimit old, low;
-    int64_t until;
+    int holes[256], nholes = 0, hi, i, rc, fd;
     ferry_task *t;
-    int i, rc;
 
-    for (i = 0; i < 4; i++)
-        if ((e->fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-            return -1;
     rc = ferry_task_spawn(&t, NULL, emfile_serve, e, NULL);
     if (rc)
         return rc;
-    ferry_sleep(tu_ms(20));             /* every loop waits in accept */
+    /* A connection served on each of the two loops first: each then has
+     * what its streams need (its epoll set), and the test is about
+     * accepting alone. */
+    for (i = 0; i < 2; i++) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+            return -1;
+        emfile_wait(e, i + 1);
+        close(fd);
+    }
+    for (i = 0; i < 4; i++)
+        if ((e->fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+            return -1;
+    /* No free descriptor number below the limit: fill the holes under the
+     * highest one, and set the limit just above it. */
+    hi = highest_fd();
+    while (nholes < 256 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) {
+        if (fd > hi) {
+            close(fd);
+            break;
+        }
+        holes[nholes++] = fd;
+    }
     getrlimit(RLIMIT_NOFILE, &old);
     low = old;
-    low.rlim_cur = (rlim_t)count_fds();   /* no room for one more */
+    low.rlim_cur = (rlim_t)hi + 1;
     setrlimit(RLIMIT_NOFILE, &low);
     for (i = 0; i < 4; i++)
         connect(e->fds[i], (struct sockaddr *)&a, sizeof a);
     ferry_sleep(tu_ms(50));             /* accept4() fails with EMFILE meanwhile */
-    e->served_while_low = atomic_load(&e->served);
+    e->served_while_low = atomic_load(&e->served) - 2;
     setrlimit(RLIMIT_NOFILE, &old);
-    until = ferry_now() + tu_ms(5000);
-    while (atomic_load(&e->served) < 4 && ferry_now() < until)
-        ferry_sleep(FERRY_MSEC(1));
+    for (i = 0; i < nholes; i++)
+        close(holes[i]);
+    emfile_wait(e, 6);
     ferry_task_cancel(t);
     ferry_task_join(t, &e->rc);
     for (i = 0; i < 4; i++)
@@ -502,7 +549,7 @@ TL(accept_out_of_descriptors_waits_and_serves_later)
     ferry_runtime_listener_free(e.l);
     ferry_runtime_free(rt);
     cr_expect_eq(e.served_while_low, 0);
-    cr_assert_eq(atomic_load(&e.served), 4, "served %d of 4 once descriptors were back",
+    cr_assert_eq(atomic_load(&e.served), 6, "served %d of 2 + 4 once descriptors were back",
                  atomic_load(&e.served));
     cr_assert_eq(e.rc, -ECANCELED);
 }
