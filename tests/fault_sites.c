@@ -240,7 +240,9 @@ bool __wrap_ferry__fault_point(const char *site) { WRAP_BODY(__real_ferry__fault
 
 /* ---- libevent through the hook ------------------------------------------- */
 
-static unsigned long ev_faults;   /* libevent allocations that were failed */
+/* Libevent allocations that were failed: by every loop's thread of a
+ * runtime's sweeps at once. */
+static atomic_ulong ev_faults;
 
 /* A libevent allocation was failed through the hook; with FAULT_VERBOSE,
  * from where. */
@@ -250,7 +252,7 @@ static void ev_failed(const char *site)
     int n;
 
     (void)site;
-    ev_faults++;
+    atomic_fetch_add(&ev_faults, 1);
     if (!getenv("FAULT_VERBOSE"))
         return;
     n = backtrace(bt, 8);
@@ -2369,9 +2371,9 @@ Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .init = tu_
         unlink(g_hosts);
     ferry_set_log(NULL, NULL);
     fprintf(stderr, "fault: %lu operations swept, %lu failures injected (%lu in libevent)\n",
-            sweeps_run, injected, ev_faults);
+            sweeps_run, injected, atomic_load(&ev_faults));
     cr_expect_eq(failures, 0, "%d checks failed; first: %s", failures, first_failure);
-    cr_assert_gt(ev_faults, 0, "no libevent allocation was failed: event_set_mem_functions not honoured?");
+    cr_assert_gt(atomic_load(&ev_faults), 0, "no libevent allocation was failed: event_set_mem_functions not honoured?");
 
     if (!wrapped) {
         fprintf(stderr, "fault: sites not attributed (built without -Wl,--wrap)\n");
