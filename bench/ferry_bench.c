@@ -17,6 +17,18 @@
  *                                into a 64 KiB buffer of the task's and
  *                                ferry_stream_write() back, until SIGTERM or
  *                                SIGINT (exit 0)
+ *   ferry-bench --echo-server PORT --loops N [--work K] [--spread MODE]
+ *                                the same service on a runtime of N loops
+ *                                (ferry/runtime.h), the port served by every
+ *                                loop (MODE reuseport, the default: a
+ *                                listener per loop; balanced: one acceptor
+ *                                handing connections to the less loaded of
+ *                                two loops).  --work K makes each read cost
+ *                                the CPU of the tcp_rpc workload: the bytes
+ *                                read are folded into x = 0x9e3779b97f4a7c15
+ *                                (x = (x ^ b) * 0x100000001b3), then K rounds
+ *                                of x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+ *                                --work also works without --loops
  *   ferry-bench --echo-server-bev PORT
  *                                the same service with each connection's
  *                                task reading and writing through a libevent
@@ -67,6 +79,13 @@
  *                          (n = 1,000,000)
  * FERRY_BENCH_PIN=1 pins the two loops to the first two CPUs.
  *
+ * Spreading connections (not in the default set; bench/run-rpc.sh): a
+ * runtime of 8 loops serves a port, a client thread opens 64 connections
+ * and keeps them open; the line reports the most and the fewest
+ * connections a loop got (max_per_loop, min_per_loop):
+ *   spread_balanced        ferry_runtime_listen() in balanced mode
+ *   spread_reuseport       the same with a SO_REUSEPORT listener per loop
+ *
  * Pools have 4 threads and are created and warmed (8 concurrent no-op jobs)
  * before timing.  Exit status: 0 if every workload ran and every check was
  * ok, 1 otherwise, 2 on usage errors.
@@ -83,6 +102,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -799,18 +821,48 @@ static int w_xloop_call_batch_task(void *arg)
 
 static ferry_listener *echo_listener;
 
-/* One connection: read what is there (straight into the task's buffer:
- * it is as large as the stream's), write it back, until the end. */
-static int echo_conn(void *arg)
+/* --work K: the tcp_rpc workload's cost of a request (see the top).  The
+ * result goes to a sink of each thread's, so the rounds cannot be left
+ * out and no two loops write one word. */
+static long echo_work;
+static _Thread_local volatile uint64_t work_sink;
+
+static void work_charge(const char *p, size_t n)
 {
-    ferry_stream *s = arg;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ (unsigned char)p[i]) * 0x100000001b3ull;
+    for (long r = 0; r < echo_work; r++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    work_sink ^= x;
+}
+
+/* Echo on one stream until its end: read what is there (straight into the
+ * task's buffer: it is as large as the stream's), write it back. */
+static void echo_stream(ferry_stream *s)
+{
     char *buf = malloc(ECHO_BUF);
     size_t n;
 
-    while (buf && ferry_stream_read(s, buf, ECHO_BUF, &n) == 0 && n > 0)
+    while (buf && ferry_stream_read(s, buf, ECHO_BUF, &n) == 0 && n > 0) {
+        if (echo_work)
+            work_charge(buf, n);
         if (ferry_stream_write(s, buf, n, NULL) != 0)
             break;
+    }
     free(buf);
+}
+
+/* One connection of the single-loop server. */
+static int echo_conn(void *arg)
+{
+    ferry_stream *s = arg;
+
+    echo_stream(s);
     ferry_stream_close(s);
     return 0;
 }
@@ -981,6 +1033,182 @@ static int run_echo(const char *port, bool bev)
     return status ? 1 : 0;
 }
 
+/* ---- the echo server on N loops ------------------------------------------ */
+
+/* One connection of the runtime's server (ferry closes the stream). */
+static int echo_rt_conn(ferry_stream *s, void *arg)
+{
+    (void)arg;
+    echo_stream(s);
+    return 0;
+}
+
+struct echo_rt {
+    ferry_runtime_listener *l;
+};
+
+static int echo_rt_serve(void *arg)
+{
+    struct echo_rt *e = arg;
+
+    return ferry_runtime_listener_serve(e->l, echo_rt_conn, NULL);
+}
+
+/* Loop 0's main: serve on every loop until SIGTERM or SIGINT. */
+static int echo_rt_main(void *arg)
+{
+    static const int stop[] = { SIGTERM, SIGINT };
+    ferry_sigsub *sub;
+    ferry_task *t;
+    int rc, sig;
+
+    if ((rc = ferry_sigsub_new(&sub, NULL, stop, 2)))
+        die("ferry_sigsub_new", rc);
+    t = spawn(echo_rt_serve, arg);
+    ferry_sigsub_recv(sub, &sig);
+    ferry_task_cancel(t);
+    join(t);
+    ferry_sigsub_free(sub);
+    return 0;
+}
+
+static int run_echo_loops(const char *port, unsigned loops, const char *spread)
+{
+    ferry_runtime_opts o = { .loops = loops };
+    ferry_runtime_listen_opts lo = {0};
+    struct echo_rt e;
+    ferry_runtime *rt;
+    int rc, status = 0;
+
+    if (atoi(port) <= 0 || atoi(port) > 65535 || loops == 0) {
+        fprintf(stderr, "ferry-bench: --echo-server PORT --loops N: bad port or N\n");
+        return 2;
+    }
+    if (spread && strcmp(spread, "balanced") == 0)
+        lo.mode = FERRY_SPREAD_BALANCED;
+    else if (spread && strcmp(spread, "reuseport") != 0) {
+        fprintf(stderr, "ferry-bench: --spread reuseport|balanced\n");
+        return 2;
+    }
+    if ((rc = ferry_runtime_new(&rt, &o)))
+        die("ferry_runtime_new", rc);
+    if ((rc = ferry_runtime_listen(&e.l, rt, "127.0.0.1", atoi(port), &lo)))
+        die("ferry_runtime_listen", rc);
+    fprintf(stderr, "ferry-bench: echo server on 127.0.0.1:%d, %u loop(s), %s, work %ld\n",
+            ferry_runtime_listener_port(e.l), loops,
+            lo.mode == FERRY_SPREAD_BALANCED ? "balanced" : "reuseport", echo_work);
+    if ((rc = ferry_runtime_run(rt, echo_rt_main, &e, &status)))
+        die("ferry_runtime_run", rc);
+    ferry_runtime_listener_free(e.l);
+    ferry_runtime_free(rt);
+    return status ? 1 : 0;
+}
+
+/* ---- spread_balanced, spread_reuseport ------------------------------------- */
+
+#define SPREAD_LOOPS 8
+#define SPREAD_CONNS 64
+
+struct spread {
+    ferry_runtime_listener *l;
+    int                     port;
+    atomic_int              served;
+    atomic_bool             counted;   /* the main task has read the loads */
+    int                     fds[SPREAD_CONNS];
+    int                     made;
+};
+
+static int spread_conn(ferry_stream *s, void *arg)
+{
+    struct spread *sp = arg;
+    char b;
+    size_t n;
+
+    atomic_fetch_add(&sp->served, 1);
+    while (ferry_stream_read(s, &b, 1, &n) == 0 && n > 0)
+        ;
+    return 0;
+}
+
+static int spread_serve(void *arg)
+{
+    struct spread *sp = arg;
+
+    return ferry_runtime_listener_serve(sp->l, spread_conn, sp);
+}
+
+/* The client: open every connection, keep them until counted. */
+static void *spread_client(void *arg)
+{
+    struct spread *sp = arg;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)sp->port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+    for (int i = 0; i < SPREAD_CONNS; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        sp->fds[sp->made++] = fd;
+    }
+    while (!atomic_load(&sp->counted))
+        usleep(1000);
+    for (int i = 0; i < sp->made; i++)
+        close(sp->fds[i]);
+    return NULL;
+}
+
+static int spread_run(const char *name, int mode)
+{
+    ferry_runtime_listen_opts lo = { .mode = mode };
+    static struct spread sp;
+    char extra[96];
+    int64_t lo_n = INT64_MAX, hi_n = 0;
+    ferry_task *t;
+    pthread_t th;
+    int64_t t0;
+    int rc;
+
+    if ((rc = ferry_runtime_listen(&sp.l, NULL, "127.0.0.1", 0, &lo)))
+        die("ferry_runtime_listen", rc);
+    sp.port = ferry_runtime_listener_port(sp.l);
+    t = spawn(spread_serve, &sp);
+    t0 = start_clock();
+    if (pthread_create(&th, NULL, spread_client, &sp))
+        die("pthread_create", EAGAIN);
+    while (atomic_load(&sp.served) < SPREAD_CONNS)
+        ferry_sleep(FERRY_MSEC(1));
+    for (unsigned i = 0; i < SPREAD_LOOPS; i++) {
+        int64_t k = ferry_runtime_load(NULL, i);
+
+        lo_n = k < lo_n ? k : lo_n;
+        hi_n = k > hi_n ? k : hi_n;
+    }
+    atomic_store(&sp.counted, true);
+    ferry_task_cancel(t);
+    join(t);
+    pthread_join(th, NULL);
+    ferry_runtime_listener_free(sp.l);
+    snprintf(extra, sizeof extra, "loops=%d max_per_loop=%" PRId64 " min_per_loop=%" PRId64,
+             SPREAD_LOOPS, hi_n, lo_n);
+    return report(name, SPREAD_CONNS, secs_since(t0), sp.made == SPREAD_CONNS, extra);
+}
+
+static int w_spread_balanced(void *arg)
+{
+    (void)arg;
+    return spread_run("spread_balanced", FERRY_SPREAD_BALANCED);
+}
+
+static int w_spread_reuseport(void *arg)
+{
+    (void)arg;
+    return spread_run("spread_reuseport", FERRY_SPREAD_REUSEPORT);
+}
+
 /* ---- driver ------------------------------------------------------------ */
 
 static const struct workload {
@@ -1003,6 +1231,8 @@ static const struct workload {
     { "xloop_call_cb",         w_xloop_call_cb,         false, 2 },
     { "xloop_call_batch",      w_xloop_call_batch,      false, 2 },
     { "xloop_call_batch_task", w_xloop_call_batch_task, false, 2 },
+    { "spread_balanced",       w_spread_balanced,       false, SPREAD_LOOPS },
+    { "spread_reuseport",      w_spread_reuseport,      false, SPREAD_LOOPS },
 };
 #define NWORKLOADS (sizeof workloads / sizeof workloads[0])
 
@@ -1091,8 +1321,31 @@ int main(int argc, char **argv)
     const char *self = "/proc/self/exe";
     int fail = 0;
 
-    if (argc == 3 && strcmp(argv[1], "--echo-server") == 0)
+    if (argc >= 3 && strcmp(argv[1], "--echo-server") == 0) {
+        unsigned loops = 0;
+        const char *spread = NULL;
+
+        for (int i = 3; i < argc; i += 2) {
+            if (i + 1 >= argc)
+                break;
+            if (strcmp(argv[i], "--loops") == 0)
+                loops = (unsigned)strtoul(argv[i + 1], NULL, 10);
+            else if (strcmp(argv[i], "--work") == 0)
+                echo_work = strtol(argv[i + 1], NULL, 10);
+            else if (strcmp(argv[i], "--spread") == 0)
+                spread = argv[i + 1];
+            else
+                break;
+        }
+        if ((argc - 3) % 2 || echo_work < 0) {
+            fprintf(stderr, "ferry-bench: --echo-server PORT [--loops N] [--work K] "
+                    "[--spread reuseport|balanced]\n");
+            return 2;
+        }
+        if (loops)
+            return run_echo_loops(argv[2], loops, spread);
         return run_echo(argv[2], false);
+    }
     if (argc == 3 && strcmp(argv[1], "--echo-server-bev") == 0)
         return run_echo(argv[2], true);
     if (argc == 2 && strcmp(argv[1], "--list") == 0) {

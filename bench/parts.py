@@ -6,6 +6,7 @@
     python3 bench/parts.py redis --check bench/README.md bench/redis_results.txt
     python3 bench/parts.py xloop bench/xloop_results.txt
     python3 bench/parts.py pq bench/pq_results.txt
+    python3 bench/parts.py rpc bench/rpc_results.txt
 
 Parts:
   redis  ferry-redis-bench's lines: a row per workload and system, its
@@ -18,6 +19,9 @@ Parts:
   pq     bench/run-pq.sh's lines: a row per workload and system, its median
          queries or batches a second, and ferry's median over that
          system's (ferry / system).
+  rpc    bench/run-rpc.sh's lines: a row per workload and system, its median
+         round trips/s, p99 latency and server CPU per round trip; for the
+         spread_* rows the most and fewest connections a loop got.
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -43,6 +47,7 @@ SYSTEMS = {
     "redis": ["ferry", "hiredis-blocking", "asyncio-redispy", "ferry-polling", "no-limiter"],
     "xloop": ["ferry", "eventfd-pingpong", "go"],
     "pq": ["ferry", "libpq-threads", "libpq-blocking", "asyncpg"],
+    "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
 }
 
 
@@ -148,7 +153,27 @@ def pq_table(runs, order):
     return out
 
 
-TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table}
+def rpc_table(runs, order):
+    out = ["| workload | system | round trips/s | p99 us | server CPU ns per round trip | max/min connections per loop |",
+           "| --- | --- | ---: | ---: | ---: | --- |"]
+    systems = systems_of(runs, "rpc")
+    for w in order:
+        for s in systems:
+            fs = runs.get((w, s))
+            if not fs:
+                continue
+            if "max_per_loop" in fs[0]:
+                spread = ", ".join("%s/%s" % (f["max_per_loop"], f["min_per_loop"]) for f in fs)
+                out.append("| %s | %s | - | - | - | %s |" % (w, s, spread))
+                continue
+            cells = [figure(fs, "ops_per_s")[1]]
+            for key in ("p99_us", "srv_cpu_ns_per_op"):
+                cells.append(figure(fs, key)[1] if all(key in f for f in fs) else "-")
+            out.append("| %s | %s | %s | - |" % (w, s, " | ".join(cells)))
+    return out
+
+
+TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table, "rpc": rpc_table}
 
 
 def render(part, lines):

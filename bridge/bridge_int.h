@@ -93,7 +93,9 @@ struct ferry__cnode {
  * Post a completion.  Never fails and ignores "closed": the caller holds a
  * reservation (ferry__inbox_reserve) or a task on that loop is waiting for
  * this node, which keeps the loop from closing.  After it returns the
- * caller must not touch the inbox (the eventfd is written under its lock).
+ * caller must not touch the inbox: the loop may have closed.  The eventfd
+ * write that wakes the loop comes after the inbox's lock is released, on a
+ * reference of its own.
  * Thread: any.
  */
 void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n);

@@ -20,27 +20,28 @@ _Thread_local char ferry__inbox_token;
 
 /*
  * Make sure a drain comes.  Requires mu; sets nothing but counters.
- * Returns 0 or the errno of a failed eventfd write (the caller logs it
- * after unlocking; the loop was woken through libevent instead).
+ * Returns true when the eventfd must be written: the caller does it with
+ * wake_write() after releasing mu, so that the loop it wakes does not run
+ * into the mutex still held (a futex wait and a second wakeup of the
+ * poster).  A reference taken here keeps the inbox and its eventfd alive
+ * until then, also if the loop closes meanwhile.
  */
-static int wake_locked(struct ferry_inbox *ib)
+static bool wake_locked(struct ferry_inbox *ib)
 {
-    int err;
-
     if (ferry__inbox_on_loop_thread(ib)) {
         /* No system call: activate the event (its callback schedules a
          * drain step), unless a drain is running: it re-checks the queue
          * under mu before it ends.  close() drains until empty itself. */
         if (!ib->draining && !ib->ev_gone)
             event_active(ib->ev, EV_READ, 1);
-        return 0;
+        return false;
     }
     if (ib->spinning) {
         /* The loop polls `kick` in ferry__inbox_spin() and drains when it
          * sees it, or when it stops waiting (under mu): no system call. */
         ib->spin_kicked = true;
         atomic_store_explicit(&ib->kick, true, memory_order_release);
-        return 0;
+        return false;
     }
     ib->wakeups++;
     atomic_store_explicit(&ib->waker_cpu, sched_getcpu(), memory_order_relaxed);
@@ -48,26 +49,37 @@ static int wake_locked(struct ferry_inbox *ib)
         /* Attached base: libevent's own (coalescing) notification. */
         if (!ib->ev_gone)
             event_active(ib->ev, EV_READ, 1);
-        return 0;
+        return false;
     }
-    err = ferry__fault_point("eventfd write") ? EIO : ferry__wakefd_write(ib->fd.wfd);
-    if (!err)
-        return 0;
-    ib->write_errors++;
-    /* Wake through libevent's own notification instead (thread-safe once
-     * evthread_use_pthreads() ran).  The event exists until close() has
-     * refused new posts and run the old ones. */
-    if (!ib->ev_gone)
-        event_active(ib->ev, EV_READ, 1);
-    return err;
+    /* The loop holds its reference until its close has taken mu for the
+     * last time, so one taken under mu cannot be the first after the last. */
+    atomic_fetch_add_explicit(&ib->refs, 1, memory_order_relaxed);
+    return true;
 }
 
-static void log_write_error(int err)
+/*
+ * The eventfd write that wake_locked() asked for; mu not held.  `woken`
+ * was set under mu before, so a drain that runs before the write lands
+ * takes the post, and the write costs an empty drain at worst.  If the
+ * write fails, the loop is woken through libevent's own notification
+ * instead (thread-safe once evthread_use_pthreads() ran; the event exists
+ * until close() has refused new posts and run the old ones).
+ */
+static void wake_write(struct ferry_inbox *ib)
 {
-    if (err)
+    int err = ferry__fault_point("eventfd write") ? EIO : ferry__wakefd_write(ib->fd.wfd);
+
+    if (err) {
+        pthread_mutex_lock(&ib->mu);
+        ib->write_errors++;
+        if (!ib->ev_gone)
+            event_active(ib->ev, EV_READ, 1);
+        pthread_mutex_unlock(&ib->mu);
         ferry__log(FERRY_LOG_ERROR,
                    "call_soon_threadsafe: waking the loop failed: eventfd write: %s; "
                    "woken through libevent instead", strerror(err));
+    }
+    ferry_inbox_release(ib);
 }
 
 static int grow_locked(struct ferry_inbox *ib)
@@ -87,7 +99,7 @@ static int grow_locked(struct ferry_inbox *ib)
 
 int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
 {
-    int err = 0;
+    bool write = false;
 
     pthread_mutex_lock(&ib->mu);
     if (ferry__inbox_refused_locked(ib)) {
@@ -106,16 +118,18 @@ int ferry__inbox_post(struct ferry_inbox *ib, ferry_cb cb, void *arg)
         pthread_cond_signal(&ib->idle);
     if (!ib->woken) {
         ib->woken = true;
-        err = wake_locked(ib);
+        write = wake_locked(ib);
     }
     pthread_mutex_unlock(&ib->mu);
-    log_write_error(err);
+    if (write)
+        wake_write(ib);
     return 0;
 }
 
 /* Requires mu.  A close waiting for reserved or expected completions
- * (inbox_loop.c) looks at the queue again once one has come. */
-static int complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
+ * (inbox_loop.c) looks at the queue again once one has come.  Returns as
+ * wake_locked(). */
+static bool complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
 {
     n->next = NULL;
     *ib->ctail = n;
@@ -127,31 +141,33 @@ static int complete_locked(struct ferry_inbox *ib, struct ferry__cnode *n)
         ib->woken = true;
         return wake_locked(ib);
     }
-    return 0;
+    return false;
 }
 
 void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n)
 {
-    int err;
+    bool write;
 
     pthread_mutex_lock(&ib->mu);
-    err = complete_locked(ib, n);
+    write = complete_locked(ib, n);
     pthread_mutex_unlock(&ib->mu);
-    log_write_error(err);
+    if (write)
+        wake_write(ib);
 }
 
 int ferry__inbox_post_node(struct ferry_inbox *ib, struct ferry__cnode *n)
 {
-    int err;
+    bool write;
 
     pthread_mutex_lock(&ib->mu);
     if (ferry__inbox_refused_locked(ib)) {
         pthread_mutex_unlock(&ib->mu);
         return -ESHUTDOWN;
     }
-    err = complete_locked(ib, n);
+    write = complete_locked(ib, n);
     pthread_mutex_unlock(&ib->mu);
-    log_write_error(err);
+    if (write)
+        wake_write(ib);
     return 0;
 }
 
@@ -186,15 +202,16 @@ void ferry__inbox_unreserve(struct ferry_inbox *ib)
 
 void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n)
 {
-    int err;
+    bool write;
 
     pthread_mutex_lock(&ib->mu);
     ib->reserved--;
-    err = complete_locked(ib, n);
+    write = complete_locked(ib, n);
     if (ib->closer_waits)
         pthread_cond_signal(&ib->idle);
     pthread_mutex_unlock(&ib->mu);
-    log_write_error(err);
+    if (write)
+        wake_write(ib);
 }
 
 static void inbox_ref(struct ferry_inbox *ib)
@@ -299,7 +316,8 @@ static void stop_run(struct ferry__cnode *n)
 int ferry_loop_stop_threadsafe(ferry_loop *loop)
 {
     struct ferry_inbox *ib;
-    int rc = 0, err = 0;
+    bool write = false;
+    int rc = 0;
 
     if (!loop)
         loop = ferry_loop_current();
@@ -314,10 +332,11 @@ int ferry_loop_stop_threadsafe(ferry_loop *loop)
     } else if (!ib->stop_queued) {
         ib->stop_queued = true;
         ib->stop_node.fn = stop_run;
-        err = complete_locked(ib, &ib->stop_node);
+        write = complete_locked(ib, &ib->stop_node);
     }
     pthread_mutex_unlock(&ib->mu);
-    log_write_error(err);
+    if (write)
+        wake_write(ib);
     return rc;
 }
 

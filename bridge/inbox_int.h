@@ -12,7 +12,10 @@
  *   `woken` (under mu) means "a drain of the queue is guaranteed to come":
  *   an eventfd write is on its way, a drain step is scheduled, or a drain
  *   is running and will look at the queue again under mu before it ends.
- *   A poster sets it and writes the eventfd only if it was clear.  The
+ *   A poster sets it and writes the eventfd only if it was clear, once it
+ *   has released mu: the loop it wakes would otherwise find mu held and
+ *   sleep on it at once (a futex wait, and a wakeup of the poster when it
+ *   unlocks).  The
  *   drain clears it only under mu, after finding the queue empty.  The
  *   eventfd is read at the start of the event callback, before the queue is
  *   looked at, so a write that lands while the loop drains stays readable
@@ -114,7 +117,9 @@ struct ferry_inbox {
     struct ferry__cnode  stop_node;  /* posted by ferry_loop_stop_threadsafe() */
     atomic_uint          refs;       /* the loop's (dropped by close) + ferry_inbox_get's */
     struct ferry__wakefd fd;         /* eventfd or pipe, -1 if none (attached base); wfd
-                                      * written under mu; closed by the last ref */
+                                      * written by a poster that set `woken` under mu,
+                                      * after releasing mu, on a reference of its own;
+                                      * closed by the last ref */
     const void          *owner;      /* identity of the loop's thread; set once */
     ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
     const volatile unsigned char *fork_mark; /* the loop's (loop_port.h), or NULL; set

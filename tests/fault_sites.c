@@ -241,7 +241,9 @@ bool __wrap_ferry__fault_point(const char *site) { WRAP_BODY(__real_ferry__fault
 
 /* ---- libevent through the hook ------------------------------------------- */
 
-static unsigned long ev_faults;   /* libevent allocations that were failed */
+/* Libevent allocations that were failed: by every loop's thread of a
+ * runtime's sweeps at once. */
+static atomic_ulong ev_faults;
 
 /* A libevent allocation was failed through the hook; with FAULT_VERBOSE,
  * from where. */
@@ -251,7 +253,7 @@ static void ev_failed(const char *site)
     int n;
 
     (void)site;
-    ev_faults++;
+    atomic_fetch_add(&ev_faults, 1);
     if (!getenv("FAULT_VERBOSE"))
         return;
     n = backtrace(bt, 8);
@@ -1373,6 +1375,112 @@ static int op_runtime_select(void)
     return rc ? rc : st;
 }
 
+/* ---- a port served by every loop of the runtime ---------------------------- */
+
+static ferry_runtime_listener *g_rl;
+
+static int op_runtime_listen(void)
+{
+    ferry_runtime_listen_opts lo = { .mode = FERRY_SPREAD_BALANCED, .acceptor = 1 };
+
+    g_rl = NULL;
+    return ferry_runtime_listen(&g_rl, g_rt, "127.0.0.1", 0, &lo);
+}
+
+static void undo_runtime_listen(int rc)
+{
+    if (rc == 0 && ferry_runtime_listener_port(g_rl) <= 0)
+        FAILF("runtime_listen: no port");
+    if (rc != 0 && g_rl)
+        FAILF("runtime_listen: failed but set *out");
+    ferry_runtime_listener_free(g_rl);
+    g_rl = NULL;
+}
+
+/* A runtime of two loops and a balanced listener whose acceptor is loop
+ * 1: a connection is handed over to loop 0 (the less loaded on a tie is
+ * the round-robin candidate, loop 0 first). */
+static void setup_rl(void)
+{
+    setup_runtime();
+    if (op_runtime_listen() != 0)
+        FAILF("runtime_listen: setup");
+}
+
+static void teardown_rl(void)
+{
+    ferry_runtime_listener_free(g_rl);
+    g_rl = NULL;
+    teardown_runtime();
+}
+
+static atomic_int rl_served, rl_ended;
+
+static int rl_conn(ferry_stream *s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    atomic_store(&rl_served, 1);
+    return 0;                    /* the stream is closed: the client sees the end */
+}
+
+static int rl_serve(void *arg)
+{
+    int rc;
+
+    (void)arg;
+    rc = ferry_runtime_listener_serve(g_rl, rl_conn, NULL);
+    atomic_store(&rl_ended, 1);
+    return rc;
+}
+
+/* Serve one connection: accepted on loop 1, handed to loop 0, its task
+ * run there.  A connection dropped for want of memory is closed (the
+ * client sees the end without it being served): -ENOMEM, as
+ * ferry_listener_accept() reports one. */
+static int rl_main(void *arg)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)ferry_runtime_listener_port(g_rl)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int64_t until;
+    ferry_task *t;
+    int rc, st = 0, fd;
+    char b;
+
+    (void)arg;
+    atomic_store(&rl_served, 0);
+    atomic_store(&rl_ended, 0);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
+        return -1000;
+    sweep_arm();
+    rc = ferry_task_spawn(&t, NULL, rl_serve, NULL, NULL);
+    if (rc == 0) {
+        until = ferry_now() + tu_ms(2000);
+        while (!atomic_load(&rl_served) && !atomic_load(&rl_ended) && ferry_now() < until &&
+               recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN)
+            if (ferry_sleep(FERRY_MSEC(1)) != 0)
+                ferry_yield();
+        ferry_task_cancel(t);
+        ferry_task_join(t, &st);
+    }
+    sweep_disarm();
+    close(fd);
+    if (rc)
+        return rc;
+    if (st != -ECANCELED)
+        return st;
+    return atomic_load(&rl_served) ? 0 : -ENOMEM;
+}
+
+static int op_runtime_serve(void)
+{
+    int st = -1, rc = ferry_runtime_run(g_rt, rl_main, NULL, &st);
+
+    return rc ? rc : st;
+}
+
 /* ---- task-local values --------------------------------------------------- */
 
 /* A value per task, and the copies children inherit: the key's refs count
@@ -2332,6 +2440,13 @@ static const struct sweep sweeps[] = {
       "eventfd write", true, teardown_runtime },
     { "select on a future",  setup_runtime,    op_runtime_select, undo_runtime_calls,
       "eventfd write", true, teardown_runtime },
+    { "runtime_listen",      setup_runtime,    op_runtime_listen, undo_runtime_listen,
+      NULL, false, teardown_runtime },
+    /* An acceptor whose wait for its socket cannot be registered (a
+     * libevent allocation: its table of descriptors grows with malloc or
+     * realloc) tries again a little later: absorbed. */
+    { "runtime_listener_serve", setup_rl,      op_runtime_serve,  undo_nothing,
+      "eventfd write|libevent malloc|libevent realloc", true, teardown_rl },
     { "sigsub_new (first)",  setup_sig_loop,   op_sigsub_first,   undo_sigsub,      NULL },
     { "sigsub_new (more)",   setup_sig_loop_subscribed, op_sigsub_more, undo_sigsub, NULL },
     { "loop_dump_on_signal", setup_dump_signal, op_dump_signal,  undo_dump_signal, NULL },
@@ -2383,9 +2498,9 @@ Test(fault, every_allocating_operation_fails_cleanly_at_every_point, .init = tu_
         unlink(g_hosts);
     ferry_set_log(NULL, NULL);
     fprintf(stderr, "fault: %lu operations swept, %lu failures injected (%lu in libevent)\n",
-            sweeps_run, injected, ev_faults);
+            sweeps_run, injected, atomic_load(&ev_faults));
     cr_expect_eq(failures, 0, "%d checks failed; first: %s", failures, first_failure);
-    cr_assert_gt(ev_faults, 0, "no libevent allocation was failed: event_set_mem_functions not honoured?");
+    cr_assert_gt(atomic_load(&ev_faults), 0, "no libevent allocation was failed: event_set_mem_functions not honoured?");
 
     if (!wrapped) {
         fprintf(stderr, "fault: sites not attributed (built without -Wl,--wrap)\n");

@@ -23,6 +23,7 @@
 
 #include "ferry/bridge.h"
 #include "ferry/loop.h"
+#include "ferry/stream.h"
 #include "ferry/task.h"
 
 #ifdef __cplusplus
@@ -298,6 +299,124 @@ int ferry_runtime_stats_get(ferry_runtime *rt, int index, ferry_runtime_stats *o
  * ferry_runtime_stats_get().
  */
 int ferry_runtime_dump(ferry_runtime *rt, int index, FILE *out);
+
+/* ---- Listening on every loop ------------------------------------------ */
+
+/*
+ * A TCP port served by every loop of a runtime.  Two ways to spread the
+ * connections (ferry_runtime_listen_opts.mode):
+ *
+ *   FERRY_SPREAD_REUSEPORT  one listening socket per loop, all bound with
+ *                           SO_REUSEPORT: the kernel picks the socket, and
+ *                           so the loop, by a hash of the connection's
+ *                           addresses.  No hand-over, but the hash is lumpy
+ *                           for a few long-lived connections, and a loop
+ *                           that is stalled keeps receiving its share.
+ *   FERRY_SPREAD_BALANCED   one socket, accepted on one loop (`acceptor`),
+ *                           which hands each new connection to the less
+ *                           loaded of two loops: the first candidate goes
+ *                           round the loops in turn, the second is drawn at
+ *                           random among the others, and the load is
+ *                           ferry_runtime_load(), which counts the open
+ *                           connections of each loop.  The descriptor
+ *                           travels before any I/O; the stream is opened on
+ *                           the loop that serves it.  With a load that only
+ *                           grows (no connection closes) this deals the
+ *                           connections out exactly evenly; as they close,
+ *                           the random candidate steers new ones to the
+ *                           loops that have fewest.
+ *
+ * FERRY_SPREAD_CPU steers by the CPU that received the connection, where
+ * the kernel can: in reuseport mode a classic-BPF program
+ * (SO_ATTACH_REUSEPORT_CBPF) picks socket (CPU mod loops), which is loop
+ * i for CPU i when the runtime pins its loops (ferry_runtime_opts.pin) to
+ * CPUs numbered from 0; in balanced mode the first candidate is that
+ * loop (SO_INCOMING_CPU of the accepted socket).  Where the kernel refuses,
+ * the spreading goes on without it, as if the flag were not set.
+ */
+typedef struct ferry_runtime_listener ferry_runtime_listener;
+
+enum {
+    FERRY_SPREAD_REUSEPORT = 0,
+    FERRY_SPREAD_BALANCED  = 1,
+};
+
+#define FERRY_SPREAD_CPU 0x1u   /* steer by the receiving CPU, see above */
+
+typedef struct ferry_runtime_listen_opts {
+    /* FERRY_SPREAD_*; 0 is FERRY_SPREAD_REUSEPORT. */
+    int               mode;
+    /* FERRY_SPREAD_CPU or 0. */
+    unsigned          flags;
+    /* Balanced mode: the loop that accepts; 0 is loop 0. */
+    unsigned          acceptor;
+    /* Queue of connections not yet accepted, per socket; 0 means SOMAXCONN. */
+    int               backlog;
+    /* Balanced mode: the seed of the random candidates; 0: from the clock. */
+    uint64_t          seed;
+    /* Options of the connections' streams (TCP_NODELAY is on unless
+     * FERRY_STREAM_NAGLE). */
+    ferry_stream_opts stream;
+} ferry_runtime_listen_opts;
+
+/*
+ * Serves one connection: runs as a task named "conn" on the loop the
+ * connection was given to.  The stream is that loop's; ferry closes it
+ * when fn returns.  The return value is counted as a failure when not 0
+ * (ferry_group_failures() of a server's connections) and stops nothing.
+ */
+typedef int (*ferry_conn_fn)(ferry_stream *s, void *arg);
+
+/*
+ * Make the listening sockets of a port for every loop of `rt` (NULL: the
+ * caller's runtime): one per loop in reuseport mode, one in balanced mode.
+ * `host` and `port` as for ferry_tcp_listen() (port 0: the system picks
+ * one, the same for every socket; see ferry_runtime_listener_port()).
+ * Connections queue from now on; they are served by
+ * ferry_runtime_listener_serve().
+ * Thread: any.  Suspends: no.
+ * Owns: the caller owns *out; free it with ferry_runtime_listener_free().
+ * Returns: 0; -EADDRINUSE, -EACCES and the other errors of socket(2),
+ * bind(2) and listen(2), negated; -EINVAL (out NULL, no runtime, port
+ * outside 0..65535, a host that is not a numeric address, an unknown
+ * mode or flag, acceptor out of range, a bad backlog); -ENOMEM; -EMFILE,
+ * -ENFILE.  On an error nothing is left open.
+ */
+int ferry_runtime_listen(ferry_runtime_listener **out /* OUT */, ferry_runtime *rt,
+                         const char *host, int port, const ferry_runtime_listen_opts *opts);
+
+/*
+ * The port the listener is bound to.
+ * Thread: any.  Suspends: no.
+ * Returns: the port; -EINVAL (NULL).
+ */
+int ferry_runtime_listener_port(const ferry_runtime_listener *l);
+
+/*
+ * Serve the port on every loop until the caller is cancelled or its
+ * deadline passes: each connection is a task running fn(stream, arg) on
+ * its loop, and counts 1 in that loop's ferry_runtime_load() from the
+ * moment it is given to the loop until its stream is closed.  On the way
+ * out every loop stops accepting, cancels its connections' tasks and
+ * waits for them to end; a connection that was on its way to a loop, or
+ * reaches one that is stopping, is closed (no descriptor is left open).
+ * The sockets stay open: a later serve takes the connections queued
+ * meanwhile.
+ * Thread: loop, in a task of one of rt's loops.  Suspends: yes.
+ * Returns: -ECANCELED, -ETIMEDOUT (the ordinary end, every connection
+ * closed); -EBUSY (the listener is being served already); -ESHUTDOWN
+ * (a loop is stopping); -ENOMEM; -EPERM (not in a task of rt's loops);
+ * -EINVAL (l or fn NULL).
+ * Owns: `arg` stays the caller's; every connection's fn shares it.
+ */
+int ferry_runtime_listener_serve(ferry_runtime_listener *l, ferry_conn_fn fn, void *arg);
+
+/*
+ * Close the listening sockets and free the listener.  Not while
+ * ferry_runtime_listener_serve() runs.  NULL is ignored.
+ * Thread: any.  Suspends: no.
+ */
+void ferry_runtime_listener_free(ferry_runtime_listener *l);
 
 #ifdef __cplusplus
 }
