@@ -23,9 +23,9 @@
 #define AI_MARK UINT64_C(0x6665727279616930)
 
 struct ai_block {
-    uint64_t        mark;  /* AI_MARK while the block is live, 0 once freed */
-    size_t          n;     /* entries */
-    struct addrinfo ai[];  /* n entries, then n socket address slots, then the name */
+    uint64_t mark;        /* AI_MARK while the block is live, 0 once freed */
+    size_t n;             /* entries */
+    struct addrinfo ai[]; /* n entries, then n socket address slots, then the name */
 };
 
 /* ---- lists ---------------------------------------------------------------- */
@@ -150,8 +150,10 @@ void ferry_freeaddrinfo(struct addrinfo *res)
         return;
     b = (struct ai_block *)(void *)((char *)res - offsetof(struct ai_block, ai));
     if (b->mark != AI_MARK) {
-        ferry__log(FERRY_LOG_ERROR, "ferry_freeaddrinfo: %p is not a list from "
-                   "ferry_getaddrinfo() (or it was freed already): ignored", (void *)res);
+        ferry__log(FERRY_LOG_ERROR,
+                   "ferry_freeaddrinfo: %p is not a list from "
+                   "ferry_getaddrinfo() (or it was freed already): ignored",
+                   (void *)res);
         return;
     }
     b->mark = 0;
@@ -163,41 +165,61 @@ void ferry_freeaddrinfo(struct addrinfo *res)
 int ferry__gai_code(int eai, int err)
 {
     switch (eai) {
-    case 0:            return 0;
-    case EAI_NONAME:   return FERRY_EAI_NONAME;
-    case EAI_AGAIN:    return FERRY_EAI_AGAIN;
-    case EAI_FAIL:     return FERRY_EAI_FAIL;
+    case 0:
+        return 0;
+    case EAI_NONAME:
+        return FERRY_EAI_NONAME;
+    case EAI_AGAIN:
+        return FERRY_EAI_AGAIN;
+    case EAI_FAIL:
+        return FERRY_EAI_FAIL;
 #ifdef EAI_NODATA
-    case EAI_NODATA:   return FERRY_EAI_NODATA;
+    case EAI_NODATA:
+        return FERRY_EAI_NODATA;
 #endif
 #ifdef EAI_ADDRFAMILY
-    case EAI_ADDRFAMILY: return FERRY_EAI_NODATA;
+    case EAI_ADDRFAMILY:
+        return FERRY_EAI_NODATA;
 #endif
-    case EAI_SERVICE:  return FERRY_EAI_SERVICE;
-    case EAI_FAMILY:   return FERRY_EAI_FAMILY;
-    case EAI_SOCKTYPE: return FERRY_EAI_SOCKTYPE;
-    case EAI_MEMORY:   return -ENOMEM;
-    case EAI_BADFLAGS: return -EINVAL;
-    case EAI_SYSTEM:   return err > 0 ? -err : FERRY_EAI_FAIL;
-    default:           return FERRY_EAI_FAIL;
+    case EAI_SERVICE:
+        return FERRY_EAI_SERVICE;
+    case EAI_FAMILY:
+        return FERRY_EAI_FAMILY;
+    case EAI_SOCKTYPE:
+        return FERRY_EAI_SOCKTYPE;
+    case EAI_MEMORY:
+        return -ENOMEM;
+    case EAI_BADFLAGS:
+        return -EINVAL;
+    case EAI_SYSTEM:
+        return err > 0 ? -err : FERRY_EAI_FAIL;
+    default:
+        return FERRY_EAI_FAIL;
     }
 }
 
 const char *ferry_gai_strerror(int code)
 {
     switch (code) {
-    case 0:                  return "success";
-    case FERRY_EAI_NONAME:   return "name or service not known";
-    case FERRY_EAI_AGAIN:    return "temporary failure in name resolution";
-    case FERRY_EAI_FAIL:     return "non-recoverable failure in name resolution";
-    case FERRY_EAI_NODATA:   return "no address of the requested family for the name";
-    case FERRY_EAI_SERVICE:  return "service not known for the socket type";
-    case FERRY_EAI_FAMILY:   return "address family not supported";
-    case FERRY_EAI_SOCKTYPE: return "socket type not supported";
+    case 0:
+        return "success";
+    case FERRY_EAI_NONAME:
+        return "name or service not known";
+    case FERRY_EAI_AGAIN:
+        return "temporary failure in name resolution";
+    case FERRY_EAI_FAIL:
+        return "non-recoverable failure in name resolution";
+    case FERRY_EAI_NODATA:
+        return "no address of the requested family for the name";
+    case FERRY_EAI_SERVICE:
+        return "service not known for the socket type";
+    case FERRY_EAI_FAMILY:
+        return "address family not supported";
+    case FERRY_EAI_SOCKTYPE:
+        return "socket type not supported";
     default:
         if (code < 0 && code > -4096)
             return strerror(-code);
         return "unknown error code";
     }
 }
-

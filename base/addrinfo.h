@@ -14,16 +14,16 @@
 
 /* One address to put into a list. */
 struct ferry__ai_addr {
-    int           family;     /* AF_INET or AF_INET6 */
-    unsigned char bytes[16];  /* 4 or 16 bytes, network order */
+    int family;              /* AF_INET or AF_INET6 */
+    unsigned char bytes[16]; /* 4 or 16 bytes, network order */
 };
 
 /* A socket type, protocol and port that every address of a list gets, as
  * the services database gave them for the lookup's service and hints. */
 struct ferry__ai_kind {
-    int      socktype;
-    int      protocol;
-    uint16_t port;            /* network order */
+    int socktype;
+    int protocol;
+    uint16_t port; /* network order */
 };
 
 /* The most kinds a service gives (TCP, UDP, and a few rarer protocols). */

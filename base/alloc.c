@@ -24,14 +24,14 @@
 #include "alloc.h"
 #include "fault.h"
 
-static atomic_ulong fault_count;     /* points passed since the last reset */
-static atomic_ulong fault_target;    /* fail when the count reaches this; 0: never */
-static atomic_bool  fault_persist;   /* keep failing after the target */
-static atomic_ulong fault_hits;      /* failures injected */
+static atomic_ulong fault_count;            /* points passed since the last reset */
+static atomic_ulong fault_target;           /* fail when the count reaches this; 0: never */
+static atomic_bool fault_persist;           /* keep failing after the target */
+static atomic_ulong fault_hits;             /* failures injected */
 static const char *_Atomic fault_last_site; /* site of the last failure */
-static atomic_long  alloc_live;      /* allocations not yet freed */
-static atomic_long  alloc_resident;  /* of those, the ones kept until exit */
-static atomic_bool  counting;        /* set once by ferry__alloc_count_on() */
+static atomic_long alloc_live;              /* allocations not yet freed */
+static atomic_long alloc_resident;          /* of those, the ones kept until exit */
+static atomic_bool counting;                /* set once by ferry__alloc_count_on() */
 
 static inline bool count_on(void)
 {

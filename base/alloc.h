@@ -17,16 +17,16 @@
 void *ferry__malloc(size_t size);
 void *ferry__calloc(size_t n, size_t size);
 void *ferry__realloc(void *p, size_t size);
-void  ferry__free(void *p);
+void ferry__free(void *p);
 
 /* Count a resource acquisition that is not malloc (mmap of a stack,
  * thread creation, eventfd creation): returns true if the fault hook says
  * this one must fail.  `site` names the point in the tests' reports. */
-bool  ferry__fault_point(const char *site);
+bool ferry__fault_point(const char *site);
 
 /* Declare `n` live allocations as the process's: objects made once and
  * never freed (the default pool), which a test's count of live
  * allocations must not take for a leak. */
-void  ferry__alloc_resident(long n);
+void ferry__alloc_resident(long n);
 
 #endif /* FERRY_BASE_ALLOC_H */

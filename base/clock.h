@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ferry/loop.h"   /* ferry_now(), FERRY_NEVER */
+#include "ferry/loop.h" /* ferry_now(), FERRY_NEVER */
 
 /* The real clock: CLOCK_MONOTONIC in ns, also on a loop's thread whose
  * clock is virtual.  For what measures time that really passes (spin

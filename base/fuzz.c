@@ -64,8 +64,10 @@ bool ferry__fuzz_env(struct ferry__fuzz *out)
 
 bad:
     if (!atomic_exchange(&warned, true))
-        ferry__log(FERRY_LOG_WARN, "FERRY_FUZZ=%s ignored: expected SEED or SEED,P "
-                   "(SEED 1 to 2^64-1, P from 0 to 1)", s);
+        ferry__log(FERRY_LOG_WARN,
+                   "FERRY_FUZZ=%s ignored: expected SEED or SEED,P "
+                   "(SEED 1 to 2^64-1, P from 0 to 1)",
+                   s);
     return false;
 }
 

@@ -21,7 +21,7 @@
 struct ferry__fuzz {
     uint64_t seed;
     uint32_t p;
-    double   prob;      /* p as given, for messages */
+    double prob; /* p as given, for messages */
 };
 
 /* FERRY_FUZZ=seed[,p]: true and *out set if it is set to a valid value;

@@ -14,7 +14,7 @@
 #include "ferry/detail.h"
 
 #define ferry__container_of(ptr, type, member) \
-    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 static inline void ferry__link_init(struct ferry__link *l)
 {
@@ -52,8 +52,7 @@ static inline bool ferry__list_empty_linked(const struct ferry__link *head)
 }
 
 /* Insert `n` before `at` (at the tail when `at` is the head). */
-static inline void ferry__list_insert_before(struct ferry__link *at,
-                                             struct ferry__link *n)
+static inline void ferry__list_insert_before(struct ferry__link *at, struct ferry__link *n)
 {
     n->next = at;
     n->prev = at->prev;
@@ -61,15 +60,13 @@ static inline void ferry__list_insert_before(struct ferry__link *at,
     at->prev = n;
 }
 
-static inline void ferry__list_push_back(struct ferry__link *head,
-                                         struct ferry__link *n)
+static inline void ferry__list_push_back(struct ferry__link *head, struct ferry__link *n)
 {
     ferry__list_lazy(head);
     ferry__list_insert_before(head, n);
 }
 
-static inline void ferry__list_push_front(struct ferry__link *head,
-                                          struct ferry__link *n)
+static inline void ferry__list_push_front(struct ferry__link *head, struct ferry__link *n)
 {
     ferry__list_lazy(head);
     ferry__list_insert_before(head->next, n);
@@ -110,12 +107,12 @@ static inline void ferry__list_move(struct ferry__link *to, struct ferry__link *
 }
 
 #define ferry__list_foreach(pos, head) \
-    for ((pos) = ferry__list_empty(head) ? (head) : (head)->next; \
-         (pos) != (head); (pos) = (pos)->next)
+    for ((pos) = ferry__list_empty(head) ? (head) : (head)->next; (pos) != (head); \
+         (pos) = (pos)->next)
 
 /* Safe against removal of `pos`. */
 #define ferry__list_foreach_safe(pos, tmp, head) \
-    for ((pos) = ferry__list_empty(head) ? (head) : (head)->next, \
-         (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+    for ((pos) = ferry__list_empty(head) ? (head) : (head)->next, (tmp) = (pos)->next; \
+         (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif /* FERRY_LIST_H */

@@ -6,7 +6,7 @@
 
 #include "log.h"
 
-static ferry_log_fn log_fn;     /* set before loops run (documented) */
+static ferry_log_fn log_fn; /* set before loops run (documented) */
 static void *log_ctx;
 
 void ferry_set_log(ferry_log_fn fn, void *ctx)

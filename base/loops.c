@@ -21,7 +21,7 @@
 #include "loops.h"
 
 static pthread_mutex_t loops_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct ferry__link loops;        /* of ferry__loop_entry; guarded by loops_mu */
+static struct ferry__link loops; /* of ferry__loop_entry; guarded by loops_mu */
 static pthread_once_t loops_once = PTHREAD_ONCE_INIT;
 
 static void loops_prefork(void)
@@ -38,7 +38,7 @@ static void loops_setup(void)
 {
     if (pthread_atfork(loops_prefork, loops_postfork, loops_postfork) != 0)
         ferry__log(FERRY_LOG_ERROR, "pthread_atfork failed: a forked child may block "
-                   "making or freeing a loop");
+                                    "making or freeing a loop");
 }
 
 void ferry__loops_add(struct ferry__loop_entry *e, const ferry_loop *loop)

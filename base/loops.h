@@ -6,14 +6,14 @@
 
 #include <stdbool.h>
 
-#include "ferry/detail.h"  /* struct ferry__link */
-#include "ferry/loop.h"    /* ferry_loop, as an address only */
+#include "ferry/detail.h" /* struct ferry__link */
+#include "ferry/loop.h"   /* ferry_loop, as an address only */
 
 /* A loop's entry in the set: it lives inside the loop, so entering one
  * allocates nothing and cannot fail. */
 struct ferry__loop_entry {
-    struct ferry__link  link;   /* in the set; guarded by the set's mutex */
-    const ferry_loop   *loop;   /* the loop it stands for; never read through */
+    struct ferry__link link; /* in the set; guarded by the set's mutex */
+    const ferry_loop *loop;  /* the loop it stands for; never read through */
 };
 
 /* Enter a new loop into the set; take it out before its memory is freed.

@@ -44,26 +44,27 @@
 /* The handler must not take a lock: 64-bit counters and masks must be
  * lock-free atomics. */
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2 &&
-               ATOMIC_INT_LOCK_FREE == 2, "lock-free atomics");
+                   ATOMIC_INT_LOCK_FREE == 2,
+               "lock-free atomics");
 
 /* One listener. */
 struct slot {
-    _Atomic int      fd;     /* what the handler writes; -1: free */
-    _Atomic uint64_t mask;   /* signals it listens for */
+    _Atomic int fd;        /* what the handler writes; -1: free */
+    _Atomic uint64_t mask; /* signals it listens for */
 };
 
 struct table {
-    size_t      cap;         /* slots; set before the table is published */
-    size_t      used;        /* mu: slots with fd >= 0 */
+    size_t cap;  /* slots; set before the table is published */
+    size_t used; /* mu: slots with fd >= 0 */
     struct slot s[];
 };
 
-static _Atomic(struct table *) table;              /* written under mu */
-static atomic_uint             readers;            /* handlers running now */
-static _Atomic uint64_t        raised[FERRY__NSIG]; /* deliveries per signal, ever */
-static pthread_mutex_t         mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned                nloops[FERRY__NSIG]; /* mu: listeners per signal */
-static struct sigaction        old_action[FERRY__NSIG]; /* mu: what the handler replaced */
+static _Atomic(struct table *) table;        /* written under mu */
+static atomic_uint readers;                  /* handlers running now */
+static _Atomic uint64_t raised[FERRY__NSIG]; /* deliveries per signal, ever */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned nloops[FERRY__NSIG];             /* mu: listeners per signal */
+static struct sigaction old_action[FERRY__NSIG]; /* mu: what the handler replaced */
 
 static void on_signal(int signum)
 {
@@ -77,7 +78,7 @@ static void on_signal(int signum)
     for (size_t i = 0; t && i < t->cap; i++) {
         int fd = atomic_load(&t->s[i].fd);
         if (fd >= 0 && (atomic_load(&t->s[i].mask) & bit))
-            ferry__wakefd_write(fd);   /* a failure loses nothing: the count is in */
+            ferry__wakefd_write(fd); /* a failure loses nothing: the count is in */
     }
     atomic_fetch_sub(&readers, 1);
     errno = saved_errno;

@@ -42,7 +42,7 @@ void ferry__sigtab_leave(size_t slot);
  * before the handler or the slot's bit was set: what came later is the
  * listener's.  Returns: 0; -EINVAL (sigaction() refused the number; nothing
  * changed). */
-int  ferry__sigtab_listen(size_t slot, int signum, uint64_t *seen /* OUT */);
+int ferry__sigtab_listen(size_t slot, int signum, uint64_t *seen /* OUT */);
 
 /* Slot `slot` stops listening for `signum`.  If it was the process's last
  * listener, the old disposition is put back and the signal raised once

@@ -6,7 +6,7 @@
 #include <signal.h>
 #include <time.h>
 
-#include "ferry/loop.h"   /* FERRY_NEVER */
+#include "ferry/loop.h" /* FERRY_NEVER */
 #include "thread.h"
 
 int ferry__cond_init(pthread_cond_t *cv)
@@ -33,8 +33,8 @@ int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t dead
     return pthread_cond_timedwait(cv, mu, &ts);
 }
 
-int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
-                               void *(*fn)(void *), void *arg)
+int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                               void *arg)
 {
     static const int faults[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
     sigset_t set, old;

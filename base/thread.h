@@ -20,8 +20,8 @@ int ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t dead
 /* pthread_create() for ferry's own threads: the thread starts with every
  * signal blocked but those a fault raises, so it never takes a signal
  * meant for the process (ferry/signal.h).  Same returns. */
-int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr,
-                               void *(*fn)(void *), void *arg);
+int ferry__thread_create_nosig(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                               void *arg);
 
 /* One pause in a spin-wait (a spinning worker, a loop waiting briefly for
  * a completion). */

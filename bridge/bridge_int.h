@@ -42,8 +42,8 @@ struct event_base;
  * Returns: 0 and *out; -ENOMEM; -EMFILE, -ENFILE (no descriptor for the
  * eventfd).
  */
-int  ferry__inbox_new(struct ferry_inbox **out /* OUT */, ferry_loop *loop,
-                      struct event_base *base, bool own_base, size_t ext_size);
+int ferry__inbox_new(struct ferry_inbox **out /* OUT */, ferry_loop *loop, struct event_base *base,
+                     bool own_base, size_t ext_size);
 
 /* The loop's hooks (port/loop_port.h) that the inbox implements; `ctx`
  * is the inbox. */
@@ -85,8 +85,8 @@ bool ferry__inbox_on_loop(const struct ferry_inbox *ib);
  * posting it allocates nothing and cannot fail.
  */
 struct ferry__cnode {
-    struct ferry__cnode *next;                  /* guarded by ferry_inbox.mu, then loop thread */
-    void (*fn)(struct ferry__cnode *node);      /* set by the poster */
+    struct ferry__cnode *next;             /* guarded by ferry_inbox.mu, then loop thread */
+    void (*fn)(struct ferry__cnode *node); /* set by the poster */
 };
 
 /*
@@ -106,7 +106,7 @@ void ferry__inbox_complete(struct ferry_inbox *ib, struct ferry__cnode *n);
  * (or ferry__inbox_unreserve) happened.
  * Thread: any.  Returns: 0; -ESHUTDOWN (closing).
  */
-int  ferry__inbox_reserve(struct ferry_inbox *ib);
+int ferry__inbox_reserve(struct ferry_inbox *ib);
 void ferry__inbox_unreserve(struct ferry_inbox *ib);
 void ferry__inbox_complete_reserved(struct ferry_inbox *ib, struct ferry__cnode *n);
 
@@ -148,8 +148,8 @@ bool ferry__inbox_closing(const struct ferry_inbox *ib);
  * Loop thread only.
  */
 struct ferry__closer {
-    struct ferry__link link;                 /* in the inbox's list while added */
-    void (*fn)(struct ferry__closer *c);     /* set by the owner before adding */
+    struct ferry__link link;             /* in the inbox's list while added */
+    void (*fn)(struct ferry__closer *c); /* set by the owner before adding */
 };
 
 void ferry__inbox_closer_add(struct ferry_inbox *ib, struct ferry__closer *c);
@@ -167,26 +167,26 @@ void ferry__inbox_closer_del(struct ferry__closer *c);
  * Lives on the waiting task's stack.
  */
 struct ferry__task_wake {
-    struct ferry__cnode  cn;        /* posted when fired from another thread */
-    struct ferry__waiter w;         /* loop thread */
-    struct ferry_inbox  *ib;        /* inbox of the waiting task's loop */
-    int                  result;    /* written by the firer before delivery */
-    bool                 delivered; /* loop thread: the wake reached the task */
+    struct ferry__cnode cn; /* posted when fired from another thread */
+    struct ferry__waiter w; /* loop thread */
+    struct ferry_inbox *ib; /* inbox of the waiting task's loop */
+    int result;             /* written by the firer before delivery */
+    bool delivered;         /* loop thread: the wake reached the task */
     /* Set by the caller after init: the wake comes from work a thread does
      * for the task, and waiting for it holds a virtual clock
      * (ferry__wait_held()).  Init clears it. */
-    bool                 hold;
-    bool                 counted;   /* loop thread: in its inbox's `held` count */
-    bool                 parked;    /* loop thread: came, and waits for a poll to let
+    bool hold;
+    bool counted; /* loop thread: in its inbox's `held` count */
+    bool parked;  /* loop thread: came, and waits for a poll to let
                                      * it in (fuzzing; inbox_int.h), linked through
                                      * cn.next, which the delivery no longer uses */
 };
 
 /* Loop, in a task.  Returns: 0; -EPERM (not in a task, or no inbox). */
-int  ferry__task_wake_init(struct ferry__task_wake *x, const char *what, const void *obj);
+int ferry__task_wake_init(struct ferry__task_wake *x, const char *what, const void *obj);
 /* The same for the task `self` (the caller checked that it runs it). */
-int  ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
-                            const char *what, const void *obj);
+int ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
+                               const char *what, const void *obj);
 /* Re-arm for another wait (same task). */
 void ferry__task_wake_rearm(struct ferry__task_wake *x);
 /* Any thread, once per arm: deliver `result` to the waiting task. */
@@ -195,7 +195,7 @@ void ferry__task_wake_fire(struct ferry__task_wake *x, int result);
 void ferry__task_wake_deliver(struct ferry__task_wake *x, int result);
 /* Loop, in the task: wait for the wake.  Returns its result, or
  * -ECANCELED / -ETIMEDOUT (check x->delivered and the owner's state). */
-int  ferry__task_wake_wait(struct ferry__task_wake *x);
+int ferry__task_wake_wait(struct ferry__task_wake *x);
 /* Loop, in the task: the wake was fired; wait, shielded, until it has been
  * delivered, so the node may go away. */
 void ferry__task_wake_settle(struct ferry__task_wake *x);
@@ -263,8 +263,8 @@ int ferry__gai_on_pool(ferry_pool *pool, const char *host, const char *service,
 /* The blocking call the pool runs: getaddrinfo(3) unless a test replaced
  * it (the list it returns is freed with freeaddrinfo(3)).  NULL puts
  * getaddrinfo(3) back.  Thread: any, before the lookups it is meant for. */
-typedef int (*ferry__gai_fn)(const char *host, const char *service,
-                             const struct addrinfo *hints, struct addrinfo **res);
+typedef int (*ferry__gai_fn)(const char *host, const char *service, const struct addrinfo *hints,
+                             struct addrinfo **res);
 void ferry__gai_set_blocking(ferry__gai_fn fn);
 
 #endif /* FERRY_BRIDGE_INT_H */

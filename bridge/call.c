@@ -37,24 +37,24 @@
 enum { CALL_QUEUED, CALL_STARTED, CALL_ENDED, CALL_CANCELLED, CALL_CANCELLING };
 
 struct call {
-    struct ferry__cnode     req;       /* posted to the target: start fn */
-    struct ferry__cnode     cancel;    /* posted to the target: cancel fn's task */
-    struct ferry__task_wake done;      /* the caller's wake, fired with the answer */
-    atomic_int              state;     /* CALL_*, see the top */
+    struct ferry__cnode req;      /* posted to the target: start fn */
+    struct ferry__cnode cancel;   /* posted to the target: cancel fn's task */
+    struct ferry__task_wake done; /* the caller's wake, fired with the answer */
+    atomic_int state;             /* CALL_*, see the top */
     /* Set by the caller before the request is posted. */
-    ferry_call_fn           fn;
-    void                   *arg;
-    bool                    as_task;   /* a task, else a plain callback */
-    int64_t                 deadline;  /* the caller's, on the real clock */
-    struct ferry__rt_slot  *dst;       /* the target loop's slot */
+    ferry_call_fn fn;
+    void *arg;
+    bool as_task;               /* a task, else a plain callback */
+    int64_t deadline;           /* the caller's, on the real clock */
+    struct ferry__rt_slot *dst; /* the target loop's slot */
     /* Written by the target, read by the caller once answered. */
-    int                     rc;        /* 0: fn ran to its end; else why it never ran */
-    int                     status;    /* fn's return value */
-    void                   *result;    /* what fn stored */
+    int rc;       /* 0: fn ran to its end; else why it never ran */
+    int status;   /* fn's return value */
+    void *result; /* what fn stored */
     /* The target's thread only. */
-    ferry_task             *task;      /* fn's task while fn runs */
-    bool                    cancel_seen; /* the cancel node has run */
-    bool                    ended;     /* finish() came first and left the answer to
+    ferry_task *task; /* fn's task while fn runs */
+    bool cancel_seen; /* the cancel node has run */
+    bool ended;       /* finish() came first and left the answer to
                                         * the cancel node */
 };
 
@@ -80,8 +80,8 @@ struct ferry__loop_rt *ferry__loop_rt(ferry_loop *loop)
     struct ferry_inbox *ib = ferry__inbox_of(loop);
 
     /* The room is aligned for any type and the offset a multiple of that. */
-    return ib ? (struct ferry__loop_rt *)(void *)((char *)ferry__inbox_ext(ib) +
-                                                 rt_room_offset()) : NULL;
+    return ib ? (struct ferry__loop_rt *)(void *)((char *)ferry__inbox_ext(ib) + rt_room_offset())
+              : NULL;
 }
 
 struct ferry_runtime *ferry__rt_resolve(struct ferry_runtime *rt)
@@ -184,8 +184,8 @@ static void finish(struct call *c)
 {
     int st = CALL_STARTED;
 
-    if (atomic_compare_exchange_strong_explicit(&c->state, &st, CALL_ENDED,
-                                                memory_order_acq_rel, memory_order_acquire) ||
+    if (atomic_compare_exchange_strong_explicit(&c->state, &st, CALL_ENDED, memory_order_acq_rel,
+                                                memory_order_acquire) ||
         c->cancel_seen) {
         answer(c);
         return;
@@ -246,8 +246,8 @@ static void req_run(struct ferry__cnode *n)
     int st = CALL_QUEUED, rc;
 
     dst->calls_in++;
-    if (!atomic_compare_exchange_strong_explicit(&c->state, &st, CALL_STARTED,
-                                                 memory_order_acq_rel, memory_order_acquire)) {
+    if (!atomic_compare_exchange_strong_explicit(&c->state, &st, CALL_STARTED, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
         /* CANCELLED: the caller gave up first and posts nothing more. */
         c->rc = -ECANCELED;
         answer(c);
@@ -303,7 +303,7 @@ static int lane_take(struct ferry__rt_lane *lane, unsigned cap, struct ferry_tas
     ferry__waiter_init(&w, self, "call room", to);
     rc = ferry__wait(&lane->waiters, &w, FERRY_NEVER);
     if (rc && w.state == FERRY__W_GRANTED)
-        lane_release(lane, cap);    /* handed room, then interrupted: pass it on */
+        lane_release(lane, cap); /* handed room, then interrupted: pass it on */
     return rc;
 }
 

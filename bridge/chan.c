@@ -19,27 +19,27 @@
 #include "bridge_int.h"
 
 struct cwait {
-    struct ferry__link  link;   /* mu: in recvq or sendq until woken */
-    struct ferry__task_wake tw;     /* the waiting task */
-    bool                fired;  /* loop thread, a select's node: a wake took
+    struct ferry__link link;    /* mu: in recvq or sendq until woken */
+    struct ferry__task_wake tw; /* the waiting task */
+    bool fired;                 /* loop thread, a select's node: a wake took
                                  * it out (set by sel_detach) */
 };
 
 struct ferry_chan {
-    pthread_mutex_t    mu;        /* guards everything below */
-    pthread_cond_t     not_empty; /* threads waiting to receive */
-    pthread_cond_t     not_full;  /* threads waiting to send */
-    unsigned           thr_recv;  /* threads waiting on not_empty */
-    unsigned           thr_send;  /* threads waiting on not_full */
-    struct ferry__link recvq;     /* tasks waiting to receive: struct cwait */
-    struct ferry__link sendq;     /* tasks waiting to send: struct cwait */
-    unsigned char     *buf;       /* ring of `cap` elements of `esize` bytes */
-    size_t             cap;       /* capacity, set once */
-    size_t             esize;     /* bytes per element, set once */
-    bool               ptrs;      /* made by ferry_chan_new(): select's buf is the item */
-    size_t             head;      /* index of the oldest item */
-    size_t             count;     /* items in the ring */
-    bool               closed;    /* sends refused */
+    pthread_mutex_t mu;       /* guards everything below */
+    pthread_cond_t not_empty; /* threads waiting to receive */
+    pthread_cond_t not_full;  /* threads waiting to send */
+    unsigned thr_recv;        /* threads waiting on not_empty */
+    unsigned thr_send;        /* threads waiting on not_full */
+    struct ferry__link recvq; /* tasks waiting to receive: struct cwait */
+    struct ferry__link sendq; /* tasks waiting to send: struct cwait */
+    unsigned char *buf;       /* ring of `cap` elements of `esize` bytes */
+    size_t cap;               /* capacity, set once */
+    size_t esize;             /* bytes per element, set once */
+    bool ptrs;                /* made by ferry_chan_new(): select's buf is the item */
+    size_t head;              /* index of the oldest item */
+    size_t count;             /* items in the ring */
+    bool closed;              /* sends refused */
 };
 
 /* ==== any thread ======================================================= */

@@ -28,33 +28,33 @@
 
 /* A task awaiting a future. */
 struct fwait {
-    struct ferry__link      link;      /* mu: in ferry_future.twaiters until completion */
-    struct fwait           *next_fire; /* the completer's, once it unlinked the node */
-    bool                    fired;     /* select's detach found it unlinked: a wake is on its way */
-    struct ferry__task_wake tw;        /* the waiting task */
+    struct ferry__link link;    /* mu: in ferry_future.twaiters until completion */
+    struct fwait *next_fire;    /* the completer's, once it unlinked the node */
+    bool fired;                 /* select's detach found it unlinked: a wake is on its way */
+    struct ferry__task_wake tw; /* the waiting task */
 };
 
 struct ferry_future {
-    pthread_mutex_t     mu;        /* guards the fields marked "mu" */
-    pthread_cond_t      cv;        /* threads waiting for `done` */
-    int                 refs;      /* mu: handle + loop side + cancel posts */
-    bool                done;      /* mu: status is in */
-    int                 status;    /* mu: fn's status, or why it never ran */
-    bool                ran;       /* mu: fn was called */
-    bool                started;   /* mu: the loop took the request: fn runs or has run */
-    bool                cancel_req;/* mu: a thread asked to cancel */
-    struct ferry__link  twaiters;  /* mu: tasks awaiting it (struct fwait) */
-    struct ferry_inbox *ib;        /* set once; one inbox reference */
-    ferry_task_fn       fn;        /* set once */
-    void               *arg;       /* set once */
-    bool                as_task;   /* set once: spawn a task, else call fn */
-    char                name[32];  /* set once: the task's name */
-    size_t              stack_size;/* set once */
+    pthread_mutex_t mu;          /* guards the fields marked "mu" */
+    pthread_cond_t cv;           /* threads waiting for `done` */
+    int refs;                    /* mu: handle + loop side + cancel posts */
+    bool done;                   /* mu: status is in */
+    int status;                  /* mu: fn's status, or why it never ran */
+    bool ran;                    /* mu: fn was called */
+    bool started;                /* mu: the loop took the request: fn runs or has run */
+    bool cancel_req;             /* mu: a thread asked to cancel */
+    struct ferry__link twaiters; /* mu: tasks awaiting it (struct fwait) */
+    struct ferry_inbox *ib;      /* set once; one inbox reference */
+    ferry_task_fn fn;            /* set once */
+    void *arg;                   /* set once */
+    bool as_task;                /* set once: spawn a task, else call fn */
+    char name[32];               /* set once: the task's name */
+    size_t stack_size;           /* set once */
 
     /* loop thread only */
-    ferry_task         *task;      /* the task while fn runs in it */
-    bool                cancel_seen;/* a cancel reached the loop before the task ran */
-    struct ferry__closer unstarted;/* on the inbox's list from the spawn until
+    ferry_task *task;               /* the task while fn runs in it */
+    bool cancel_seen;               /* a cancel reached the loop before the task ran */
+    struct ferry__closer unstarted; /* on the inbox's list from the spawn until
                                     * the task starts: a task cancelled before
                                     * it starts (the loop is freed) never runs
                                     * task_body, and the close ends the future */
@@ -97,7 +97,7 @@ static void future_complete(struct ferry_future *f, int status, bool ran)
     }
     pthread_mutex_unlock(&f->mu);
     for (; fire; fire = next) {
-        next = fire->next_fire;          /* the node may go once fired */
+        next = fire->next_fire; /* the node may go once fired */
         ferry__task_wake_fire(&fire->tw, 0);
     }
     future_unref(f);
@@ -180,7 +180,7 @@ static void cancel_cb(void *arg)
         if (f->task)
             ferry_task_cancel(f->task);
         else
-            f->cancel_seen = true;   /* spawned, not yet run */
+            f->cancel_seen = true; /* spawned, not yet run */
     }
     future_unref(f);
 }
@@ -276,8 +276,7 @@ int ferry_loop_spawn_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
     return submit(loop, fn, arg, true, opts, out);
 }
 
-int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg,
-                               ferry_future **out)
+int ferry_loop_call_threadsafe(ferry_loop *loop, ferry_task_fn fn, void *arg, ferry_future **out)
 {
     return submit(loop, fn, arg, false, NULL, out);
 }
@@ -518,8 +517,8 @@ void ferry_future_free(ferry_future *f)
         future_unref(f);
 }
 
-static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
-                    int64_t timeout, int *status)
+static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task, int64_t timeout,
+                    int *status)
 {
     ferry_future *f;
     int rc, st = 0;
@@ -558,21 +557,20 @@ static int run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, bool as_task,
     if (as_task)
         ferry__pool_block_exit();
     if (rc != -ETIMEDOUT && !rc && !f->ran)
-        rc = st;              /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
+        rc = st; /* never ran: -ESHUTDOWN, -ENOMEM, -ECANCELED */
     ferry_future_free(f);
     if (!rc && status)
         *status = st;
     return rc;
 }
 
-int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
-                             int64_t timeout, int *status)
+int ferry_loop_run_task_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, int64_t timeout,
+                             int *status)
 {
     return run_sync(loop, fn, arg, true, timeout, status);
 }
 
-int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg,
-                        int64_t timeout, int *status)
+int ferry_loop_run_sync(ferry_loop *loop, ferry_task_fn fn, void *arg, int64_t timeout, int *status)
 {
     return run_sync(loop, fn, arg, false, timeout, status);
 }

@@ -31,13 +31,13 @@ void ferry__gai_set_blocking(ferry__gai_fn fn)
 
 /* One lookup on a pool thread, with its own copies of what it needs. */
 struct gai_job {
-    struct addrinfo  hints;     /* the caller's, or ignored when !has_hints */
-    bool             has_hints;
-    const char      *host;      /* into names[], or NULL */
-    const char      *service;   /* into names[], or NULL */
-    struct addrinfo *res;       /* the answer in a block of ferry's, once run */
-    int              rc;        /* 0 or the ferry code of the answer */
-    char             names[];   /* host and service, each NUL-terminated */
+    struct addrinfo hints; /* the caller's, or ignored when !has_hints */
+    bool has_hints;
+    const char *host;     /* into names[], or NULL */
+    const char *service;  /* into names[], or NULL */
+    struct addrinfo *res; /* the answer in a block of ferry's, once run */
+    int rc;               /* 0 or the ferry code of the answer */
+    char names[];         /* host and service, each NUL-terminated */
 };
 
 /* Pool thread. */
@@ -101,7 +101,7 @@ int ferry__gai_on_pool(ferry_pool *pool, const char *host, const char *service,
     }
     rc = ferry_to_thread_abandon(pool, gai_run, j, gai_cleanup);
     if (rc == -ECANCELED || rc == -ETIMEDOUT)
-        return rc;   /* gai_cleanup has freed j, or will */
+        return rc; /* gai_cleanup has freed j, or will */
     if (rc == 0) {
         rc = j->rc;
         if (rc == 0)

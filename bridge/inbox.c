@@ -77,7 +77,8 @@ static void wake_write(struct ferry_inbox *ib)
         pthread_mutex_unlock(&ib->mu);
         ferry__log(FERRY_LOG_ERROR,
                    "call_soon_threadsafe: waking the loop failed: eventfd write: %s; "
-                   "woken through libevent instead", strerror(err));
+                   "woken through libevent instead",
+                   strerror(err));
     }
     ferry_inbox_release(ib);
 }

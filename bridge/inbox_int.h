@@ -82,78 +82,78 @@
 #define FERRY__DRAIN_BATCH 1024
 
 struct post {
-    ferry_cb cb;   /* callback */
-    void    *arg;  /* its argument */
+    ferry_cb cb; /* callback */
+    void *arg;   /* its argument */
 };
 
 struct ferry_inbox {
-    pthread_mutex_t      mu;         /* guards the fields marked "mu" */
-    pthread_cond_t       idle;       /* close() waits here for reserved completions */
-    struct post         *q;          /* mu: posts not yet taken by the loop, FIFO */
-    size_t               qlen;       /* mu */
-    size_t               qcap;       /* mu */
-    struct ferry__cnode *chead;      /* mu: completions not yet taken, FIFO */
-    struct ferry__cnode **ctail;     /* mu */
-    size_t               reserved;   /* mu: completions promised by jobs in flight */
-    bool                 woken;      /* mu: a drain is guaranteed to come (see top) */
-    bool                 closed;     /* mu: posts are refused */
-    bool                 ev_gone;    /* mu: ev was freed: no event_active() any more */
-    bool                 closer_waits; /* mu: close() sleeps on `idle` */
-    bool                 stop_queued;/* mu: stop_node is in the completion list */
-    bool                 spinning;   /* mu: the loop waits in ferry__inbox_spin() */
-    bool                 spin_kicked;/* mu: a poster found it waiting: the drain is owed */
-    bool                 fuzz_waits; /* mu: the loop waits on `idle` for threads' work
+    pthread_mutex_t mu;                      /* guards the fields marked "mu" */
+    pthread_cond_t idle;                     /* close() waits here for reserved completions */
+    struct post *q;                          /* mu: posts not yet taken by the loop, FIFO */
+    size_t qlen;                             /* mu */
+    size_t qcap;                             /* mu */
+    struct ferry__cnode *chead;              /* mu: completions not yet taken, FIFO */
+    struct ferry__cnode **ctail;             /* mu */
+    size_t reserved;                         /* mu: completions promised by jobs in flight */
+    bool woken;                              /* mu: a drain is guaranteed to come (see top) */
+    bool closed;                             /* mu: posts are refused */
+    bool ev_gone;                            /* mu: ev was freed: no event_active() any more */
+    bool closer_waits;                       /* mu: close() sleeps on `idle` */
+    bool stop_queued;                        /* mu: stop_node is in the completion list */
+    bool spinning;                           /* mu: the loop waits in ferry__inbox_spin() */
+    bool spin_kicked;                        /* mu: a poster found it waiting: the drain is owed */
+    bool fuzz_waits;                         /* mu: the loop waits on `idle` for threads' work
                                       * (ferry__inbox_fuzz_deliver()) */
-    atomic_bool          kick;       /* spin_kicked, published: set by posters (under mu),
+    atomic_bool kick;                        /* spin_kicked, published: set by posters (under mu),
                                       * cleared (under mu) and polled by the loop */
-    atomic_int           waker_cpu;  /* CPU of the last thread that wrote the eventfd:
+    atomic_int waker_cpu;                    /* CPU of the last thread that wrote the eventfd:
                                       * set by posters, read by the loop (a hint) */
-    uint64_t             posts;      /* mu: accepted posts and completions */
-    uint64_t             wakeups;    /* mu: eventfd writes */
-    uint64_t             write_errors; /* mu: failed eventfd writes */
-    uint64_t             drains;     /* mu: batches taken by the loop */
-    uint64_t             run;        /* mu: items run (added once per step) */
-    size_t               max_batch;  /* mu: most items run in one step */
-    struct ferry__cnode  stop_node;  /* posted by ferry_loop_stop_threadsafe() */
-    atomic_uint          refs;       /* the loop's (dropped by close) + ferry_inbox_get's */
-    struct ferry__wakefd fd;         /* eventfd or pipe, -1 if none (attached base); wfd
+    uint64_t posts;                          /* mu: accepted posts and completions */
+    uint64_t wakeups;                        /* mu: eventfd writes */
+    uint64_t write_errors;                   /* mu: failed eventfd writes */
+    uint64_t drains;                         /* mu: batches taken by the loop */
+    uint64_t run;                            /* mu: items run (added once per step) */
+    size_t max_batch;                        /* mu: most items run in one step */
+    struct ferry__cnode stop_node;           /* posted by ferry_loop_stop_threadsafe() */
+    atomic_uint refs;                        /* the loop's (dropped by close) + ferry_inbox_get's */
+    struct ferry__wakefd fd;                 /* eventfd or pipe, -1 if none (attached base); wfd
                                       * written by a poster that set `woken` under mu,
                                       * after releasing mu, on a reference of its own;
                                       * closed by the last ref */
-    const void          *owner;      /* identity of the loop's thread; set once */
-    ferry_loop          *loop;       /* set once; dereferenced on the loop thread only */
+    const void *owner;                       /* identity of the loop's thread; set once */
+    ferry_loop *loop;                        /* set once; dereferenced on the loop thread only */
     const volatile unsigned char *fork_mark; /* the loop's (loop_port.h), or NULL; set
                                       * once, read under mu while not closed */
 
     /* loop thread only */
-    struct event        *ev;         /* EV_READ|EV_PERSIST on fd.rfd */
-    ferry_timer         *step;       /* the scheduled drain step, or NULL */
-    struct post         *lq;         /* posts taken from q, being run */
-    size_t               lhead;      /* next to run in lq */
-    size_t               llen;       /* items in lq */
-    size_t               lcap;       /* capacity of lq */
-    struct ferry__cnode *lc;         /* completions taken, being run */
-    struct ferry__link   closers;    /* struct ferry__closer, run by close() */
-    bool                 draining;   /* inside drain() */
-    bool                 closing;    /* close() has begun */
+    struct event *ev;           /* EV_READ|EV_PERSIST on fd.rfd */
+    ferry_timer *step;          /* the scheduled drain step, or NULL */
+    struct post *lq;            /* posts taken from q, being run */
+    size_t lhead;               /* next to run in lq */
+    size_t llen;                /* items in lq */
+    size_t lcap;                /* capacity of lq */
+    struct ferry__cnode *lc;    /* completions taken, being run */
+    struct ferry__link closers; /* struct ferry__closer, run by close() */
+    bool draining;              /* inside drain() */
+    bool closing;               /* close() has begun */
     /* Schedule fuzzing of a loop polling its own base: what threads send
      * comes in only at ferry__inbox_fuzz_deliver(), after a poll.  Set
      * once when the inbox is made. */
-    bool                 fuzz;
+    bool fuzz;
     /* A wait for the work of `held` ran out of time: the next polls let
      * in what has come without waiting, until `held` is 0 again. */
-    bool                 fuzz_late;
-    size_t               held;       /* task wakes for threads' work being waited for
+    bool fuzz_late;
+    size_t held;                 /* task wakes for threads' work being waited for
                                       * and not granted (task_wake.c), counted under
                                       * fuzzing only */
-    struct ferry__cnode *parked;     /* of those, the ones that came, by task number,
+    struct ferry__cnode *parked; /* of those, the ones that came, by task number,
                                       * linked through their cn.next */
-    size_t               nparked;    /* wakes in `parked` */
+    size_t nparked;              /* wakes in `parked` */
 
     /* Room for the per-loop state of other parts of the bridge (the
      * pools' list of jobs to hand over), sized by ferry__inbox_new()'s
      * caller; all-zero at first.  Loop thread only. */
-    max_align_t          ext[];
+    max_align_t ext[];
 };
 
 /* Its address identifies the calling thread (inbox.c). */

@@ -78,7 +78,7 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yi
         }
         if (ib->lc || ib->lhead < ib->llen) {
             pthread_mutex_lock(&ib->mu);
-            break;                      /* budget spent */
+            break; /* budget spent */
         }
         if (may_yield && ib->llen && ib->llen < GATHER_MIN && n < budget)
             gather(ib);
@@ -88,11 +88,11 @@ static bool drain(struct ferry_inbox *ib, size_t budget, bool timed, bool may_yi
         if (!ib->chead && !ib->qlen && may_yield && n < budget) {
             may_yield = false;
             pthread_mutex_unlock(&ib->mu);
-            yield_to_waker(ib);         /* `woken` stays set meanwhile */
+            yield_to_waker(ib); /* `woken` stays set meanwhile */
             pthread_mutex_lock(&ib->mu);
         }
         if (!ib->chead && !ib->qlen) {
-            ib->woken = false;          /* only here, under mu, queue empty */
+            ib->woken = false; /* only here, under mu, queue empty */
             left = false;
             break;
         }
@@ -177,11 +177,11 @@ int ferry__inbox_spin(struct ferry_inbox *ib, int64_t budget,
     int rc = FERRY__SPIN_TIMEOUT;
 
     if (ib->fuzz)
-        return FERRY__SPIN_GAVE_UP;    /* completions come in at polls only */
+        return FERRY__SPIN_GAVE_UP; /* completions come in at polls only */
     pthread_mutex_lock(&ib->mu);
     if (ib->woken || ib->closed) {
         pthread_mutex_unlock(&ib->mu);
-        return FERRY__SPIN_GAVE_UP;    /* a drain is on its way already */
+        return FERRY__SPIN_GAVE_UP; /* a drain is on its way already */
     }
     ib->spinning = true;
     atomic_store_explicit(&ib->kick, false, memory_order_relaxed);
@@ -248,7 +248,7 @@ static void event_cb(evutil_socket_t fd, short what, void *arg)
     if (fd >= 0)
         ferry__wakefd_drain(fd);
     if (ib->draining || ib->step || ib->fuzz)
-        return;                 /* a drain will look at the queue again */
+        return; /* a drain will look at the queue again */
     /* A loop attached to an application's base runs this inside the
      * application's dispatch, not inside ferry_loop_run(): keep the items
      * in steps of the loop there, where the loop's rules hold. */
@@ -308,7 +308,8 @@ bool ferry__inbox_held_park(struct ferry__task_wake *x)
     if (ib->fuzz_late || ib->closing)
         return false;
     /* In task order: the order of arrival is the threads'. */
-    while (*p && ferry__task_number(ferry__container_of(*p, struct ferry__task_wake, cn)->w.task) <= id)
+    while (*p &&
+           ferry__task_number(ferry__container_of(*p, struct ferry__task_wake, cn)->w.task) <= id)
         p = &(*p)->next;
     x->cn.next = *p;
     *p = &x->cn;
@@ -370,7 +371,7 @@ void ferry__inbox_fuzz_deliver(void *ctx)
         if (ib->held == ib->nparked || ib->fuzz_late)
             break;
         if (!left && !wait_arrival(ib, until))
-            ib->fuzz_late = true;       /* one more drain, then go on */
+            ib->fuzz_late = true; /* one more drain, then go on */
         else if (left && ferry__now_real() >= until)
             ib->fuzz_late = true;
     }
@@ -477,9 +478,8 @@ int ferry__inbox_new(struct ferry_inbox **out, ferry_loop *loop, struct event_ba
     rc = ferry__cond_init(&ib->idle);
     if (rc)
         goto err_mutex;
-    ib->ev = ib->fd.rfd >= 0
-        ? event_new(base, ib->fd.rfd, EV_READ | EV_PERSIST, event_cb, ib)
-        : event_new(base, -1, 0, event_cb, ib);
+    ib->ev = ib->fd.rfd >= 0 ? event_new(base, ib->fd.rfd, EV_READ | EV_PERSIST, event_cb, ib)
+                             : event_new(base, -1, 0, event_cb, ib);
     if (!ib->ev) {
         rc = -ENOMEM;
         goto err_cond;

@@ -40,21 +40,21 @@ enum { X_QUEUED, X_RUNNING, X_INTERRUPTING, X_INTERRUPTED, X_DONE };
 
 /* A ferry_to_thread_ex() job's state, on the waiting task's stack. */
 struct xjob {
-    atomic_int             state;     /* X_*, see above */
-    int                    why;       /* loop: -ECANCELED or -ETIMEDOUT; written before
+    atomic_int state;                 /* X_*, see above */
+    int why;                          /* loop: -ECANCELED or -ETIMEDOUT; written before
                                        * the swap that publishes it */
-    ferry_job_run_fn       fn;        /* set once, by the task */
-    void                  *arg;       /* set once */
+    ferry_job_run_fn fn;              /* set once, by the task */
+    void *arg;                        /* set once */
     ferry_job_interrupt_fn interrupt; /* set once; may be NULL */
-    int64_t                deadline;  /* set once: the task's deadline at the call, on
+    int64_t deadline;                 /* set once: the task's deadline at the call, on
                                        * the real clock (the job's thread's) */
-    int                    status;    /* pool thread: fn's status, read by the task
+    int status;                       /* pool thread: fn's status, read by the task
                                        * after the completion */
-    bool                   ran;       /* pool thread: fn ran to its end */
-    void                  *result;    /* pool thread: what fn stored */
-    struct ferry__wakefd   wake;      /* pool thread: ferry_job_cancel_fd()'s pair, made
+    bool ran;                         /* pool thread: fn ran to its end */
+    void *result;                     /* pool thread: what fn stored */
+    struct ferry__wakefd wake;        /* pool thread: ferry_job_cancel_fd()'s pair, made
                                        * on demand, closed when fn returned */
-    atomic_int             wake_wfd;  /* wake.wfd once made, else -1; read by the loop
+    atomic_int wake_wfd;              /* wake.wfd once made, else -1; read by the loop
                                        * while INTERRUPTING */
 };
 
@@ -70,7 +70,7 @@ int ferry__job_trampoline(void *arg)
     int s = X_QUEUED;
 
     if (!atomic_compare_exchange_strong(&x->state, &s, X_RUNNING))
-        return x->why;                /* interrupted before it started: never runs */
+        return x->why; /* interrupted before it started: never runs */
     cur_job = x;
     x->result = NULL;
     x->status = x->fn(x->arg, &x->result);
@@ -141,9 +141,9 @@ void ferry__job_interrupt(void *arg, int why)
 
     x->why = why;
     if (atomic_compare_exchange_strong(&x->state, &s, X_INTERRUPTED))
-        return;                       /* taken by a worker, not started: it never will */
+        return; /* taken by a worker, not started: it never will */
     if (s != X_RUNNING || !atomic_compare_exchange_strong(&x->state, &s, X_INTERRUPTING))
-        return;                       /* fn returned already: no hook after the end */
+        return; /* fn returned already: no hook after the end */
     if (x->interrupt)
         x->interrupt(x->arg);
     wfd = atomic_load(&x->wake_wfd);

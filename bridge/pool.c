@@ -100,7 +100,7 @@ static int pool_mutex_init(pthread_mutex_t *mu, bool spin)
 
 int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
 {
-    ferry_pool_opts o = {0};
+    ferry_pool_opts o = { 0 };
     struct ferry_pool *p;
     pthread_attr_t attr;
     unsigned i;
@@ -148,7 +148,7 @@ int ferry_pool_new(ferry_pool **out, const ferry_pool_opts *opts)
             stop_threads(p, i);
             goto err_attr;
         }
-        p->alive++;   /* before the pool is anyone else's: no lock needed */
+        p->alive++; /* before the pool is anyone else's: no lock needed */
     }
     pthread_attr_destroy(&attr);
     *out = p;
@@ -175,8 +175,7 @@ err_free:
 /* Take every job out of the queue and the overflow list, to be completed
  * with `status` (never run; the overflow ones with -ESHUTDOWN: they were
  * never queued).  Requires mu.  Returns how many. */
-size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *dropped,
-                                      int status)
+size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *dropped, int status)
 {
     struct ferry__link *l;
     size_t n = 0;
@@ -210,7 +209,7 @@ size_t ferry__pool_drop_queued_locked(struct ferry_pool *p, struct ferry__link *
  * abandoned job has left. */
 static void pool_free(struct ferry_pool *p, bool leave)
 {
-    struct ferry__link dropped = {0}, *l;
+    struct ferry__link dropped = { 0 }, *l;
 
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
@@ -340,8 +339,8 @@ int ferry_pool_stats_get(ferry_pool *p, ferry_pool_stats *out)
  * variant).  With `ticket`, the job starts with a second reference, the
  * ticket's, and the ticket holds a reference on the pool.  Returns 0 and
  * the job in *out, or an error with nothing queued. */
-static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
-                  ferry_job_done done, void *done_arg, bool ticket, struct job **out)
+static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop, ferry_job_done done,
+                  void *done_arg, bool ticket, struct job **out)
 {
     struct ferry_inbox *ib = NULL;
     struct job *j;
@@ -379,7 +378,7 @@ static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
         if (rc || (p->nqueued < p->capacity && ferry__list_empty(&p->overq)))
             break;
         if (ferry_loop_current()) {
-            rc = -EAGAIN;    /* blocking would stall a loop */
+            rc = -EAGAIN; /* blocking would stall a loop */
             break;
         }
         p->room_threads++;
@@ -389,7 +388,7 @@ static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
     if (!rc)
         ferry__pool_enqueue_locked(p, j);
     else if (p->nqueued < p->capacity && p->room_threads)
-        pthread_cond_signal(&p->room);   /* pass a wake we may have taken on */
+        pthread_cond_signal(&p->room); /* pass a wake we may have taken on */
     pthread_mutex_unlock(&p->mu);
     if (rc) {
         if (ib)
@@ -404,8 +403,8 @@ static int submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
     return 0;
 }
 
-int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
-                      ferry_loop *loop, ferry_job_done done, void *done_arg)
+int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
+                      ferry_job_done done, void *done_arg)
 {
     struct job *j;
 
@@ -418,9 +417,8 @@ int ferry_pool_submit(ferry_pool *p, ferry_job_fn fn, void *arg,
  * the ticket and the completion have let go of it (sub.refs), and the
  * ticket's reference on the pool keeps the mutex that guards the job's
  * state. */
-int ferry_pool_submit_ticket(ferry_pool *p, ferry_job_fn fn, void *arg,
-                             ferry_loop *loop, ferry_job_done done, void *done_arg,
-                             ferry_ticket **out)
+int ferry_pool_submit_ticket(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_loop *loop,
+                             ferry_job_done done, void *done_arg, ferry_ticket **out)
 {
     struct job *j;
     int rc;

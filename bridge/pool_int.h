@@ -89,42 +89,42 @@ struct job {
     /* The first 64 bytes hold everything a worker reads or writes on the
      * hot path, so that a job costs one cache line's trip to the worker
      * and back (a task's job is aligned to a line on its stack). */
-    struct ferry__link  link;      /* mu: in pool->queue or pool->overq while QUEUED, in
+    struct ferry__link link; /* mu: in pool->queue or pool->overq while QUEUED, in
                                     * pool->sink.more while FINISHED; loop thread: in the
                                     * loop's list (to_thread.c) while pending (see `gen`) */
-    ferry_job_fn        fn;        /* the blocking call */
-    void               *arg;       /* its argument (the caller's) */
-    uint64_t            enq;       /* mu: when it was queued (ferry__pool_ticks()) */
-    struct ferry_inbox *ib;        /* KIND_TASK: the inbox of the task's loop;
+    ferry_job_fn fn;         /* the blocking call */
+    void *arg;               /* its argument (the caller's) */
+    uint64_t enq;            /* mu: when it was queued (ferry__pool_ticks()) */
+    struct ferry_inbox *ib;  /* KIND_TASK: the inbox of the task's loop;
                                     * KIND_SUBMIT: the loop's inbox, or NULL */
-    int                 state;     /* mu: JOB_* */
-    int                 status;    /* fn's status; written before the completion is posted */
-    unsigned char       kind;      /* KIND_TASK or KIND_SUBMIT */
-    bool                heap;      /* allocated by ferry (abandon variant, submit) */
-    bool                abandoned; /* mu: the task left; the worker cleans up */
-    bool                over;      /* mu: QUEUED in overq, waiting for room */
-    bool                dropped;   /* mu: FINISHED without running (pool freed, or every
+    int state;               /* mu: JOB_* */
+    int status;              /* fn's status; written before the completion is posted */
+    unsigned char kind;      /* KIND_TASK or KIND_SUBMIT */
+    bool heap;               /* allocated by ferry (abandon variant, submit) */
+    bool abandoned;          /* mu: the task left; the worker cleans up */
+    bool over;               /* mu: QUEUED in overq, waiting for room */
+    bool dropped;            /* mu: FINISHED without running (pool freed, or every
                                     * thread blocked); read by the abandon variant only,
                                     * which alone initialises it */
     /* The waiting side.  A task's job fits three cache lines: the fields
      * of the other kind share its wake's room, and the task's loop
      * touches no fourth line per job. */
-    uint64_t            gen;       /* loop thread: the hand-over of its loop's list it waits
+    uint64_t gen;            /* loop thread: the hand-over of its loop's list it waits
                                     * for (that list's gen + 1 while pending), 0 if never
                                     * deferred */
-    struct ferry_pool  *pool;      /* its pool (KIND_SUBMIT: holds a reference) */
+    struct ferry_pool *pool; /* its pool (KIND_SUBMIT: holds a reference) */
     union {
-        struct ferry__task_wake tw;    /* KIND_TASK: wakes the waiting task */
+        struct ferry__task_wake tw; /* KIND_TASK: wakes the waiting task */
         struct {
-            struct ferry__cnode cn;    /* with a loop: runs `done` there */
-            ferry_job_done      done;  /* completion callback, or NULL */
-            void               *done_arg; /* its argument */
-            atomic_uint         refs;  /* with a ticket: the ticket and the completion
+            struct ferry__cnode cn; /* with a loop: runs `done` there */
+            ferry_job_done done;    /* completion callback, or NULL */
+            void *done_arg;         /* its argument */
+            atomic_uint refs;       /* with a ticket: the ticket and the completion
                                         * each hold one; the last frees the job */
-            bool                ticket; /* a ferry_ticket refers to the job */
-        } sub;                     /* KIND_SUBMIT */
+            bool ticket;            /* a ferry_ticket refers to the job */
+        } sub;                      /* KIND_SUBMIT */
     };
-    ferry_job_cleanup   cleanup;   /* abandon variant: receives the late status */
+    ferry_job_cleanup cleanup; /* abandon variant: receives the late status */
 };
 
 _Static_assert(offsetof(struct job, gen) <= 64,
@@ -133,8 +133,8 @@ _Static_assert(sizeof(struct job) <= 192, "a task's job fits three cache lines")
 
 /* A task waiting for room in the queue (the fallback path, see offload). */
 struct room_waiter {
-    struct ferry__link  link;      /* mu: in pool->roomq until woken */
-    struct ferry__task_wake tw;        /* the waiting task */
+    struct ferry__link link;    /* mu: in pool->roomq until woken */
+    struct ferry__task_wake tw; /* the waiting task */
 };
 
 /*
@@ -150,14 +150,14 @@ struct room_waiter {
 #define SINK_SLOTS 1024
 
 struct sink {
-    struct ferry__cnode cn;        /* in ib's completion queue while `posted` */
-    struct ferry_inbox *ib;        /* mu: the inbox served; only compared while idle */
-    bool                posted;    /* mu: cn is posted and has not taken the jobs yet */
-    bool                taken[2];  /* mu: slot[i] is being delivered by a loop */
-    unsigned            fill;      /* mu: the array workers fill */
-    size_t              n;         /* mu: jobs in slot[fill] */
-    struct ferry__link  more;      /* mu: FINISHED task jobs that did not fit, FIFO */
-    struct job         *slot[2][SINK_SLOTS]; /* mu: FINISHED task jobs for ib */
+    struct ferry__cnode cn;          /* in ib's completion queue while `posted` */
+    struct ferry_inbox *ib;          /* mu: the inbox served; only compared while idle */
+    bool posted;                     /* mu: cn is posted and has not taken the jobs yet */
+    bool taken[2];                   /* mu: slot[i] is being delivered by a loop */
+    unsigned fill;                   /* mu: the array workers fill */
+    size_t n;                        /* mu: jobs in slot[fill] */
+    struct ferry__link more;         /* mu: FINISHED task jobs that did not fit, FIFO */
+    struct job *slot[2][SINK_SLOTS]; /* mu: FINISHED task jobs for ib */
 };
 
 /*
@@ -167,59 +167,59 @@ struct sink {
  * section below (they may read it).
  */
 struct ferry__pool_wake {
-    unsigned            nidle;     /* mu: workers waiting on `work` */
-    unsigned            nwaking;   /* mu: of those, signalled and not yet back */
-    bool                spinner;   /* mu: a worker spins for work, not yet claimed by a job */
-    bool                checker;   /* mu: a worker is the checker (not in nidle) */
-    bool                check_kick;/* mu: the checker was woken for work */
-    bool                appoint;   /* mu: a sleeper was woken to be the next checker */
-    bool                multicpu;  /* set once: more than one CPU online */
-    int64_t             spin_ns;   /* mu: how long an idle worker spins now (adaptive) */
-    int64_t             lspin_ns;  /* mu: how long an idle loop waits for a completion (adaptive) */
-    int64_t             flush_ns;  /* mu: when a loop last queued jobs */
-    int64_t             check_ns;  /* mu: the checker's timeout now (adaptive) */
-    uint64_t            svc;       /* mu: moving average of a job's run time, ferry__pool_ticks() */
-    atomic_size_t       qhint;     /* nqueued, published for the spinner */
-    atomic_int          sub_cpu;   /* CPU of the last submitter (a hint; any thread) */
-    atomic_int          spin_cpu;  /* CPU the spinner last ran on (a hint) */
+    unsigned nidle;      /* mu: workers waiting on `work` */
+    unsigned nwaking;    /* mu: of those, signalled and not yet back */
+    bool spinner;        /* mu: a worker spins for work, not yet claimed by a job */
+    bool checker;        /* mu: a worker is the checker (not in nidle) */
+    bool check_kick;     /* mu: the checker was woken for work */
+    bool appoint;        /* mu: a sleeper was woken to be the next checker */
+    bool multicpu;       /* set once: more than one CPU online */
+    int64_t spin_ns;     /* mu: how long an idle worker spins now (adaptive) */
+    int64_t lspin_ns;    /* mu: how long an idle loop waits for a completion (adaptive) */
+    int64_t flush_ns;    /* mu: when a loop last queued jobs */
+    int64_t check_ns;    /* mu: the checker's timeout now (adaptive) */
+    uint64_t svc;        /* mu: moving average of a job's run time, ferry__pool_ticks() */
+    atomic_size_t qhint; /* nqueued, published for the spinner */
+    atomic_int sub_cpu;  /* CPU of the last submitter (a hint; any thread) */
+    atomic_int spin_cpu; /* CPU the spinner last ran on (a hint) */
 };
 
 struct ferry_pool {
-    pthread_mutex_t     mu;        /* guards the fields marked "mu" */
-    pthread_cond_t      work;      /* idle workers wait here */
-    pthread_cond_t      room;      /* threads in ferry_pool_submit wait for room */
-    struct ferry__link  queue;     /* mu: struct job, FIFO */
-    struct ferry__link  overq;     /* mu: task jobs that found the queue full, FIFO */
-    struct ferry__link  roomq;     /* mu: struct room_waiter, FIFO */
-    size_t              nqueued;   /* mu: jobs in queue */
-    size_t              capacity;  /* set once */
-    unsigned            nthreads;  /* set once: threads started */
-    unsigned            nblocked;  /* mu: workers blocked calling into a loop */
-    unsigned            room_threads; /* mu: threads waiting on `room` */
-    size_t              running;   /* mu: jobs running, abandoned ones included */
-    size_t              nabandoned;/* mu: of those, abandoned */
-    uint64_t            completed; /* mu */
-    uint64_t            cancelled; /* mu */
-    atomic_ulong        callback_errors; /* completions that returned non-zero */
-    bool                stopping;  /* mu: ferry_pool_free() began */
-    bool                leave;     /* mu: being freed with FERRY_POOL_FREE_LEAVE_ABANDONED */
-    bool                released;  /* mu: that free has returned: a worker leaving now
+    pthread_mutex_t mu;           /* guards the fields marked "mu" */
+    pthread_cond_t work;          /* idle workers wait here */
+    pthread_cond_t room;          /* threads in ferry_pool_submit wait for room */
+    struct ferry__link queue;     /* mu: struct job, FIFO */
+    struct ferry__link overq;     /* mu: task jobs that found the queue full, FIFO */
+    struct ferry__link roomq;     /* mu: struct room_waiter, FIFO */
+    size_t nqueued;               /* mu: jobs in queue */
+    size_t capacity;              /* set once */
+    unsigned nthreads;            /* set once: threads started */
+    unsigned nblocked;            /* mu: workers blocked calling into a loop */
+    unsigned room_threads;        /* mu: threads waiting on `room` */
+    size_t running;               /* mu: jobs running, abandoned ones included */
+    size_t nabandoned;            /* mu: of those, abandoned */
+    uint64_t completed;           /* mu */
+    uint64_t cancelled;           /* mu */
+    atomic_ulong callback_errors; /* completions that returned non-zero */
+    bool stopping;                /* mu: ferry_pool_free() began */
+    bool leave;                   /* mu: being freed with FERRY_POOL_FREE_LEAVE_ABANDONED */
+    bool released;                /* mu: that free has returned: a worker leaving now
                                     * detaches itself and drops a reference */
-    unsigned            alive;     /* mu: workers that have not left their loop */
-    bool               *exited;    /* mu: per thread, left its loop (after `threads`, same
+    unsigned alive;               /* mu: workers that have not left their loop */
+    bool *exited;                 /* mu: per thread, left its loop (after `threads`, same
                                     * allocation) */
-    pthread_cond_t      gone;      /* a worker left, or a job was abandoned, while stopping */
-    pthread_cond_t      check;     /* the checker sleeps here (CLOCK_MONOTONIC) */
-    uint64_t            stalled;   /* mu: stuck jobs the checker took */
-    pthread_t          *threads;   /* set once */
-    struct ferry__pool_wake wake;  /* the waking policy (pool_worker.c) */
+    pthread_cond_t gone;          /* a worker left, or a job was abandoned, while stopping */
+    pthread_cond_t check;         /* the checker sleeps here (CLOCK_MONOTONIC) */
+    uint64_t stalled;             /* mu: stuck jobs the checker took */
+    pthread_t *threads;           /* set once */
+    struct ferry__pool_wake wake; /* the waking policy (pool_worker.c) */
     /* Apart from the fields the workers write all the time: the loop
      * thread takes and drops a reference per ferry_to_thread. */
-    char                pad0[64];
-    atomic_uint         refs;      /* creator + calls in progress + pending completions
+    char pad0[64];
+    atomic_uint refs; /* creator + calls in progress + pending completions
                                     * + posted sink */
-    char                pad1[64];
-    struct sink         sink;      /* mu (cn: see struct sink) */
+    char pad1[64];
+    struct sink sink; /* mu (cn: see struct sink) */
 };
 
 /*
@@ -360,8 +360,8 @@ void ferry__pool_finish(struct job *j, int status);
  * the cleanup and free it).
  */
 enum { RET_NONE, RET_POST, RET_FINISH, RET_CLEANUP };
-int  ferry__pool_book_locked(struct ferry_pool *p, struct job *j, int status,
-                             struct ferry_inbox **ib /* OUT */);
+int ferry__pool_book_locked(struct ferry_pool *p, struct job *j, int status,
+                            struct ferry_inbox **ib /* OUT */);
 
 /* Carry out what ferry__pool_book_locked() asked for.  No lock held. */
 void ferry__pool_after_book(struct ferry_pool *p, struct job *j, int status, int what,

@@ -21,8 +21,10 @@ static void submit_done(struct job *j)
 
     if (rc) {
         atomic_fetch_add(&p->callback_errors, 1);
-        ferry__log(FERRY_LOG_WARN, "pool: a job's completion callback failed (%d); "
-                   "later jobs are not affected", rc);
+        ferry__log(FERRY_LOG_WARN,
+                   "pool: a job's completion callback failed (%d); "
+                   "later jobs are not affected",
+                   rc);
     }
     if (!j->sub.ticket || atomic_fetch_sub_explicit(&j->sub.refs, 1, memory_order_acq_rel) == 1)
         ferry__free(j);
@@ -86,7 +88,7 @@ static void sink_run(struct ferry__cnode *n)
         }
         if (i + 4 < cnt)
             __builtin_prefetch(v[i + 4]->tw.w.task, 1);
-        ferry__task_wake_deliver(&j->tw, j->status);   /* wakes the task now */
+        ferry__task_wake_deliver(&j->tw, j->status); /* wakes the task now */
     }
     while ((l = ferry__list_pop_front(&local)) != NULL) {
         struct job *j = ferry__container_of(l, struct job, link);
@@ -114,9 +116,9 @@ int ferry__pool_book_locked(struct ferry_pool *p, struct job *j, int status,
     if (j->kind != KIND_TASK)
         return RET_FINISH;
     if (!s->posted && !s->n && ferry__list_empty(&s->more))
-        s->ib = j->ib;                        /* idle: serve this inbox */
+        s->ib = j->ib; /* idle: serve this inbox */
     else if (s->ib != j->ib)
-        return RET_FINISH;                    /* busy with another loop */
+        return RET_FINISH; /* busy with another loop */
     if (s->n < SINK_SLOTS && !s->taken[s->fill])
         s->slot[s->fill][s->n++] = j;
     else
@@ -134,7 +136,7 @@ void ferry__pool_after_book(struct ferry_pool *p, struct job *j, int status, int
 {
     switch (what) {
     case RET_POST:
-        ferry__pool_ref(p);                          /* dropped by sink_run */
+        ferry__pool_ref(p); /* dropped by sink_run */
         p->sink.cn.fn = sink_run;
         ferry__inbox_complete(ib, &p->sink.cn);
         break;

@@ -45,9 +45,9 @@ _Thread_local struct ferry_pool *ferry__pool_tls;
 #define CHECK_MIN_NS FERRY_MSEC(1)
 #define CHECK_MAX_NS FERRY_MSEC(128)
 
-static uint64_t qdelay_ticks;          /* QDELAY_NS in ferry__pool_ticks(); set once */
-static uint64_t svc_min_ticks;         /* SVC_MIN_NS in ferry__pool_ticks(); set once */
-static uint64_t check_ticks;           /* CHECK_MIN_NS in ferry__pool_ticks(); set once */
+static uint64_t qdelay_ticks;  /* QDELAY_NS in ferry__pool_ticks(); set once */
+static uint64_t svc_min_ticks; /* SVC_MIN_NS in ferry__pool_ticks(); set once */
+static uint64_t check_ticks;   /* CHECK_MIN_NS in ferry__pool_ticks(); set once */
 static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
 
 static void ticks_calibrate(void)
@@ -91,8 +91,8 @@ static void ticks_calibrate(void)
  */
 static bool enough_workers_locked(struct ferry_pool *p, size_t added)
 {
-    if (p->running <= p->nabandoned + p->nblocked ||   /* none that will come back soon */
-        p->nqueued <= added ||                          /* they queue behind nothing */
+    if (p->running <= p->nabandoned + p->nblocked || /* none that will come back soon */
+        p->nqueued <= added ||                       /* they queue behind nothing */
         p->wake.svc >= svc_min_ticks || p->wake.svc * p->nqueued > qdelay_ticks)
         return false;
     if (p->wake.check_ns > CHECK_MIN_NS) {
@@ -122,7 +122,7 @@ bool ferry__pool_wake_locked(struct ferry_pool *p, size_t added)
         p->wake.nwaking++;
         pthread_cond_signal(&p->work);
     } else if (p->wake.checker && !p->wake.check_kick) {
-        p->wake.check_kick = true;          /* no other sleeper: the checker takes it */
+        p->wake.check_kick = true; /* no other sleeper: the checker takes it */
         pthread_cond_signal(&p->check);
     }
     return false;
@@ -155,7 +155,7 @@ void ferry__pool_policy_init(struct ferry_pool *p)
     w->multicpu = sysconf(_SC_NPROCESSORS_ONLN) > 1;
     w->spin_ns = SPIN_MAX_NS;
     w->lspin_ns = LSPIN_MAX_NS;
-    w->svc = qdelay_ticks;             /* slow until measured: spread out */
+    w->svc = qdelay_ticks; /* slow until measured: spread out */
     w->check_ns = CHECK_MIN_NS;
     atomic_init(&w->qhint, 0);
     atomic_init(&w->sub_cpu, -1);
@@ -201,7 +201,7 @@ void ferry__pool_loop_spun(struct ferry_pool *p, int r, int64_t budget)
 void ferry__pool_completions_taken_locked(struct ferry_pool *p)
 {
     if (p->wake.lspin_ns < LSPIN_MAX_NS && ferry__now_real() - p->wake.flush_ns < LSPIN_MAX_NS)
-        p->wake.lspin_ns = LSPIN_MAX_NS;           /* a wait would have paid */
+        p->wake.lspin_ns = LSPIN_MAX_NS; /* a wait would have paid */
 }
 
 static int spin_for_work(struct ferry_pool *p, int64_t budget, bool may_yield)
@@ -251,15 +251,16 @@ static void check_locked(struct ferry_pool *p)
 
         if (p->stopping || p->wake.check_kick)
             break;
-        if (l && ferry__pool_ticks() - ferry__container_of(l, struct job, link)->enq >
-                     check_ticks) {
-            p->stalled++;              /* stuck: the caller takes it */
+        if (l &&
+            ferry__pool_ticks() - ferry__container_of(l, struct job, link)->enq > check_ticks) {
+            p->stalled++; /* stuck: the caller takes it */
             p->wake.check_ns = CHECK_MIN_NS;
             break;
         }
         /* Longer sleeps only while nothing is in flight (see
          * enough_workers_locked()). */
-        if (ferry__cond_wait_until(&p->check, &p->mu, ferry__now_real() + p->wake.check_ns) == ETIMEDOUT &&
+        if (ferry__cond_wait_until(&p->check, &p->mu, ferry__now_real() + p->wake.check_ns) ==
+                ETIMEDOUT &&
             p->wake.check_ns < CHECK_MAX_NS && !p->running && !p->nqueued)
             p->wake.check_ns *= 2;
     }
@@ -326,7 +327,8 @@ static void idle_locked(struct ferry_pool *p, bool *spun, bool waited_for)
  */
 static bool more_workers_locked(struct ferry_pool *p, const struct job *j)
 {
-    if (!p->nqueued || p->wake.spinner || p->wake.nidle <= p->wake.nwaking || p->wake.svc < svc_min_ticks)
+    if (!p->nqueued || p->wake.spinner || p->wake.nidle <= p->wake.nwaking ||
+        p->wake.svc < svc_min_ticks)
         return false;
     return p->wake.svc * p->nqueued > qdelay_ticks || ferry__pool_ticks() - j->enq > qdelay_ticks;
 }
@@ -341,13 +343,13 @@ void *ferry__pool_worker_main(void *arg)
     struct ferry_pool *p = arg;
     struct ferry_inbox *ib = NULL;
     struct ferry__link *l;
-    struct job *j, *done = NULL;   /* finished, not yet booked */
+    struct job *j, *done = NULL; /* finished, not yet booked */
     bool spun = false, waited_for = false, leave;
     int status = 0, what = RET_NONE;
-    uint64_t t0, took = 0;         /* done's run time */
+    uint64_t t0, took = 0; /* done's run time */
 
     ferry__pool_tls = p;
-    pthread_setname_np(pthread_self(), "ferry-pool");   /* for top, perf, gdb */
+    pthread_setname_np(pthread_self(), "ferry-pool"); /* for top, perf, gdb */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (done) {
@@ -425,7 +427,7 @@ void *ferry__pool_worker_main(void *arg)
 void ferry__pool_block_enter(void)
 {
     struct ferry_pool *p = ferry__pool_tls;
-    struct ferry__link dropped = {0}, *l;
+    struct ferry__link dropped = { 0 }, *l;
     size_t stuck = 0;
 
     if (!p)
@@ -446,8 +448,10 @@ void ferry__pool_block_enter(void)
         ferry__pool_finish(j, j->status);
     }
     if (stuck)
-        ferry__log(FERRY_LOG_WARN, "pool: all %u threads wait on a loop; %zu queued "
-                   "job(s) failed with -EDEADLK", p->nthreads, stuck);
+        ferry__log(FERRY_LOG_WARN,
+                   "pool: all %u threads wait on a loop; %zu queued "
+                   "job(s) failed with -EDEADLK",
+                   p->nthreads, stuck);
 }
 
 void ferry__pool_block_exit(void)

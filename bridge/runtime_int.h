@@ -30,8 +30,8 @@
  * here for room once `call_cap` are in flight.
  */
 struct ferry__rt_lane {
-    unsigned            inflight;  /* calls posted and not yet answered */
-    struct ferry__waitq waiters;   /* callers waiting for room, FIFO */
+    unsigned inflight;           /* calls posted and not yet answered */
+    struct ferry__waitq waiters; /* callers waiting for room, FIFO */
 };
 
 /*
@@ -40,54 +40,54 @@ struct ferry__rt_lane {
  * share lines with another loop's.
  */
 struct ferry__rt_slot {
-    ferry_loop            *loop;     /* set once, before ferry_runtime_new() returns */
-    struct ferry_inbox    *ib;       /* set once likewise: one reference, dropped by
+    ferry_loop *loop;              /* set once, before ferry_runtime_new() returns */
+    struct ferry_inbox *ib;        /* set once likewise: one reference, dropped by
                                       * ferry_runtime_free() after every loop ended */
-    struct ferry__rt_lane *lanes;    /* one per loop of the runtime; this loop's
+    struct ferry__rt_lane *lanes;  /* one per loop of the runtime; this loop's
                                       * thread only */
-    atomic_int_fast64_t    load;     /* ferry_runtime_load(): any thread */
-    struct ferry__cnode    stop_node; /* wire/: posted once by ferry_runtime_free() to
+    atomic_int_fast64_t load;      /* ferry_runtime_load(): any thread */
+    struct ferry__cnode stop_node; /* wire/: posted once by ferry_runtime_free() to
                                       * make the loop's thread leave its run */
     /* This loop's thread only: ferry_runtime_stats. */
-    uint64_t               calls_out;
-    uint64_t               calls_in;
-    uint64_t               calls_inline;
-    uint64_t               call_waits;
-    char                   pad[64];  /* keeps the next allocation's data off these lines */
+    uint64_t calls_out;
+    uint64_t calls_in;
+    uint64_t calls_inline;
+    uint64_t call_waits;
+    char pad[64]; /* keeps the next allocation's data off these lines */
 };
 
 /* The thread of a loop of a runtime (wire/). */
 struct ferry__rt_thread {
-    struct ferry_runtime *rt;     /* its runtime */
-    unsigned              index;  /* the loop it makes and runs */
-    pthread_t             th;     /* set by pthread_create() */
+    struct ferry_runtime *rt; /* its runtime */
+    unsigned index;           /* the loop it makes and runs */
+    pthread_t th;             /* set by pthread_create() */
 };
 
 struct ferry_runtime {
     /* Set once by ferry_runtime_new(), read by any thread. */
-    unsigned                n;        /* loops */
-    unsigned                cap;      /* call_cap */
-    struct ferry__rt_slot **slots;    /* n slots */
+    unsigned n;                    /* loops */
+    unsigned cap;                  /* call_cap */
+    struct ferry__rt_slot **slots; /* n slots */
 
     /* ---- wire/ only (wire/runtime.c) ---- */
     struct ferry__rt_thread *threads; /* n: [i] runs loop i (i > 0; [0] unused) */
-    unsigned                started;  /* threads created, loop 1 first */
-    ferry_runtime_opts      opts;     /* as given, loops resolved */
-    cpu_set_t               cpus;     /* the affinity mask when made */
-    cpu_set_t               saved;    /* loop 0's thread's mask, to give back */
-    bool                    pinned;   /* loop 0's thread was pinned */
-    pthread_mutex_t         mu;       /* guards `ready`, `failed` */
-    pthread_cond_t          cv;       /* the maker waits for the threads here */
-    unsigned                ready;    /* mu: threads whose loop is made (or failed) */
-    int                     failed;   /* mu: the first error of a thread, or 0 */
-    atomic_bool             ending;   /* ferry_runtime_free() began: threads free
+    unsigned started;                 /* threads created, loop 1 first */
+    ferry_runtime_opts opts;          /* as given, loops resolved */
+    cpu_set_t cpus;                   /* the affinity mask when made */
+    cpu_set_t saved;                  /* loop 0's thread's mask, to give back */
+    bool pinned;                      /* loop 0's thread was pinned */
+    pthread_mutex_t mu;               /* guards `ready`, `failed` */
+    pthread_cond_t cv;                /* the maker waits for the threads here */
+    unsigned ready;                   /* mu: threads whose loop is made (or failed) */
+    int failed;                       /* mu: the first error of a thread, or 0 */
+    atomic_bool ending;               /* ferry_runtime_free() began: threads free
                                        * their loop once their run returns */
-    atomic_bool             stopped;  /* ferry_runtime_stop() was called */
-    bool                    log_alive;/* set once before the end: name the tasks left */
-    struct ferry__cnode     stop_node;/* posted once to loop 0 by ferry_runtime_stop() */
+    atomic_bool stopped;              /* ferry_runtime_stop() was called */
+    bool log_alive;                   /* set once before the end: name the tasks left */
+    struct ferry__cnode stop_node;    /* posted once to loop 0 by ferry_runtime_stop() */
     /* loop 0's thread only */
-    ferry_task             *main;     /* the main task of a running ferry_runtime_run() */
-    bool                    in_run;   /* inside ferry_runtime_run() */
+    ferry_task *main; /* the main task of a running ferry_runtime_run() */
+    bool in_run;      /* inside ferry_runtime_run() */
 };
 
 /*
@@ -97,8 +97,8 @@ struct ferry_runtime {
  * index) and, for ferry_runtime_index(), compared by any thread.
  */
 struct ferry__loop_rt {
-    struct ferry_runtime *rt;     /* the runtime, or NULL */
-    unsigned              index;  /* the loop's index in it */
+    struct ferry_runtime *rt; /* the runtime, or NULL */
+    unsigned index;           /* the loop's index in it */
 };
 
 /* The extension room every inbox is made with (wire/loop.c): the pools'
@@ -119,7 +119,6 @@ struct ferry_runtime *ferry__rt_resolve(struct ferry_runtime *rt);
  * `on_loop_ok`: also from the loop's own thread (a task awaits the future
  * instead of blocking on it). */
 int ferry__future_spawn(struct ferry_inbox *ib, ferry_task_fn fn, void *arg,
-                        const ferry_task_opts *opts, bool on_loop_ok,
-                        ferry_future **out /* OUT */);
+                        const ferry_task_opts *opts, bool on_loop_ok, ferry_future **out /* OUT */);
 
 #endif /* FERRY_RUNTIME_INT_H */

@@ -30,12 +30,12 @@ static void deliver(struct ferry__cnode *n)
 
     x->delivered = true;
     if (x->counted && ferry__inbox_held_park(x))
-        return;                 /* granted by a later poll (fuzzing) */
+        return; /* granted by a later poll (fuzzing) */
     ferry__grant(&x->w, x->result);
 }
 
 int ferry__task_wake_init_self(struct ferry__task_wake *x, struct ferry_task *self,
-                           const char *what, const void *obj)
+                               const char *what, const void *obj)
 {
     x->ib = ferry__inbox_of(ferry__task_loop(self));
     if (!x->ib)
@@ -86,7 +86,7 @@ void ferry__task_wake_fire(struct ferry__task_wake *x, int result)
 int ferry__task_wake_wait(struct ferry__task_wake *x)
 {
     if (x->delivered)
-        return x->result;    /* fired on this thread before we waited */
+        return x->result; /* fired on this thread before we waited */
     return x->hold ? wait_held(x) : ferry__wait(NULL, &x->w, FERRY_NEVER);
 }
 

@@ -19,13 +19,13 @@
  * Loop thread only.
  */
 struct loop_jobs {
-    struct ferry__link jobs;       /* struct job, FIFO */
-    struct ferry_pool *pool;       /* the pool of every job in `jobs`, or NULL if they
+    struct ferry__link jobs; /* struct job, FIFO */
+    struct ferry_pool *pool; /* the pool of every job in `jobs`, or NULL if they
                                     * go to different pools */
-    size_t             n;          /* jobs in `jobs` */
-    uint64_t           gen;        /* hand-overs so far */
-    uint64_t           t;          /* when the first job came (ferry__pool_ticks()) */
-    bool               scheduled;  /* the flush callback is scheduled */
+    size_t n;                /* jobs in `jobs` */
+    uint64_t gen;            /* hand-overs so far */
+    uint64_t t;              /* when the first job came (ferry__pool_ticks()) */
+    bool scheduled;          /* the flush callback is scheduled */
 };
 
 const size_t ferry__to_thread_room = sizeof(struct loop_jobs);
@@ -37,7 +37,7 @@ static void list_splice_tail(struct ferry__link *to, struct ferry__link *from)
     struct ferry__link *first = from->next, *last = from->prev;
 
     if (to->next == NULL)
-        to->next = to->prev = to;     /* a {0} head: link the sentinel */
+        to->next = to->prev = to; /* a {0} head: link the sentinel */
     first->prev = to->prev;
     to->prev->next = first;
     last->next = to;
@@ -77,14 +77,14 @@ static bool job_not_taken(void *arg, int64_t waited)
 static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
 {
     struct loop_jobs *q = jobs_of(ib);
-    struct ferry__link local, failed = {0}, *l;
+    struct ferry__link local, failed = { 0 }, *l;
     struct ferry_pool *spin_pool = NULL, *one = q->pool;
     int64_t budget = 0, spun;
     size_t n = q->n;
 
     if (!n)
         return;
-    q->gen++;                     /* nothing on the list is pending any more */
+    q->gen++; /* nothing on the list is pending any more */
     ferry__list_move(&local, &q->jobs);
     q->pool = NULL;
     q->n = 0;
@@ -146,7 +146,7 @@ static void jobs_handover(struct ferry_inbox *ib, bool may_wait)
     }
     while ((l = ferry__list_pop_front(&failed)) != NULL) {
         struct job *j = ferry__container_of(l, struct job, link);
-        ferry__task_wake_fire(&j->tw, j->status);   /* on the loop: wakes the task now */
+        ferry__task_wake_fire(&j->tw, j->status); /* on the loop: wakes the task now */
     }
     if (spin_pool && may_wait && ferry__inbox_loop_idle(ib, budget)) {
         int r = ferry__inbox_spin(ib, budget, job_not_taken, spin_pool);
@@ -203,7 +203,7 @@ static int defer_job(struct ferry_pool *p, struct job *j)
     j->enq = q->t;
     ferry__list_push_back(&q->jobs, &j->link);
     if (q->n >= HANDOVER_BATCH)
-        jobs_handover(j->tw.ib, false);   /* keep the workers fed during a long turn */
+        jobs_handover(j->tw.ib, false); /* keep the workers fed during a long turn */
     return 0;
 }
 
@@ -239,7 +239,7 @@ static int wait_room_locked(struct ferry_pool *p)
         }
         if (rc == -ECANCELED || rc == -ETIMEDOUT) {
             if (fired && p->nqueued < p->capacity)
-                ferry__pool_room_kick_locked(p);   /* pass the unused wake on */
+                ferry__pool_room_kick_locked(p); /* pass the unused wake on */
             return rc;
         }
     }
@@ -289,26 +289,25 @@ static __attribute__((noinline)) int offload_interrupted(struct ferry_pool *p, s
         }
         p->cancelled++;
         pthread_mutex_unlock(&p->mu);
-        return rc;                    /* never ran */
+        return rc; /* never ran */
     }
     if (j->state == JOB_RUNNING && j->heap) {
         j->abandoned = true;
         *abandoned = true;
         p->nabandoned++;
         if (p->stopping)
-            pthread_cond_broadcast(&p->gone);   /* a leaving free waits for one fewer */
+            pthread_cond_broadcast(&p->gone); /* a leaving free waits for one fewer */
         pthread_mutex_unlock(&p->mu);
-        return rc;                    /* the worker cleans up and frees j */
+        return rc; /* the worker cleans up and frees j */
     }
     pthread_mutex_unlock(&p->mu);
     if (j->fn == ferry__job_trampoline)
-        ferry__job_interrupt(j->arg, rc);  /* reaches the job if it runs */
+        ferry__job_interrupt(j->arg, rc); /* reaches the job if it runs */
     ferry__task_wake_settle(&j->tw);      /* running (waited for) or finished */
     return j->tw.result;
 }
 
-static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
-                   bool *abandoned)
+static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self, bool *abandoned)
 {
     int rc;
 
@@ -324,7 +323,7 @@ static int offload(struct ferry_pool *p, struct job *j, struct ferry_task *self,
         return rc;
     rc = ferry__task_wake_wait(&j->tw);
     if (j->tw.delivered)
-        return j->tw.result;          /* fn's status, or why it never ran */
+        return j->tw.result; /* fn's status, or why it never ran */
     return offload_interrupted(p, j, rc, abandoned);
 }
 
@@ -369,8 +368,7 @@ int ferry_to_thread(ferry_pool *p, ferry_job_fn fn, void *arg)
     return rc;
 }
 
-int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg,
-                            ferry_job_cleanup cleanup)
+int ferry_to_thread_abandon(ferry_pool *p, ferry_job_fn fn, void *arg, ferry_job_cleanup cleanup)
 {
     struct ferry_task *self;
     struct job *j;

@@ -33,18 +33,18 @@ static const char loop_key;
 
 /* One transfer in flight. */
 struct xfer {
-    struct xfer    *prev, *next;  /* on the loop's list */
-    CURL           *easy;         /* the caller's handle */
-    CURLcode        code;         /* curl's result, once done */
-    ferry_watch_op  op;           /* what the task waits on */
+    struct xfer *prev, *next; /* on the loop's list */
+    CURL *easy;               /* the caller's handle */
+    CURLcode code;            /* curl's result, once done */
+    ferry_watch_op op;        /* what the task waits on */
 };
 
 /* A loop's libcurl state. */
 struct fcurl {
-    CURLM        *multi;    /* the loop's multi handle */
-    ferry_watch  *w;        /* its watch */
-    struct xfer  *xfers;    /* transfers curl has, newest first */
-    bool          in_curl;  /* inside a curl_multi_* call */
+    CURLM *multi;       /* the loop's multi handle */
+    ferry_watch *w;     /* its watch */
+    struct xfer *xfers; /* transfers curl has, newest first */
+    bool in_curl;       /* inside a curl_multi_* call */
 };
 
 /* ---- curl's callbacks: record only --------------------------------------- */
@@ -59,8 +59,9 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *s
     if (what == CURL_POLL_REMOVE)
         rc = ferry_watch_fd_remove(c->w, (int)s);
     else
-        rc = ferry_watch_fd(c->w, (int)s, (what & CURL_POLL_IN ? FERRY_READ : 0) |
-                                           (what & CURL_POLL_OUT ? FERRY_WRITE : 0));
+        rc = ferry_watch_fd(c->w, (int)s,
+                            (what & CURL_POLL_IN ? FERRY_READ : 0) |
+                                (what & CURL_POLL_OUT ? FERRY_WRITE : 0));
     /* -1 makes curl fail the transfers on the socket, rather than leave
      * them waiting for readiness nobody watches. */
     return rc ? -1 : 0;
@@ -133,7 +134,8 @@ static void op_ready(ferry_watch *w, int fd, int events, void *arg)
 {
     (void)w;
     drive(arg, (curl_socket_t)fd,
-          (events & FERRY_READ ? CURL_CSELECT_IN : 0) | (events & FERRY_WRITE ? CURL_CSELECT_OUT : 0));
+          (events & FERRY_READ ? CURL_CSELECT_IN : 0) |
+              (events & FERRY_WRITE ? CURL_CSELECT_OUT : 0));
 }
 
 static void op_timeout(ferry_watch *w, void *arg)
@@ -154,7 +156,9 @@ static void op_teardown(ferry_watch *w, void *arg)
 }
 
 static const ferry_watch_ops curl_ops = {
-    .ready = op_ready, .timeout = op_timeout, .teardown = op_teardown,
+    .ready = op_ready,
+    .timeout = op_timeout,
+    .teardown = op_teardown,
 };
 
 /* The loop's state, made at first use.  Returns: 0; -ENOMEM. */
@@ -277,10 +281,10 @@ int ferry_curl_perform(CURL *easy, CURLcode *code_out)
 
 /* Where a body grows. */
 struct sink {
-    char   *buf;    /* the bytes, room for a NUL */
-    size_t  len;    /* bytes stored */
-    size_t  cap;    /* bytes buf holds */
-    bool    nomem;  /* a realloc failed: the transfer was stopped */
+    char *buf;  /* the bytes, room for a NUL */
+    size_t len; /* bytes stored */
+    size_t cap; /* bytes buf holds */
+    bool nomem; /* a realloc failed: the transfer was stopped */
 };
 
 static size_t sink_write(char *data, size_t size, size_t nmemb, void *arg)
@@ -297,7 +301,7 @@ static size_t sink_write(char *data, size_t size, size_t nmemb, void *arg)
         nb = realloc(s->buf, cap);
         if (!nb) {
             s->nomem = true;
-            return 0;   /* curl stops the transfer: CURLE_WRITE_ERROR */
+            return 0; /* curl stops the transfer: CURLE_WRITE_ERROR */
         }
         s->buf = nb;
         s->cap = cap;
@@ -331,8 +335,7 @@ static int request(const char *url, const void *body, size_t len, const char *ct
     curl_easy_setopt(easy, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     if (body) {
-        snprintf(hbuf, sizeof hbuf, "Content-Type: %s",
-                 ctype ? ctype : "application/octet-stream");
+        snprintf(hbuf, sizeof hbuf, "Content-Type: %s", ctype ? ctype : "application/octet-stream");
         hdrs = curl_slist_append(NULL, hbuf);
         if (!hdrs) {
             curl_easy_cleanup(easy);

@@ -62,28 +62,28 @@
 
 struct ferry__resolver {
     struct ferry__loop_part part; /* in the loop's parts */
-    ferry_loop        *loop;
+    ferry_loop *loop;
     /* Configuration (ferry_loop_set_resolver()), owned copies. */
-    int                mode;        /* FERRY_RESOLVE_* */
-    char              *ns_conf;     /* nameservers given, or NULL: resolv.conf */
-    char              *hosts_conf;  /* hosts file given, or NULL: /etc/hosts */
-    int64_t            timeout;     /* 0: resolv.conf's */
-    unsigned           attempts;    /* 0: resolv.conf's */
-    ferry_pool        *pool;        /* for getaddrinfo(3); NULL: default */
+    int mode;          /* FERRY_RESOLVE_* */
+    char *ns_conf;     /* nameservers given, or NULL: resolv.conf */
+    char *hosts_conf;  /* hosts file given, or NULL: /etc/hosts */
+    int64_t timeout;   /* 0: resolv.conf's */
+    unsigned attempts; /* 0: resolv.conf's */
+    ferry_pool *pool;  /* for getaddrinfo(3); NULL: default */
     /* Made at the first lookup (resolver_make()), undone by
      * ferry_loop_set_resolver() and ferry_loop_free(). */
-    bool               made;
-    bool               use_files;   /* look in the hosts file */
-    bool               use_dns;     /* ask DNS for the other names */
-    bool               nss_other;   /* nsswitch has other sources: DNS misses go to the pool */
-    struct evdns_base *evdns;       /* NULL: no nameserver (names go to the pool) */
-    struct ferry__hosts hosts;      /* the hosts file, if use_files */
+    bool made;
+    bool use_files;            /* look in the hosts file */
+    bool use_dns;              /* ask DNS for the other names */
+    bool nss_other;            /* nsswitch has other sources: DNS misses go to the pool */
+    struct evdns_base *evdns;  /* NULL: no nameserver (names go to the pool) */
+    struct ferry__hosts hosts; /* the hosts file, if use_files */
     /* Callbacks evdns owes: one per query it accepted and has not called
      * back for.  Nothing may free the evdns base while this is not 0. */
-    size_t             inflight;
-    bool               closed;      /* ferry_loop_free() began: new lookups refused */
-    bool               draining;    /* the base was freed at poll `closed_poll`: one more poll */
-    uint64_t           closed_poll; /* loop->stats.polls when the base was freed */
+    size_t inflight;
+    bool closed;          /* ferry_loop_free() began: new lookups refused */
+    bool draining;        /* the base was freed at poll `closed_poll`: one more poll */
+    uint64_t closed_poll; /* loop->stats.polls when the base was freed */
 };
 
 /* ---- making and undoing a resolver ------------------------------------------------ */
@@ -122,17 +122,18 @@ static int dns_open(struct ferry__resolver *r)
             p += n;
             errno = 0;
             err = evdns_base_nameserver_ip_add(e, buf);
-            if (err && err != 3) {          /* 3: the same server twice */
+            if (err && err != 3) { /* 3: the same server twice */
                 int saved = errno;
                 evdns_base_free(e, 0);
                 if (err == 1 && (saved == EMFILE || saved == ENFILE))
-                    return -saved;          /* no descriptor for its socket */
+                    return -saved; /* no descriptor for its socket */
                 return err == 4 ? -EINVAL : -ENOMEM;
             }
         }
     } else {
-        err = evdns_base_resolv_conf_parse(e, DNS_OPTION_NAMESERVERS | DNS_OPTION_SEARCH |
-                                           DNS_OPTION_MISC | DNS_OPTION_NAMESERVERS_NO_DEFAULT,
+        err = evdns_base_resolv_conf_parse(e,
+                                           DNS_OPTION_NAMESERVERS | DNS_OPTION_SEARCH |
+                                               DNS_OPTION_MISC | DNS_OPTION_NAMESERVERS_NO_DEFAULT,
                                            ferry__dns_resolv_conf());
         if (err == 4) {
             evdns_base_free(e, 0);
@@ -170,8 +171,8 @@ static int resolver_make(struct ferry__resolver *r)
             return rc;
         if (r->hosts_conf && !r->hosts_conf[0])
             files = false;
-        if (files && (rc = ferry__hosts_load(&r->hosts,
-                                             r->hosts_conf ? r->hosts_conf : "/etc/hosts")))
+        if (files &&
+            (rc = ferry__hosts_load(&r->hosts, r->hosts_conf ? r->hosts_conf : "/etc/hosts")))
             return rc;
         if (dns && (rc = dns_open(r))) {
             ferry__hosts_free(&r->hosts);
@@ -199,8 +200,7 @@ static bool resolver_closing(struct ferry__loop_part *part);
 static void resolver_free(struct ferry__loop_part *part);
 
 /* The loop's part for its resolver: made at the first lookup or setting. */
-static const struct ferry__part_ops resolver_ops = { "resolver", resolver_closing,
-                                                     resolver_free };
+static const struct ferry__part_ops resolver_ops = { "resolver", resolver_closing, resolver_free };
 
 static struct ferry__resolver *resolver_find(const ferry_loop *loop)
 {
@@ -228,9 +228,9 @@ static int resolver_of(ferry_loop *loop, struct ferry__resolver **out)
 
 /* From the hosts file: 0 and *res; FERRY_EAI_NODATA (the name is there, but
  * with no address of the families asked for); 1 (not there). */
-static int from_hosts(const struct ferry__resolver *r, const char *name, const struct ferry__dns_families *f,
-                      const struct ferry__ai_kind *kinds, size_t nkinds, bool canon,
-                      struct addrinfo **res)
+static int from_hosts(const struct ferry__resolver *r, const char *name,
+                      const struct ferry__dns_families *f, const struct ferry__ai_kind *kinds,
+                      size_t nkinds, bool canon, struct addrinfo **res)
 {
     struct ferry__ai_addr addrs[FERRY__DNS_MAX_ADDRS];
     size_t count, n = 0;
@@ -259,21 +259,21 @@ struct query;
 
 /* One query of a lookup: A or AAAA. */
 struct sub {
-    struct query         *q;
-    struct evdns_request *req;   /* while evdns owes the callback; NULL after */
-    bool                  sent;  /* evdns accepted it */
-    bool                  done;  /* called back */
-    int                   err;   /* DNS_ERR_*, once done */
-    size_t                n;     /* addresses in addr, once done */
-    unsigned char         addr[MAX_PER_FAMILY * 16];
+    struct query *q;
+    struct evdns_request *req; /* while evdns owes the callback; NULL after */
+    bool sent;                 /* evdns accepted it */
+    bool done;                 /* called back */
+    int err;                   /* DNS_ERR_*, once done */
+    size_t n;                  /* addresses in addr, once done */
+    unsigned char addr[MAX_PER_FAMILY * 16];
 };
 
 /* A lookup's record.  Heap: see the top of the file. */
 struct query {
     struct ferry__resolver *r;
-    struct ferry__waiter   *w;     /* the waiting task's, or NULL once it left */
-    unsigned                owed;  /* callbacks not yet run */
-    struct sub              v4, v6;
+    struct ferry__waiter *w; /* the waiting task's, or NULL once it left */
+    unsigned owed;           /* callbacks not yet run */
+    struct sub v4, v6;
 };
 
 static void query_cb(int result, char type, int count, int ttl, void *addresses, void *arg)
@@ -286,8 +286,8 @@ static void query_cb(int result, char type, int count, int ttl, void *addresses,
     s->req = NULL;
     s->done = true;
     s->err = result;
-    if (result == DNS_ERR_NONE && (type == DNS_IPv4_A || type == DNS_IPv6_AAAA) &&
-        count > 0 && addresses) {
+    if (result == DNS_ERR_NONE && (type == DNS_IPv4_A || type == DNS_IPv6_AAAA) && count > 0 &&
+        addresses) {
         s->n = (size_t)count < MAX_PER_FAMILY ? (size_t)count : MAX_PER_FAMILY;
         memcpy(s->addr, addresses, s->n * size);
     } else if (result == DNS_ERR_NONE) {
@@ -346,12 +346,23 @@ static int query_error(const struct query *q)
         if (!s->sent)
             continue;
         switch (s->err) {
-        case DNS_ERR_NOTEXIST:     notexist = true; break;
-        case DNS_ERR_NODATA:       break;
-        case DNS_ERR_TRUNCATED:    truncated = true; nodata = false; break;
+        case DNS_ERR_NOTEXIST:
+            notexist = true;
+            break;
+        case DNS_ERR_NODATA:
+            break;
+        case DNS_ERR_TRUNCATED:
+            truncated = true;
+            nodata = false;
+            break;
         case DNS_ERR_TIMEOUT:
-        case DNS_ERR_SERVERFAILED: again = true; nodata = false; break;
-        default:                   nodata = false; break;
+        case DNS_ERR_SERVERFAILED:
+            again = true;
+            nodata = false;
+            break;
+        default:
+            nodata = false;
+            break;
         }
     }
     if (truncated)
@@ -370,8 +381,8 @@ static int query_error(const struct query *q)
  * a resolver code; -ECANCELED, -ETIMEDOUT; -ENOMEM.
  */
 static int query_dns(struct ferry__resolver *r, ferry_task *self, const char *name, bool absolute,
-                     const struct ferry__dns_families *f, const struct ferry__ai_kind *kinds, size_t nkinds,
-                     const char *canon, struct addrinfo **res)
+                     const struct ferry__dns_families *f, const struct ferry__ai_kind *kinds,
+                     size_t nkinds, const char *canon, struct addrinfo **res)
 {
     struct ferry__ai_addr addrs[FERRY__DNS_MAX_ADDRS];
     int64_t until = FERRY_NEVER, skew = r->timeout ? r->timeout : DEFAULT_SKEW;
@@ -401,7 +412,7 @@ static int query_dns(struct ferry__resolver *r, ferry_task *self, const char *na
             return rc;
         }
         if (rc == 1 || !q->owed)
-            break;            /* the slower family's time is up, or all is in */
+            break; /* the slower family's time is up, or all is in */
         if (until == FERRY_NEVER)
             until = ferry_now() + skew;
         ferry__waiter_init(&w, self, "getaddrinfo", q);
@@ -492,8 +503,8 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
     if (!r->use_dns || !r->evdns)
         return auto_mode ? on_pool(self, r->pool, host, service, hints, res) : FERRY_EAI_NONAME;
     rc = query_dns(r, self, name, absolute, &f, kinds, nkinds, canon ? name : NULL, res);
-    if (auto_mode && (rc == 1 || (r->nss_other && (rc == FERRY_EAI_NONAME ||
-                                                   rc == FERRY_EAI_NODATA))))
+    if (auto_mode &&
+        (rc == 1 || (r->nss_other && (rc == FERRY_EAI_NONAME || rc == FERRY_EAI_NODATA))))
         return on_pool(self, r->pool, host, service, hints, res);
     return rc == 1 ? FERRY_EAI_FAIL : rc;
 }

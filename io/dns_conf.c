@@ -54,8 +54,8 @@ static int read_text(const char *path, char **text, size_t *len)
         return 0;
     }
     if ((size_t)st.st_size > TEXT_MAX) {
-        ferry__log(FERRY_LOG_WARN, "resolver: %s is larger than %zu bytes: not read",
-                   path, TEXT_MAX);
+        ferry__log(FERRY_LOG_WARN, "resolver: %s is larger than %zu bytes: not read", path,
+                   TEXT_MAX);
         fclose(f);
         return 0;
     }
@@ -90,7 +90,7 @@ static char *next_line(char *text, size_t len, size_t *pos)
         *nl = 0;
         *pos = (size_t)(nl - text) + 1;
     } else {
-        *pos = len;    /* text[len] is the NUL read_text() put there */
+        *pos = len; /* text[len] is the NUL read_text() put there */
     }
     return line;
 }

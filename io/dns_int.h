@@ -21,18 +21,18 @@
 
 /* One name of the hosts file: a line gives one entry per name on it. */
 struct ferry__hosts_ent {
-    const char   *name;       /* into the file's text */
-    const char   *canon;      /* the line's first name, into the file's text */
-    unsigned      seq;        /* position in the file: ties keep file order */
-    int           family;     /* AF_INET or AF_INET6 */
-    unsigned char addr[16];   /* 4 or 16 bytes, network order */
+    const char *name;       /* into the file's text */
+    const char *canon;      /* the line's first name, into the file's text */
+    unsigned seq;           /* position in the file: ties keep file order */
+    int family;             /* AF_INET or AF_INET6 */
+    unsigned char addr[16]; /* 4 or 16 bytes, network order */
 };
 
 /* The hosts file as read; all-zero is an empty one. */
 struct ferry__hosts {
-    char                    *text;  /* the file, cut into names in place */
-    struct ferry__hosts_ent *ents;  /* sorted by name (any case), then file order */
-    size_t                   n;
+    char *text;                    /* the file, cut into names in place */
+    struct ferry__hosts_ent *ents; /* sorted by name (any case), then file order */
+    size_t n;
 };
 
 /* Read the hosts file at `path` ("address name aliases...", '#' starts a
@@ -63,16 +63,17 @@ const char *ferry__dns_resolv_conf(void);
 #define FERRY__DNS_MAX_ADDRS 64
 
 /* ai_flags a lookup accepts. */
-#define FERRY__DNS_FLAGS_KNOWN (AI_PASSIVE | AI_CANONNAME | AI_NUMERICHOST | AI_NUMERICSERV | \
-                                AI_V4MAPPED | AI_ALL | AI_ADDRCONFIG | AI_IDN | AI_CANONIDN)
+#define FERRY__DNS_FLAGS_KNOWN \
+    (AI_PASSIVE | AI_CANONNAME | AI_NUMERICHOST | AI_NUMERICSERV | AI_V4MAPPED | AI_ALL | \
+     AI_ADDRCONFIG | AI_IDN | AI_CANONIDN)
 
 /* Which families to look for.  AI_ADDRCONFIG as glibc reads it: a family
  * counts if an interface has an address of it other than 127.0.0.1 or ::1. */
 struct ferry__dns_families {
-    bool v4;          /* ask for IPv4 addresses */
-    bool v6;          /* ask for IPv6 addresses */
-    bool mapped;      /* AF_INET6 with AI_V4MAPPED: IPv4 ones become ::ffff:a.b.c.d */
-    bool all;         /* with `mapped`: AI_ALL, mapped ones even when IPv6 ones exist */
+    bool v4;     /* ask for IPv4 addresses */
+    bool v6;     /* ask for IPv6 addresses */
+    bool mapped; /* AF_INET6 with AI_V4MAPPED: IPv4 ones become ::ffff:a.b.c.d */
+    bool all;    /* with `mapped`: AI_ALL, mapped ones even when IPv6 ones exist */
 };
 
 /* The caller's hints checked, or the defaults; -EINVAL or a resolver code. */

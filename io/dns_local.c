@@ -39,7 +39,7 @@ int ferry__dns_hints_get(const struct addrinfo *hints, struct addrinfo *h)
 /* A numeric host, or none: getaddrinfo(3) answers it without asking
  * anyone (AI_NUMERICHOST).  Returns 1 if `host` is a name. */
 int ferry__dns_numeric(const char *host, const char *service, const struct addrinfo *h,
-                   struct addrinfo **res)
+                       struct addrinfo **res)
 {
     struct addrinfo nh = *h, *g = NULL;
     int e, rc;
@@ -60,7 +60,7 @@ int ferry__dns_numeric(const char *host, const char *service, const struct addri
  * hints, from the services database (getaddrinfo(3) with no host asks
  * nobody else). */
 int ferry__dns_service_kinds(const char *service, const struct addrinfo *h,
-                         struct ferry__ai_kind *kinds, size_t *nkinds)
+                             struct ferry__ai_kind *kinds, size_t *nkinds)
 {
     struct addrinfo th, *g = NULL, *s;
     int e;
@@ -82,9 +82,9 @@ int ferry__dns_service_kinds(const char *service, const struct addrinfo *h,
             continue;
         k->socktype = s->ai_socktype;
         k->protocol = s->ai_protocol;
-        k->port = s->ai_family == AF_INET ?
-                  ((const struct sockaddr_in *)(const void *)s->ai_addr)->sin_port :
-                  ((const struct sockaddr_in6 *)(const void *)s->ai_addr)->sin6_port;
+        k->port = s->ai_family == AF_INET
+                      ? ((const struct sockaddr_in *)(const void *)s->ai_addr)->sin_port
+                      : ((const struct sockaddr_in6 *)(const void *)s->ai_addr)->sin6_port;
         (*nkinds)++;
     }
     freeaddrinfo(g);
@@ -122,7 +122,7 @@ static void machine_families(bool *seen4, bool *seen6)
             continue;
         if (sa->sa_family == AF_INET &&
             ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr !=
-            htonl(INADDR_LOOPBACK))
+                htonl(INADDR_LOOPBACK))
             *seen4 = true;
         if (sa->sa_family == AF_INET6 &&
             !IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr))
@@ -160,7 +160,7 @@ int ferry__dns_families_get(const struct addrinfo *h, struct ferry__dns_families
 /* Append `n` addresses of `family` (4 or 16 bytes each, packed) to the
  * list, as IPv4-mapped IPv6 ones if `map`. */
 void ferry__dns_addrs_add(struct ferry__ai_addr *list, size_t *len, int family,
-                      const unsigned char *bytes, size_t n, bool map)
+                          const unsigned char *bytes, size_t n, bool map)
 {
     size_t step = family == AF_INET ? 4 : 16;
 

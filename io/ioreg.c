@@ -203,7 +203,8 @@ static int epoll_set(ferry_loop *loop)
 static void ioreg_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
-    ioreg_ready(arg, (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
+    ioreg_ready(arg,
+                (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
 }
 
 /* What the waiters of `q` wait for, as libevent's EV_READ|EV_WRITE. */
@@ -286,8 +287,8 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
     return 0;
 }
 
-int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q,
-                      int want, const char *what, const void *obj)
+int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q, int want,
+                      const char *what, const void *obj)
 {
     struct ferry__waiter w;
     int rc;
@@ -339,8 +340,7 @@ static void io_cb(evutil_socket_t fd, short what, void *arg)
     struct ferry__waiter *w = arg;
 
     (void)fd;
-    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) |
-                      ((what & EV_WRITE) ? FERRY_WRITE : 0) |
+    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) | ((what & EV_WRITE) ? FERRY_WRITE : 0) |
                       ((what & EV_SIGNAL) ? 1 : 0));
     ferry__grant(w, 0);
 }

@@ -63,8 +63,7 @@ static int case_check(const ferry_case *c, ferry_task *self)
 {
     ferry_task *t;
 
-    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_FUTURE ||
-        (c->flags & ~FERRY_CASE_OFF))
+    if (c->kind < FERRY_CASE_NONE || c->kind > FERRY_CASE_FUTURE || (c->flags & ~FERRY_CASE_OFF))
         return -EINVAL;
     if (!case_enabled(c))
         return 0;
@@ -73,8 +72,7 @@ static int case_check(const ferry_case *c, ferry_task *self)
     case FERRY_CASE_STREAM:
         if (!c->events || (c->events & ~(FERRY_READ | FERRY_WRITE)))
             return -EINVAL;
-        if (c->kind == FERRY_CASE_STREAM && c->events != FERRY_READ &&
-            c->events != FERRY_WRITE)
+        if (c->kind == FERRY_CASE_STREAM && c->events != FERRY_READ && c->events != FERRY_WRITE)
             return -EINVAL;
         return 0;
     case FERRY_CASE_QUEUE_GET:
@@ -223,8 +221,7 @@ static void sel_io_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     if (w->state != FERRY__W_WAITING)
         return;
-    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) |
-                      ((what & EV_WRITE) ? FERRY_WRITE : 0));
+    w->n = (uint64_t)(((what & EV_READ) ? FERRY_READ : 0) | ((what & EV_WRITE) ? FERRY_WRITE : 0));
     ferry__grant(w, 0);
 }
 
@@ -362,8 +359,8 @@ static void cases_disarm(ferry_case *cases, struct ferry__waiter **w, void **nod
     for (i = 0; i < n; i++) {
         /* The channel or future frees the node, and its waiter with it. */
         if (node[i])
-            case_ext(&cases[i], self)->disarm(cases[i].obj,
-                                              cases[i].kind == FERRY_CASE_CHAN_SEND, node[i]);
+            case_ext(&cases[i], self)
+                ->disarm(cases[i].obj, cases[i].kind == FERRY_CASE_CHAN_SEND, node[i]);
     }
 }
 
@@ -389,8 +386,7 @@ static int case_done(ferry_case *c, struct ferry__waiter *w, bool perform, ferry
         return 1;
     case FERRY_CASE_QUEUE_GET:
     case FERRY_CASE_QUEUE_PUT:
-        res = ferry__queue_sel_done(c->obj, w, c->buf, c->kind == FERRY_CASE_QUEUE_PUT,
-                                    perform);
+        res = ferry__queue_sel_done(c->obj, w, c->buf, c->kind == FERRY_CASE_QUEUE_PUT, perform);
         if (!perform)
             return 0;
         c->result = res;
@@ -520,7 +516,7 @@ int ferry_select(ferry_case *cases, size_t n, unsigned flags)
         if (rc) {
             cases_disarm(cases, w, node, armed, self);
             if (rc == 1)
-                continue;       /* a channel became ready meanwhile */
+                continue; /* a channel became ready meanwhile */
             return rc;
         }
         rc = ferry__wait(NULL, &sel.master, until);

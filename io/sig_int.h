@@ -22,26 +22,26 @@ struct event;
  * loop (sigport.c), freed by ferry_loop_free() (ferry__signal_loop_free()).
  */
 struct ferry__sigport {
-    struct ferry__loop_part part;            /* in the loop's parts */
+    struct ferry__loop_part part; /* in the loop's parts */
     /* io/signal.c */
-    struct ferry__link  subs;                /* the loop's live ferry_sigsubs */
+    struct ferry__link subs; /* the loop's live ferry_sigsubs */
     /* io/sigport.c */
-    ferry_loop         *loop;                /* the loop it belongs to */
-    struct event       *ev;                  /* EV_READ|EV_PERSIST on fd.rfd, added
+    ferry_loop *loop;           /* the loop it belongs to */
+    struct event *ev;           /* EV_READ|EV_PERSIST on fd.rfd, added
                                               * while `total` > 0 */
-    struct ferry__wakefd fd;                 /* what the handler writes (fd.wfd) */
-    size_t              slot;                /* its slot in the process table */
-    size_t              total;               /* subscriptions x signals: sum of refs */
-    uint64_t            mask;                /* signals with refs > 0 */
-    unsigned            refs[FERRY__NSIG];   /* subscriptions per signal */
-    uint64_t            seen[FERRY__NSIG];   /* the signal's counter as far as it
+    struct ferry__wakefd fd;    /* what the handler writes (fd.wfd) */
+    size_t slot;                /* its slot in the process table */
+    size_t total;               /* subscriptions x signals: sum of refs */
+    uint64_t mask;              /* signals with refs > 0 */
+    unsigned refs[FERRY__NSIG]; /* subscriptions per signal */
+    uint64_t seen[FERRY__NSIG]; /* the signal's counter as far as it
                                               * has been handed to subscriptions */
     /* io/signal.c: ferry_loop_dump_on_signal(): the signal (0: none),
      * where the dump goes (a stream on a duplicate of the caller's
      * descriptor), and whether a dump is queued as a callback already. */
-    int                 dump_signum;
-    FILE               *dump_file;
-    bool                dump_queued;
+    int dump_signum;
+    FILE *dump_file;
+    bool dump_queued;
 };
 
 /* ---- io/sigport.c --------------------------------------------------------- */
@@ -52,7 +52,7 @@ struct ferry__sigport {
  * Returns: 0; -ENOMEM; -EINVAL (sigaction() refused the number).  On error
  * nothing changed, except that the port may stay (freed with the loop).
  */
-int  ferry__sig_add(ferry_loop *loop, int signum);
+int ferry__sig_add(ferry_loop *loop, int signum);
 
 /* The loop's port, or NULL if it has none yet. */
 struct ferry__sigport *ferry__sigport_of(const ferry_loop *loop);
@@ -94,7 +94,7 @@ void ferry__signal_loop_start(ferry_loop *loop);
  * drops the deliveries the subscription counted and did not receive (they
  * came while its one wait lasted) instead of raising them again.
  */
-int  ferry__sigsub_release(ferry_sigsub *sub, bool merge);
+int ferry__sigsub_release(ferry_sigsub *sub, bool merge);
 
 /*
  * For a select over several primitives: a task waits for a subscription
@@ -106,7 +106,7 @@ int  ferry__sigsub_release(ferry_sigsub *sub, bool merge);
  * ferry__sigsub_try() is ferry_sigsub_try_recv() without the checks.
  */
 struct ferry__waitq *ferry__sigsub_waitq(ferry_sigsub *sub);
-int  ferry__sigsub_try(ferry_sigsub *sub, int *signum);
+int ferry__sigsub_try(ferry_sigsub *sub, int *signum);
 void ferry__sigsub_claim(ferry_sigsub *sub, int *signum);
 void ferry__sigsub_unclaim(ferry_sigsub *sub);
 

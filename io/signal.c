@@ -31,17 +31,17 @@
 #include "sync_int.h"
 
 struct ferry_sigsub {
-    ferry_loop         *loop;                 /* NULL once its loop was freed */
-    struct ferry__link  link;                 /* in the port's subs while loop is set */
-    struct ferry__waitq waiters;              /* tasks in ferry_sigsub_recv() */
-    uint64_t            mask;                 /* the signals subscribed to */
-    uint64_t            count;                /* deliveries counted, not received */
-    uint64_t            reserved;             /* of those, promised to woken waiters */
-    uint64_t            pending[FERRY__NSIG]; /* deliveries counted, per signal */
-    unsigned char       ring[FERRY__NSIG];    /* the signals with pending > 0, in
+    ferry_loop *loop;                /* NULL once its loop was freed */
+    struct ferry__link link;         /* in the port's subs while loop is set */
+    struct ferry__waitq waiters;     /* tasks in ferry_sigsub_recv() */
+    uint64_t mask;                   /* the signals subscribed to */
+    uint64_t count;                  /* deliveries counted, not received */
+    uint64_t reserved;               /* of those, promised to woken waiters */
+    uint64_t pending[FERRY__NSIG];   /* deliveries counted, per signal */
+    unsigned char ring[FERRY__NSIG]; /* the signals with pending > 0, in
                                                * the order they are received */
-    unsigned char       head;                 /* first of ring */
-    unsigned char       len;                  /* signals in ring */
+    unsigned char head;              /* first of ring */
+    unsigned char len;               /* signals in ring */
 };
 
 /* ---- a subscription's counts --------------------------------------------- */
@@ -73,7 +73,7 @@ static int take(ferry_sigsub *sub)
     sub->len--;
     sub->count--;
     if (--sub->pending[signum])
-        ring_push(sub, signum);    /* to the back: others get their turn */
+        ring_push(sub, signum); /* to the back: others get their turn */
     return signum;
 }
 

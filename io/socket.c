@@ -37,13 +37,13 @@
 int64_t ferry__connect_attempt_min = FERRY_SEC(2);
 
 struct ferry_listener {
-    struct ferry__ioreg  reg;       /* descriptor, readiness, accepting tasks in rq */
-    struct ferry__ioobj  obj;       /* in loop->ioobjs while open */
-    int                  spare;     /* descriptor kept for EMFILE, or -1 */
-    int                  port;      /* bound TCP port, or -1 for a Unix socket */
-    unsigned             inside;    /* tasks inside accept: freed at 0 once closed */
-    char                *path;      /* socket file to remove at close, or NULL */
-    ferry_stream_opts    sopts;     /* for accepted streams */
+    struct ferry__ioreg reg; /* descriptor, readiness, accepting tasks in rq */
+    struct ferry__ioobj obj; /* in loop->ioobjs while open */
+    int spare;               /* descriptor kept for EMFILE, or -1 */
+    int port;                /* bound TCP port, or -1 for a Unix socket */
+    unsigned inside;         /* tasks inside accept: freed at 0 once closed */
+    char *path;              /* socket file to remove at close, or NULL */
+    ferry_stream_opts sopts; /* for accepted streams */
 };
 
 static int open_spare(void)
@@ -237,8 +237,8 @@ int ferry_tcp_listen(ferry_listener **out, ferry_loop *loop, const char *host, i
         return -EINVAL;
     *out = NULL;
     if (port < 0 || port > 65535 ||
-        (opts && ((opts->flags & ~(FERRY_LISTEN_NO_REUSEADDR | FERRY_LISTEN_REUSEPORT |
-                                   FERRY_LISTEN_V6ONLY)) ||
+        (opts && ((opts->flags &
+                   ~(FERRY_LISTEN_NO_REUSEADDR | FERRY_LISTEN_REUSEPORT | FERRY_LISTEN_V6ONLY)) ||
                   (opts->stream.flags & ~FERRY_STREAM_NAGLE) || opts->backlog < 0)))
         return -EINVAL;
     rc = ferry__loop_arg(&loop);
@@ -360,8 +360,16 @@ static void drop_queued(ferry_listener *l)
 static bool retry_accept(int err)
 {
     switch (err) {
-    case EINTR: case ECONNABORTED: case EPROTO: case ENETDOWN: case ENOPROTOOPT:
-    case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
         return true;
     default:
         return false;

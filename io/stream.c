@@ -131,7 +131,7 @@ int ferry_stream_open(ferry_stream **out, ferry_loop *loop, int fd, const ferry_
         return -errno;
     rc = ferry__stream_make(out, loop, fd, io, FERRY_READ | FERRY_WRITE, opts);
     if (rc && !(fl & O_NONBLOCK))
-        fcntl(fd, F_SETFL, fl);    /* an error leaves the descriptor as it was */
+        fcntl(fd, F_SETFL, fl); /* an error leaves the descriptor as it was */
     return rc;
 }
 
@@ -436,11 +436,11 @@ static const char *find(const char *p, size_t len, const void *delim, size_t dle
     return memmem(p, len, delim, dlen);
 }
 
-int ferry_stream_read_until(ferry_stream *s, const void *delim, size_t dlen, void *buf,
-                            size_t max, size_t *n)
+int ferry_stream_read_until(ferry_stream *s, const void *delim, size_t dlen, void *buf, size_t max,
+                            size_t *n)
 {
     ferry_task *self;
-    size_t scan = 0;    /* bytes from s->r on that cannot begin the delimiter */
+    size_t scan = 0; /* bytes from s->r on that cannot begin the delimiter */
     ssize_t k;
     int rc;
 
@@ -539,7 +539,7 @@ static int push(ferry_stream *s, ferry_task *self, const struct iovec *iov, int 
                 size_t *done)
 {
     struct iovec win[FERRY__IOV_BATCH];
-    size_t total = 0, off = 0;    /* off: bytes of iov[i] already written */
+    size_t total = 0, off = 0; /* off: bytes of iov[i] already written */
     int i = 0, want = FERRY_WRITE, rc;
 
     for (;;) {

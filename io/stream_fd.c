@@ -119,11 +119,17 @@ static int pipe_shutdown(ferry_stream *s)
 }
 
 const struct ferry__stream_io ferry__sock_io = {
-    .recv = sock_recv, .send = sock_send, .shutdown = sock_shutdown, .close = fd_close,
+    .recv = sock_recv,
+    .send = sock_send,
+    .shutdown = sock_shutdown,
+    .close = fd_close,
     .drains = true,
 };
 
 const struct ferry__stream_io ferry__pipe_io = {
-    .recv = pipe_recv, .send = pipe_send, .shutdown = pipe_shutdown, .close = fd_close,
+    .recv = pipe_recv,
+    .send = pipe_send,
+    .shutdown = pipe_shutdown,
+    .close = fd_close,
     .drains = true,
 };

@@ -25,19 +25,19 @@
  * loop is freed (the netloop's part, ioreg.c).
  */
 struct ferry__ioobj {
-    struct ferry__link link;                       /* in the loop's list while open */
-    void             (*destroy)(struct ferry__ioobj *o); /* close and free */
+    struct ferry__link link;                 /* in the loop's list while open */
+    void (*destroy)(struct ferry__ioobj *o); /* close and free */
 };
 
 /* A loop's streams and listeners, and (on Linux) the epoll set their
  * descriptors are registered in (ioreg.c): made at the first
  * registration, freed with the loop. */
 struct ferry__netloop {
-    struct ferry__loop_part part;  /* in the loop's parts (ioreg.c) */
-    struct ferry__link  ioobjs;    /* open streams and listeners */
-    int                 epfd;      /* the epoll set, or -1 */
-    struct event        ev;        /* epfd's registration with the base */
-    bool                ev_added;  /* ev is added */
+    struct ferry__loop_part part; /* in the loop's parts (ioreg.c) */
+    struct ferry__link ioobjs;    /* open streams and listeners */
+    int epfd;                     /* the epoll set, or -1 */
+    struct event ev;              /* epfd's registration with the base */
+    bool ev_added;                /* ev is added */
 };
 
 /* Enter an open object into its loop's list (the loop has a netloop: its
@@ -88,10 +88,10 @@ void ferry__ioobj_del(struct ferry__ioobj *o);
 struct ferry__stream_io {
     ssize_t (*recv)(ferry_stream *s, void *buf, size_t len, int *want);
     ssize_t (*send)(ferry_stream *s, const struct iovec *iov, int n, int *want);
-    int     (*shutdown)(ferry_stream *s);
-    void    (*close)(ferry_stream *s);
-    int     (*flush)(ferry_stream *s, int *want);
-    bool    drains;
+    int (*shutdown)(ferry_stream *s);
+    void (*close)(ferry_stream *s);
+    int (*flush)(ferry_stream *s, int *want);
+    bool drains;
 };
 
 /* The most buffers one send() of the seam is given. */
@@ -113,28 +113,28 @@ extern const struct ferry__stream_io ferry__pipe_io;
  */
 /* How a descriptor is registered (ioreg.c). */
 enum {
-    FERRY__IO_EPOLL = 0,  /* in the loop's epoll set, edge-triggered, once */
-    FERRY__IO_ET,         /* a libevent event, edge-triggered, once */
-    FERRY__IO_LT,         /* a libevent event, level-triggered, while a task waits */
+    FERRY__IO_EPOLL = 0, /* in the loop's epoll set, edge-triggered, once */
+    FERRY__IO_ET,        /* a libevent event, edge-triggered, once */
+    FERRY__IO_LT,        /* a libevent event, level-triggered, while a task waits */
 };
 
 struct ferry__ioreg {
-    ferry_loop          *loop;      /* the loop it belongs to; never changes */
-    int                  fd;        /* the descriptor, -1 once closed */
-    uint8_t              ready;     /* FERRY_READ|FERRY_WRITE: no EAGAIN (nor a
+    ferry_loop *loop;       /* the loop it belongs to; never changes */
+    int fd;                 /* the descriptor, -1 once closed */
+    uint8_t ready;          /* FERRY_READ|FERRY_WRITE: no EAGAIN (nor a
                                      * drained short transfer) since the last
                                      * event that reported it */
-    uint8_t              mode;      /* FERRY__IO_* */
-    uint8_t              lt_events; /* FERRY__IO_LT: EV_READ|EV_WRITE registered now */
-    bool                 closed;    /* closed: waiters were woken with -EBADF */
-    bool                 hup;       /* the peer hung up, reset or shut down its
+    uint8_t mode;           /* FERRY__IO_* */
+    uint8_t lt_events;      /* FERRY__IO_LT: EV_READ|EV_WRITE registered now */
+    bool closed;            /* closed: waiters were woken with -EBADF */
+    bool hup;               /* the peer hung up, reset or shut down its
                                      * side, or an error is pending (epoll said
                                      * so): read until EAGAIN, never stop at a
                                      * short read */
-    struct ferry__waitq  rq;        /* readers (a stream's one reader, a
+    struct ferry__waitq rq; /* readers (a stream's one reader, a
                                      * listener's accepting tasks) */
-    struct ferry__waitq  wq;        /* a stream's writer (or connecting task) */
-    struct event         ev;        /* the libevent event (FERRY__IO_ET, _LT) */
+    struct ferry__waitq wq; /* a stream's writer (or connecting task) */
+    struct event ev;        /* the libevent event (FERRY__IO_ET, _LT) */
 };
 
 /* Register descriptors through libevent even where the loop's epoll set
@@ -148,7 +148,7 @@ extern bool ferry__io_use_libevent;
  * Returns: 0; -ENOMEM; -EINVAL (epoll refuses the descriptor); -EMFILE,
  * -ENFILE (no descriptor for the loop's epoll set).
  */
-int  ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready);
+int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready);
 
 /*
  * Wait in `q` (g->rq or g->wq) until the loop reports the readiness `want`
@@ -158,8 +158,8 @@ int  ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t
  * descriptor must not be touched); -ENOMEM (level-triggered mode could not
  * register).
  */
-int  ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q,
-                       int want, const char *what, const void *obj);
+int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q, int want,
+                      const char *what, const void *obj);
 
 /* Mark closed, unregister, and wake every waiter with -EBADF; the caller
  * then closes the descriptor. */
@@ -173,20 +173,20 @@ int ferry__ioreg_lt_update(struct ferry__ioreg *g, short extra);
 /* ---- The stream ------------------------------------------------------------ */
 
 struct ferry_stream {
-    struct ferry__ioreg  reg;       /* descriptor, readiness, waiters */
-    struct ferry__ioobj  obj;       /* in loop->ioobjs while open */
-    bool                 eof;       /* the transport said end of stream */
-    bool                 reading;   /* a task is inside a read call */
-    bool                 writing;   /* a task is inside a write call */
-    int                  rerr;      /* read error kept for later reads, or 0 */
-    unsigned             inside;    /* tasks inside calls: freed at 0 once closed */
-    char                *buf;       /* read buffer, or NULL until needed */
-    size_t               cap;       /* its size */
-    size_t               r;         /* first unread byte */
-    size_t               w;         /* end of the bytes read */
-    size_t               bufsize;   /* configured size of the buffer */
+    struct ferry__ioreg reg;           /* descriptor, readiness, waiters */
+    struct ferry__ioobj obj;           /* in loop->ioobjs while open */
+    bool eof;                          /* the transport said end of stream */
+    bool reading;                      /* a task is inside a read call */
+    bool writing;                      /* a task is inside a write call */
+    int rerr;                          /* read error kept for later reads, or 0 */
+    unsigned inside;                   /* tasks inside calls: freed at 0 once closed */
+    char *buf;                         /* read buffer, or NULL until needed */
+    size_t cap;                        /* its size */
+    size_t r;                          /* first unread byte */
+    size_t w;                          /* end of the bytes read */
+    size_t bufsize;                    /* configured size of the buffer */
     const struct ferry__stream_io *io; /* how bytes move */
-    void                *io_ctx;    /* the transport's own state */
+    void *io_ctx;                      /* the transport's own state */
 };
 
 /*
@@ -236,8 +236,8 @@ extern int64_t ferry__connect_attempt_min;
  *   disarm: after `w` was unlinked: stop waiting, and free the stream if
  *           it was closed meanwhile and nobody else is inside.
  */
-int  ferry__stream_sel_poll(ferry_stream *s, struct ferry_task *self, int want);
-int  ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want);
+int ferry__stream_sel_poll(ferry_stream *s, struct ferry_task *self, int want);
+int ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want);
 void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w);
 
 #endif /* FERRY_STREAM_INT_H */

@@ -61,18 +61,18 @@
 #define PAIR_IN  ((size_t)64 * 1024)
 #define PAIR_OUT ((size_t)64 * 1024)
 /* Most plaintext one SSL_write_ex is given: one record. */
-#define REC_MAX  ((size_t)16 * 1024)
+#define REC_MAX ((size_t)16 * 1024)
 /* What a record adds to its plaintext, with room to spare (TLS 1.2 CBC
  * with SHA-384 adds 85 bytes), plus a key update message that OpenSSL may
  * send before it. */
 #define REC_ROOM ((size_t)512)
 
 struct ferry_tls_ctx {
-    SSL_CTX *ssl_ctx;   /* OpenSSL's context */
-    int      role;      /* FERRY_TLS_CLIENT or FERRY_TLS_SERVER */
-    unsigned flags;     /* FERRY_TLS_* */
-    bool     own_ca;    /* ferry_tls_ctx_load_ca() replaced the system's store */
-    bool     has_cert;  /* ferry_tls_ctx_load_cert() succeeded */
+    SSL_CTX *ssl_ctx; /* OpenSSL's context */
+    int role;         /* FERRY_TLS_CLIENT or FERRY_TLS_SERVER */
+    unsigned flags;   /* FERRY_TLS_* */
+    bool own_ca;      /* ferry_tls_ctx_load_ca() replaced the system's store */
+    bool has_cert;    /* ferry_tls_ctx_load_cert() succeeded */
 };
 
 /* States of a TLS stream. */
@@ -80,22 +80,22 @@ enum { TLS_HANDSHAKE = 0, TLS_OPEN, TLS_BROKEN };
 
 /* A TLS stream's transport state (s->io_ctx). */
 struct tls {
-    SSL                           *ssl;       /* owns the inner half of the pair */
-    BIO                           *net;       /* the outer half: this file's */
-    const struct ferry__stream_io *lower;     /* the descriptor's transport */
-    char                          *pre;       /* ciphertext the plain stream had
+    SSL *ssl;                             /* owns the inner half of the pair */
+    BIO *net;                             /* the outer half: this file's */
+    const struct ferry__stream_io *lower; /* the descriptor's transport */
+    char *pre;                            /* ciphertext the plain stream had
                                                * read before the handshake */
-    size_t                         pre_len;   /* its length */
-    size_t                         pre_off;   /* how much went into the pair */
-    unsigned                       flags;     /* the context's FERRY_TLS_* */
-    int                            state;     /* TLS_* */
-    int                            broken;    /* TLS_BROKEN: what calls return */
-    bool                           fatal;     /* OpenSSL failed: no SSL_shutdown */
-    bool                           fd_eof;    /* the descriptor's end was read */
-    bool                           shut;      /* SSL_shutdown() was called */
-    bool                           fin;       /* shut the descriptor's write side
+    size_t pre_len;                       /* its length */
+    size_t pre_off;                       /* how much went into the pair */
+    unsigned flags;                       /* the context's FERRY_TLS_* */
+    int state;                            /* TLS_* */
+    int broken;                           /* TLS_BROKEN: what calls return */
+    bool fatal;                           /* OpenSSL failed: no SSL_shutdown */
+    bool fd_eof;                          /* the descriptor's end was read */
+    bool shut;                            /* SSL_shutdown() was called */
+    bool fin;                             /* shut the descriptor's write side
                                                * once the output is out */
-    char                           why[200];  /* ferry_tls_last_error() */
+    char why[200];                        /* ferry_tls_last_error() */
 };
 
 static const struct ferry__stream_io tls_io;
@@ -197,7 +197,7 @@ static ssize_t net_fill(ferry_stream *s, struct tls *t, int *want)
         return 0;
     room = BIO_nwrite0(t->net, &p);
     if (room <= 0)
-        return -EPROTO;    /* OpenSSL wants input but has not read the pair */
+        return -EPROTO; /* OpenSSL wants input but has not read the pair */
     if (t->pre) {
         size_t left = t->pre_len - t->pre_off, take = left < (size_t)room ? left : (size_t)room;
         memcpy(p, t->pre + t->pre_off, take);
@@ -257,12 +257,12 @@ static ssize_t tls_recv(ferry_stream *s, void *buf, size_t len, int *want)
         if (e == SSL_ERROR_WANT_WRITE) {
             /* The pair is full of records the descriptor has not taken. */
             if (out != 0)
-                return out;    /* -EAGAIN: *want is FERRY_WRITE */
+                return out; /* -EAGAIN: *want is FERRY_WRITE */
             continue;
         }
         k = net_fill(s, t, want);
         if (k >= 0)
-            continue;    /* more input, or its end: OpenSSL says what it makes of it */
+            continue; /* more input, or its end: OpenSSL says what it makes of it */
         if (k == -EAGAIN && out == -EAGAIN)
             *want = FERRY_READ | FERRY_WRITE;
         return k;
@@ -316,7 +316,7 @@ static ssize_t tls_send(ferry_stream *s, const struct iovec *iov, int n, int *wa
     }
 out:
     if (!total)
-        return rc ? rc : -EAGAIN;    /* no room: the descriptor is full */
+        return rc ? rc : -EAGAIN; /* no room: the descriptor is full */
     rc = net_flush(s, t, want);
     if (rc && rc != -EAGAIN)
         return rc;
@@ -335,7 +335,7 @@ static int tls_shutdown(ferry_stream *s)
         t->fin = true;
         if (!t->fatal) {
             ERR_clear_error();
-            SSL_shutdown(t->ssl);    /* 0: close_notify is in the pair */
+            SSL_shutdown(t->ssl); /* 0: close_notify is in the pair */
             ERR_clear_error();
         }
     }
@@ -345,7 +345,7 @@ static int tls_shutdown(ferry_stream *s)
 
 static void tls_free(struct tls *t)
 {
-    SSL_free(t->ssl);      /* and the inner half of the pair */
+    SSL_free(t->ssl); /* and the inner half of the pair */
     BIO_free(t->net);
     ferry__free(t->pre);
     ferry__free(t);
@@ -371,8 +371,12 @@ static void tls_close(ferry_stream *s)
 }
 
 static const struct ferry__stream_io tls_io = {
-    .recv = tls_recv, .send = tls_send, .shutdown = tls_shutdown, .close = tls_close,
-    .flush = tls_flush, .drains = false,
+    .recv = tls_recv,
+    .send = tls_send,
+    .shutdown = tls_shutdown,
+    .close = tls_close,
+    .flush = tls_flush,
+    .drains = false,
 };
 
 /* ---- contexts ---------------------------------------------------------------- */
@@ -477,7 +481,7 @@ int ferry_tls_ctx_load_ca(ferry_tls_ctx *ctx, const char *ca_file, const char *c
         X509_STORE *st = X509_STORE_new();
         if (!st)
             return -ENOMEM;
-        SSL_CTX_set_cert_store(ctx->ssl_ctx, st);    /* frees the system's */
+        SSL_CTX_set_cert_store(ctx->ssl_ctx, st); /* frees the system's */
         ctx->own_ca = true;
     }
     if (SSL_CTX_load_verify_locations(ctx->ssl_ctx, ca_file, ca_dir) != 1)
@@ -523,7 +527,8 @@ static int tls_make(struct tls **out, ferry_stream *s, ferry_tls_ctx *ctx, const
     if (ctx->role == FERRY_TLS_CLIENT) {
         struct in6_addr a6;
         struct in_addr a4;
-        bool ip = host && (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1);
+        bool ip =
+            host && (inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1);
 
         SSL_set_connect_state(t->ssl);
         /* SNI names hosts, never addresses (RFC 6066). */
@@ -650,7 +655,7 @@ static int tls_start(ferry_stream **out, ferry_stream *s, ferry_tls_ctx *ctx, co
         return rc;
     /* From here the stream speaks TLS, or is broken. */
     s->r = s->w = 0;
-    s->eof = false;    /* the end of a TLS stream is its close_notify */
+    s->eof = false; /* the end of a TLS stream is its close_notify */
     s->io = &tls_io;
     s->io_ctx = t;
     s->reading = s->writing = true;

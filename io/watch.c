@@ -36,47 +36,47 @@
 #include "ferry/watch.h"
 #include "loop_int.h"
 
-#define SPIN_LIMIT    64
-#define SPIN_WINDOW   FERRY_MSEC(10)
-#define PARK_FIRST    FERRY_MSEC(1)
-#define PARK_MAX      FERRY_SEC(1)
+#define SPIN_LIMIT  64
+#define SPIN_WINDOW FERRY_MSEC(10)
+#define PARK_FIRST  FERRY_MSEC(1)
+#define PARK_MAX    FERRY_SEC(1)
 
 /* One registered descriptor.  Allocated alone: its event must not move. */
 struct wfd {
-    ferry_watch  *w;            /* its watch */
-    int           fd;           /* the descriptor */
-    uint32_t      gen;          /* registration number, unique in the watch */
-    uint8_t       want;         /* FERRY_READ|FERRY_WRITE the library asked for */
-    short         armed;        /* EV_READ|EV_WRITE added to the base now, or 0 */
-    bool          parked;       /* not watched: spinning (top of the file) */
-    unsigned      burst;        /* deliveries since burst_start */
-    int64_t       burst_start;  /* start of the counting window */
-    int64_t       backoff;      /* the last parking's length; 0: progress seen */
-    ferry_timer  *unpark;       /* ends the parking, or NULL */
-    struct event  ev;           /* the registration, valid while armed */
+    ferry_watch *w;      /* its watch */
+    int fd;              /* the descriptor */
+    uint32_t gen;        /* registration number, unique in the watch */
+    uint8_t want;        /* FERRY_READ|FERRY_WRITE the library asked for */
+    short armed;         /* EV_READ|EV_WRITE added to the base now, or 0 */
+    bool parked;         /* not watched: spinning (top of the file) */
+    unsigned burst;      /* deliveries since burst_start */
+    int64_t burst_start; /* start of the counting window */
+    int64_t backoff;     /* the last parking's length; 0: progress seen */
+    ferry_timer *unpark; /* ends the parking, or NULL */
+    struct event ev;     /* the registration, valid while armed */
 };
 
 /* The loop's part holding its watches, made with the first watch. */
 struct watch_part {
-    struct ferry__loop_part part;     /* in the loop's parts */
-    struct ferry__link      watches;  /* of struct ferry_watch, oldest first */
+    struct ferry__loop_part part; /* in the loop's parts */
+    struct ferry__link watches;   /* of struct ferry_watch, oldest first */
 };
 
 struct ferry_watch {
-    struct ferry__link  link;      /* in the part's watches */
-    ferry_loop         *loop;      /* the loop it belongs to */
-    const void         *key;       /* ferry_watch_get()'s key, or NULL */
-    ferry_watch_ops     ops;       /* the adapter's driver */
-    void               *arg;       /* passed to every op */
-    struct wfd        **byfd;      /* registrations by descriptor number */
-    int                 nfd;       /* slots in byfd */
-    ferry_timer        *timer;     /* the library's timer, or NULL */
-    unsigned            depth;     /* ops running (0 or 1) */
-    bool                freeing;   /* ferry_watch_free() from inside an op */
-    bool                progress;  /* ferry_watch_progress() during a delivery */
-    bool                warned;    /* a parking was logged */
-    uint32_t            next_gen;  /* last registration number given */
-    ferry_watch_stats   stats;     /* counters (fds and parked kept live) */
+    struct ferry__link link; /* in the part's watches */
+    ferry_loop *loop;        /* the loop it belongs to */
+    const void *key;         /* ferry_watch_get()'s key, or NULL */
+    ferry_watch_ops ops;     /* the adapter's driver */
+    void *arg;               /* passed to every op */
+    struct wfd **byfd;       /* registrations by descriptor number */
+    int nfd;                 /* slots in byfd */
+    ferry_timer *timer;      /* the library's timer, or NULL */
+    unsigned depth;          /* ops running (0 or 1) */
+    bool freeing;            /* ferry_watch_free() from inside an op */
+    bool progress;           /* ferry_watch_progress() during a delivery */
+    bool warned;             /* a parking was logged */
+    uint32_t next_gen;       /* last registration number given */
+    ferry_watch_stats stats; /* counters (fds and parked kept live) */
 };
 
 static struct wfd *lookup(const ferry_watch *w, int fd)
@@ -95,7 +95,8 @@ static int arm(struct wfd *f)
     short want = 0;
 
     if (!f->parked)
-        want = (short)((f->want & FERRY_READ ? EV_READ : 0) | (f->want & FERRY_WRITE ? EV_WRITE : 0));
+        want =
+            (short)((f->want & FERRY_READ ? EV_READ : 0) | (f->want & FERRY_WRITE ? EV_WRITE : 0));
     if (want == f->armed)
         return 0;
     if (f->armed)
@@ -146,7 +147,8 @@ static void park(struct wfd *f)
         w->warned = true;
         ferry__log(FERRY_LOG_WARN,
                    "watch: descriptor %d stays ready and its library consumes nothing: "
-                   "parked (the library still watches an idle descriptor)", f->fd);
+                   "parked (the library still watches an idle descriptor)",
+                   f->fd);
     }
 }
 
@@ -165,7 +167,7 @@ static long queued(int fd, int events)
     if (events & FERRY_WRITE) {
         if (ioctl(fd, TIOCOUTQ, &n) != 0)
             return -1;
-        sum -= n;  /* a write makes the queue longer: the sum goes down */
+        sum -= n; /* a write makes the queue longer: the sum goes down */
     }
     return sum;
 }
@@ -335,7 +337,7 @@ int ferry_watch_new(ferry_watch **out, ferry_loop *loop, const void *key,
     }
     w = ferry__calloc(1, sizeof *w);
     if (!w)
-        return -ENOMEM;   /* the part stays for the next watch */
+        return -ENOMEM; /* the part stays for the next watch */
     w->loop = loop;
     w->key = key;
     w->ops = *ops;

@@ -204,8 +204,8 @@ static int drain(ferry_pq *c)
  * other way; a connection freed while the server works for it uses it
  * too, without waiting for it. */
 struct cancel_job {
-    PGcancel *cancel;   /* made on the loop from the connection */
-    char      err[256]; /* PQcancel()'s message */
+    PGcancel *cancel; /* made on the loop from the connection */
+    char err[256];    /* PQcancel()'s message */
 };
 
 static int cancel_run(void *arg)
@@ -270,7 +270,7 @@ static int send_cancel(ferry_pq *c)
     }
     rc = ferry_to_thread_abandon(NULL, cancel_run, j, cancel_free);
     if (rc == -ECANCELED || rc == -ETIMEDOUT)
-        return rc;   /* the cleanup deadline: cancel_free() has the job */
+        return rc; /* the cleanup deadline: cancel_free() has the job */
     cancel_free(j, rc);
     return rc == -EIO ? 0 : rc;
 }
@@ -408,8 +408,7 @@ static void cancel_detached(ferry_pq *c)
     if (!j)
         return;
     j->cancel = PQgetCancel(c->conn);
-    if (!j->cancel ||
-        ferry_pool_submit(NULL, cancel_run, j, NULL, cancel_done, j) != 0)
+    if (!j->cancel || ferry_pool_submit(NULL, cancel_run, j, NULL, cancel_done, j) != 0)
         cancel_free(j, 0);
 }
 
@@ -446,8 +445,8 @@ int ferry_pq_connect(ferry_pq **out, const char *conninfo, const ferry_pq_opts *
     c = calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
-    c->cleanup_timeout = opts && opts->cleanup_timeout > 0 ? opts->cleanup_timeout
-                                                           : PQ_CLEANUP_DEFAULT;
+    c->cleanup_timeout =
+        opts && opts->cleanup_timeout > 0 ? opts->cleanup_timeout : PQ_CLEANUP_DEFAULT;
     c->conn = PQconnectStartParams(keys, vals, 1);
     if (!c->conn) {
         rc = -ENOMEM;
@@ -502,8 +501,8 @@ void ferry_pq_free(ferry_pq *c)
 
 bool ferry_pq_ok(const ferry_pq *c)
 {
-    return c && c->conn && PQstatus(c->conn) == CONNECTION_OK && !c->inside &&
-           !c->inflight && c->mode == PQ_IDLE;
+    return c && c->conn && PQstatus(c->conn) == CONNECTION_OK && !c->inside && !c->inflight &&
+           c->mode == PQ_IDLE;
 }
 
 PGconn *ferry_pq_conn(const ferry_pq *c)

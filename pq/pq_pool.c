@@ -13,16 +13,16 @@
 /* ---- pool ------------------------------------------------------------ */
 
 struct ferry_pq_pool {
-    char          *conninfo; /* copied at creation */
-    ferry_pq_opts  opts;     /* for each connection; errbuf cleared */
-    size_t         size;     /* most connections open at once */
-    ferry_sem      slots;    /* one permit per connection not lent */
-    ferry_pq     **idle;     /* `size` places; the first `nidle` hold idle ones */
-    size_t         nidle;    /* idle connections */
-    size_t         open;     /* connections open, idle or lent */
-    size_t         lent;     /* connections lent now */
-    uint64_t       made;     /* connections made since creation */
-    uint64_t       closed;   /* connections closed as broken or busy */
+    char *conninfo;     /* copied at creation */
+    ferry_pq_opts opts; /* for each connection; errbuf cleared */
+    size_t size;        /* most connections open at once */
+    ferry_sem slots;    /* one permit per connection not lent */
+    ferry_pq **idle;    /* `size` places; the first `nidle` hold idle ones */
+    size_t nidle;       /* idle connections */
+    size_t open;        /* connections open, idle or lent */
+    size_t lent;        /* connections lent now */
+    uint64_t made;      /* connections made since creation */
+    uint64_t closed;    /* connections closed as broken or busy */
 };
 
 int ferry_pq_pool_new(ferry_pq_pool **out, const char *conninfo, size_t size,
@@ -148,10 +148,10 @@ int ferry_pq_pool_free(ferry_pq_pool *p)
 /* ---- listener -------------------------------------------------------- */
 
 struct ferry_pq_listener {
-    ferry_pq    *c;       /* the connection, read by `reader` only */
-    ferry_queue  q;       /* PGnotify pointers */
-    ferry_task  *reader;  /* the task that reads `c` into `q` */
-    int          status;  /* 0, or the error that ended the reader */
+    ferry_pq *c;        /* the connection, read by `reader` only */
+    ferry_queue q;      /* PGnotify pointers */
+    ferry_task *reader; /* the task that reads `c` into `q` */
+    int status;         /* 0, or the error that ended the reader */
 };
 
 /* Read notifications into the queue until the connection fails or the
@@ -192,8 +192,8 @@ int ferry_pq_listener_new(ferry_pq_listener **out, const char *conninfo,
     l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    ferry_queue_init(&l->q, sizeof(PGnotify *), capacity ? capacity : 1024,
-                     FERRY_QUEUE_FIFO, NULL, NULL);
+    ferry_queue_init(&l->q, sizeof(PGnotify *), capacity ? capacity : 1024, FERRY_QUEUE_FIFO, NULL,
+                     NULL);
     rc = ferry_pq_connect(&l->c, conninfo, NULL);
     if (rc)
         goto err_free;

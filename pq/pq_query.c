@@ -24,15 +24,15 @@
 enum send_kind { SEND_PARAMS, SEND_PREPARED, SEND_PREPARE };
 
 struct send {
-    enum send_kind     kind;          /* which of the three */
-    const char        *name;          /* the statement: SEND_PREPARED, SEND_PREPARE */
-    const char        *sql;           /* SEND_PARAMS, SEND_PREPARE */
-    int                nparams;       /* how many parameters */
-    const Oid         *types;         /* their types or NULL: SEND_PARAMS, SEND_PREPARE */
-    const char *const *values;        /* their values: SEND_PARAMS, SEND_PREPARED */
-    const int         *lengths;       /* of binary values, or NULL */
-    const int         *formats;       /* 0 text, 1 binary, per value; NULL: all text */
-    int                result_format; /* 0 text, 1 binary */
+    enum send_kind kind;       /* which of the three */
+    const char *name;          /* the statement: SEND_PREPARED, SEND_PREPARE */
+    const char *sql;           /* SEND_PARAMS, SEND_PREPARE */
+    int nparams;               /* how many parameters */
+    const Oid *types;          /* their types or NULL: SEND_PARAMS, SEND_PREPARE */
+    const char *const *values; /* their values: SEND_PARAMS, SEND_PREPARED */
+    const int *lengths;        /* of binary values, or NULL */
+    const int *formats;        /* 0 text, 1 binary, per value; NULL: all text */
+    int result_format;         /* 0 text, 1 binary */
 };
 
 static bool send_valid(const struct send *s)
@@ -52,8 +52,8 @@ static int send_one(ferry_pq *c, const struct send *s)
         ok = PQsendQueryParams(c->conn, s->sql, s->nparams, s->types, s->values, s->lengths,
                                s->formats, s->result_format);
     else if (s->kind == SEND_PREPARED)
-        ok = PQsendQueryPrepared(c->conn, s->name, s->nparams, s->values, s->lengths,
-                                 s->formats, s->result_format);
+        ok = PQsendQueryPrepared(c->conn, s->name, s->nparams, s->values, s->lengths, s->formats,
+                                 s->result_format);
     else
         ok = PQsendPrepare(c->conn, s->name, s->sql, s->nparams, s->types);
     return ok ? 0 : ferry__pq_send_failed(c);
@@ -123,14 +123,14 @@ int ferry_pq_query_params(ferry_pq *c, PGresult **out, const char *sql, int npar
                           const Oid *types, const char *const *values, const int *lengths,
                           const int *formats, int result_format)
 {
-    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
-                      result_format };
+    struct send s = { SEND_PARAMS, NULL,    sql,     nparams,      types,
+                      values,      lengths, formats, result_format };
 
     return query_one(c, out, &s);
 }
 
-int ferry_pq_prepare(ferry_pq *c, PGresult **out, const char *name, const char *sql,
-                     int nparams, const Oid *types)
+int ferry_pq_prepare(ferry_pq *c, PGresult **out, const char *name, const char *sql, int nparams,
+                     const Oid *types)
 {
     struct send s = { SEND_PREPARE, name, sql, nparams, types, NULL, NULL, NULL, 0 };
 
@@ -141,8 +141,8 @@ int ferry_pq_query_prepared(ferry_pq *c, PGresult **out, const char *name, int n
                             const char *const *values, const int *lengths, const int *formats,
                             int result_format)
 {
-    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
-                      result_format };
+    struct send s = { SEND_PREPARED, name,    NULL,    nparams,      NULL,
+                      values,        lengths, formats, result_format };
 
     return query_one(c, out, &s);
 }
@@ -234,8 +234,8 @@ int ferry_pq_send(ferry_pq *c, const char *sql, int nparams, const Oid *types,
                   const char *const *values, const int *lengths, const int *formats,
                   int result_format)
 {
-    struct send s = { SEND_PARAMS, NULL, sql, nparams, types, values, lengths, formats,
-                      result_format };
+    struct send s = { SEND_PARAMS, NULL,    sql,     nparams,      types,
+                      values,      lengths, formats, result_format };
 
     return pipeline_one(c, &s);
 }
@@ -248,12 +248,11 @@ int ferry_pq_send_prepare(ferry_pq *c, const char *name, const char *sql, int np
     return pipeline_one(c, &s);
 }
 
-int ferry_pq_send_prepared(ferry_pq *c, const char *name, int nparams,
-                           const char *const *values, const int *lengths, const int *formats,
-                           int result_format)
+int ferry_pq_send_prepared(ferry_pq *c, const char *name, int nparams, const char *const *values,
+                           const int *lengths, const int *formats, int result_format)
 {
-    struct send s = { SEND_PREPARED, name, NULL, nparams, NULL, values, lengths, formats,
-                      result_format };
+    struct send s = { SEND_PREPARED, name,    NULL,    nparams,      NULL,
+                      values,        lengths, formats, result_format };
 
     return pipeline_one(c, &s);
 }

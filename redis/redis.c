@@ -48,13 +48,13 @@
 
 /* One command whose caller waits (or waited) for the reply. */
 struct redis_call {
-    ferry_event         done;      /* set when the reply or the loss came */
-    redisReply         *reply;     /* the reply, now the caller's */
-    int                 err;       /* why no reply came, when reply is NULL */
-    bool                finished;  /* the callback ran */
-    bool                abandoned; /* the caller gave up: the callback frees this */
-    ferry_redis_late_fn late;      /* for an abandoned call: gets the reply */
-    void               *late_arg;  /* late's argument */
+    ferry_event done;         /* set when the reply or the loss came */
+    redisReply *reply;        /* the reply, now the caller's */
+    int err;                  /* why no reply came, when reply is NULL */
+    bool finished;            /* the callback ran */
+    bool abandoned;           /* the caller gave up: the callback frees this */
+    ferry_redis_late_fn late; /* for an abandoned call: gets the reply */
+    void *late_arg;           /* late's argument */
 };
 
 /* ---- Keeping a reply past its callback -------------------------------- */
@@ -313,8 +313,8 @@ static int queue_command(ferry_redis *r, redisCallbackFn *fn, void *priv, const 
 /*
  * Send the formatted command `cmd` (freed here) and wait for its reply.
  */
-static int call(ferry_redis *r, redisReply **reply, char *cmd, int len,
-                ferry_redis_late_fn late, void *late_arg)
+static int call(ferry_redis *r, redisReply **reply, char *cmd, int len, ferry_redis_late_fn late,
+                void *late_arg)
 {
     struct redis_call *c;
     int rc;
@@ -451,8 +451,8 @@ int ferry_redis_send(ferry_redis *r, int argc, const char **argv, const size_t *
 
 /* A command sent with ferry__redis_send_cb(). */
 struct redis_cb {
-    ferry__redis_reply_fn fn;   /* gets the reply */
-    void                 *arg;  /* fn's argument */
+    ferry__redis_reply_fn fn; /* gets the reply */
+    void *arg;                /* fn's argument */
 };
 
 static void on_cb_reply(redisAsyncContext *ac, void *reply, void *priv)
@@ -598,8 +598,7 @@ static int check_caller(void)
     return 0;
 }
 
-int ferry_redis_connect(ferry_redis **out, const char *host, int port,
-                        const ferry_redis_opts *opts)
+int ferry_redis_connect(ferry_redis **out, const char *host, int port, const ferry_redis_opts *opts)
 {
     ferry_redis *r;
     int rc;

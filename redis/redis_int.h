@@ -19,32 +19,32 @@ struct ferry__redis_waiter;
 
 /* The wake channel (redis_int.h): a subscriber connection of its own. */
 struct ferry__redis_wake {
-    redisAsyncContext *ac;        /* the subscriber; NULL while there is none */
-    bool               up;        /* ac's SUBSCRIBE was confirmed */
-    uint64_t           epoch;     /* subscriptions confirmed so far */
-    int64_t            retry_at;  /* no new attempt before this time */
-    int64_t            backoff;   /* the wait after the next failed attempt */
-    ferry_timer       *timer;     /* ends an attempt that takes too long, or
+    redisAsyncContext *ac;                    /* the subscriber; NULL while there is none */
+    bool up;                                  /* ac's SUBSCRIBE was confirmed */
+    uint64_t epoch;                           /* subscriptions confirmed so far */
+    int64_t retry_at;                         /* no new attempt before this time */
+    int64_t backoff;                          /* the wait after the next failed attempt */
+    ferry_timer *timer;                       /* ends an attempt that takes too long, or
                                    * starts the next one after a back-off */
     struct ferry__redis_waiter *first, *last; /* registered, oldest first */
-    char               id[64];    /* the channel's name after "ferry-wake:" */
+    char id[64];                              /* the channel's name after "ferry-wake:" */
 };
 
 struct ferry_redis {
-    ferry_loop        *loop;      /* the loop whose task made it */
-    struct event_base *base;      /* that loop's base */
-    redisAsyncContext *ac;        /* the context; NULL while down */
-    char              *host;      /* IP address (or Unix socket path) */
-    int                port;      /* TCP port; unused for a Unix socket */
-    bool               unix_path; /* host is a Unix socket's path */
-    bool               closing;   /* ferry_redis_close() is freeing it */
-    ferry_redis_opts   opts;      /* with the defaults filled in */
-    int                err;       /* error of the last failed attempt; 0 after a success */
-    int64_t            retry_at;  /* no new attempt before this time */
-    int64_t            backoff;   /* the wait after the next failed attempt */
-    ferry_timer       *connect_timer; /* ends an attempt that takes too long */
-    int64_t            client_id; /* CLIENT ID of the current connection; 0 unknown */
-    struct ferry__redis_wake  wake;      /* the wake channel of its waiters */
+    ferry_loop *loop;              /* the loop whose task made it */
+    struct event_base *base;       /* that loop's base */
+    redisAsyncContext *ac;         /* the context; NULL while down */
+    char *host;                    /* IP address (or Unix socket path) */
+    int port;                      /* TCP port; unused for a Unix socket */
+    bool unix_path;                /* host is a Unix socket's path */
+    bool closing;                  /* ferry_redis_close() is freeing it */
+    ferry_redis_opts opts;         /* with the defaults filled in */
+    int err;                       /* error of the last failed attempt; 0 after a success */
+    int64_t retry_at;              /* no new attempt before this time */
+    int64_t backoff;               /* the wait after the next failed attempt */
+    ferry_timer *connect_timer;    /* ends an attempt that takes too long */
+    int64_t client_id;             /* CLIENT ID of the current connection; 0 unknown */
+    struct ferry__redis_wake wake; /* the wake channel of its waiters */
 };
 
 /* Drive `ac` by events on `base`, the base of `loop` (redis_io.c).
@@ -96,9 +96,9 @@ ferry_loop *ferry__redis_loop(const ferry_redis *r);
 /* A task waiting for a pushed message; lives on the task's stack. */
 struct ferry__redis_waiter {
     struct ferry__redis_waiter *prev, *next; /* on the connection's list */
-    const char  *token;   /* the name the messages for it carry */
-    int64_t      value;   /* > 0: what a message for it carried; 0 before */
-    ferry_event *ev;      /* set by a message for it, and each time the
+    const char *token;                       /* the name the messages for it carry */
+    int64_t value;                           /* > 0: what a message for it carried; 0 before */
+    ferry_event *ev;                         /* set by a message for it, and each time the
                            * channel is subscribed or lost */
 };
 

@@ -37,13 +37,13 @@
  *   is skipped when the process ignores SIGPIPE.
  */
 struct redis_io {
-    redisAsyncContext *ac;    /* the context the events serve; NULL once it is gone */
-    ferry_loop        *loop;  /* runs the flush */
-    struct event      *rev;   /* readable, persistent */
-    struct event      *wev;   /* writable, one-shot */
-    bool               flush_queued;  /* flush_soon() is scheduled and has not run */
-    bool               writing;       /* inside io_write(): hiredis's wish to write more goes to wev */
-    bool               pipe_ignored;  /* SIGPIPE was ignored when the connection began */
+    redisAsyncContext *ac; /* the context the events serve; NULL once it is gone */
+    ferry_loop *loop;      /* runs the flush */
+    struct event *rev;     /* readable, persistent */
+    struct event *wev;     /* writable, one-shot */
+    bool flush_queued;     /* flush_soon() is scheduled and has not run */
+    bool writing;          /* inside io_write(): hiredis's wish to write more goes to wev */
+    bool pipe_ignored;     /* SIGPIPE was ignored when the connection began */
 };
 
 static void on_readable(evutil_socket_t fd, short what, void *arg)
@@ -164,7 +164,7 @@ static void io_add_write(void *p)
     if (ferry_call_soon(io->loop, flush_soon, io) == 0)
         io->flush_queued = true;
     else
-        event_add(io->wev, NULL);   /* no memory for the flush: the event writes */
+        event_add(io->wev, NULL); /* no memory for the flush: the event writes */
 }
 
 static void io_del_write(void *p)

@@ -23,17 +23,17 @@
 #define BLOCK_MAX_MS 5000
 
 struct ferry_redis_queue {
-    ferry_redis      *conn;      /* the caller's: puts, acks, reclaims */
-    ferry_redis      *bconn;     /* ours: blocking reads; NULL until made again */
-    char             *key;       /* the stream */
-    char             *group;     /* the consumer group */
-    char             *consumer;  /* this consumer's name in the group */
-    ferry_redis_item *stash;     /* items to hand out before new ones, oldest first */
+    ferry_redis *conn;       /* the caller's: puts, acks, reclaims */
+    ferry_redis *bconn;      /* ours: blocking reads; NULL until made again */
+    char *key;               /* the stream */
+    char *group;             /* the consumer group */
+    char *consumer;          /* this consumer's name in the group */
+    ferry_redis_item *stash; /* items to hand out before new ones, oldest first */
     ferry_redis_item *stash_tail;
-    char              cursor[FERRY_REDIS_ID_MAX]; /* where the next reclaim scan starts */
-    bool              getting;   /* a get is in progress */
-    bool              gave_up;   /* a get gave up: its read's reply may still come */
-    int              *closed;    /* set to 1 by close, when a get is in progress */
+    char cursor[FERRY_REDIS_ID_MAX]; /* where the next reclaim scan starts */
+    bool getting;                    /* a get is in progress */
+    bool gave_up;                    /* a get gave up: its read's reply may still come */
+    int *closed;                     /* set to 1 by close, when a get is in progress */
 };
 
 /*

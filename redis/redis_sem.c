@@ -23,10 +23,10 @@
 #include "redis_int.h"
 #include "redis_sem_lua.h"
 
-#define DEFAULT_LEASE      FERRY_SEC(10)
-#define DEFAULT_POLL_MIN   FERRY_MSEC(5)
-#define DEFAULT_POLL_MAX   FERRY_MSEC(100)
-#define MIN_LEASE          FERRY_MSEC(30)
+#define DEFAULT_LEASE    FERRY_SEC(10)
+#define DEFAULT_POLL_MIN FERRY_MSEC(5)
+#define DEFAULT_POLL_MAX FERRY_MSEC(100)
+#define MIN_LEASE        FERRY_MSEC(30)
 
 enum { K_HOLDERS, K_QUEUE, K_ALIVE, K_TICKET, K_FENCE, K_FENCES, NKEYS };
 static const char *const key_suffix[NKEYS] = {
@@ -35,29 +35,29 @@ static const char *const key_suffix[NKEYS] = {
 
 
 struct ferry_redis_sem {
-    ferry_redis         *r;            /* the connection; outlives the handle */
-    char                *keys[NKEYS];  /* "{key}:holders", ... */
-    unsigned             limit;        /* permits */
-    ferry_redis_sem_opts opts;         /* with the defaults filled in */
-    char                 lease_ms[24]; /* opts.lease in ms, as text */
-    char                 wttl_ms[24];  /* opts.waiter_ttl in ms, as text */
-    char                 limit_s[16];  /* limit as text */
-    char                 sha[41];      /* SHA1 of acquire_lua once loaded; "" before */
-    char                 release_sha[41]; /* SHA1 of release_lua, loaded with it */
-    ferry_event          wake;         /* pulsed when a permit of this handle is released */
-    size_t               busy;         /* permits held and acquires under way */
+    ferry_redis *r;            /* the connection; outlives the handle */
+    char *keys[NKEYS];         /* "{key}:holders", ... */
+    unsigned limit;            /* permits */
+    ferry_redis_sem_opts opts; /* with the defaults filled in */
+    char lease_ms[24];         /* opts.lease in ms, as text */
+    char wttl_ms[24];          /* opts.waiter_ttl in ms, as text */
+    char limit_s[16];          /* limit as text */
+    char sha[41];              /* SHA1 of acquire_lua once loaded; "" before */
+    char release_sha[41];      /* SHA1 of release_lua, loaded with it */
+    ferry_event wake;          /* pulsed when a permit of this handle is released */
+    size_t busy;               /* permits held and acquires under way */
 };
 
 struct ferry_redis_permit {
-    ferry_redis_sem *s;          /* the semaphore */
-    char             token[64];  /* its name on the server */
-    int64_t          fence;      /* fencing token of the grant */
-    int64_t          lease_end;  /* local time before which the lease surely holds */
-    int64_t          lease_end_pending; /* lease_end if the renewal in flight succeeds */
-    ferry_timer     *timer;      /* the next renewal; NULL while one is in flight */
-    bool             renewing;   /* a renewal is in flight */
-    bool             released;   /* given back: the renewal in flight frees it */
-    bool             lost;       /* a renewal found the lease gone */
+    ferry_redis_sem *s;        /* the semaphore */
+    char token[64];            /* its name on the server */
+    int64_t fence;             /* fencing token of the grant */
+    int64_t lease_end;         /* local time before which the lease surely holds */
+    int64_t lease_end_pending; /* lease_end if the renewal in flight succeeds */
+    ferry_timer *timer;        /* the next renewal; NULL while one is in flight */
+    bool renewing;             /* a renewal is in flight */
+    bool released;             /* given back: the renewal in flight frees it */
+    bool lost;                 /* a renewal found the lease gone */
 };
 
 /*
@@ -211,8 +211,17 @@ static void on_release_answer(ferry_redis *r, redisReply *reply, void *arg)
 static int send_release(ferry_redis_sem *s, const char *token)
 {
     const char *argv[3 + NKEYS + 2] = {
-        "EVAL", release_lua, "6", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
-        s->keys[K_TICKET], s->keys[K_FENCE], s->keys[K_FENCES], token, s->limit_s,
+        "EVAL",
+        release_lua,
+        "6",
+        s->keys[K_HOLDERS],
+        s->keys[K_QUEUE],
+        s->keys[K_ALIVE],
+        s->keys[K_TICKET],
+        s->keys[K_FENCE],
+        s->keys[K_FENCES],
+        token,
+        s->limit_s,
     };
     size_t len[3 + NKEYS + 2], n = 0;
     char *again;
@@ -275,8 +284,8 @@ static void renew_due(void *arg)
 {
     ferry_redis_permit *p = arg;
     const char *argv[] = {
-        "EVAL", renew_lua, "2", p->s->keys[K_HOLDERS], p->s->keys[K_FENCES], p->token,
-        p->s->lease_ms,
+        "EVAL",   renew_lua,      "2", p->s->keys[K_HOLDERS], p->s->keys[K_FENCES],
+        p->token, p->s->lease_ms,
     };
 
     p->timer = NULL;
@@ -361,8 +370,18 @@ static int load_script(ferry_redis_sem *s)
 static int poll_once(ferry_redis_sem *s, const char *token, int64_t *fence)
 {
     const char *argv[] = {
-        "EVALSHA", s->sha, "6", s->keys[K_HOLDERS], s->keys[K_QUEUE], s->keys[K_ALIVE],
-        s->keys[K_TICKET], s->keys[K_FENCE], s->keys[K_FENCES], token, s->limit_s, s->lease_ms,
+        "EVALSHA",
+        s->sha,
+        "6",
+        s->keys[K_HOLDERS],
+        s->keys[K_QUEUE],
+        s->keys[K_ALIVE],
+        s->keys[K_TICKET],
+        s->keys[K_FENCE],
+        s->keys[K_FENCES],
+        token,
+        s->limit_s,
+        s->lease_ms,
         s->wttl_ms,
     };
     redisReply *rep;
@@ -471,7 +490,7 @@ int ferry_redis_sem_acquire(ferry_redis_sem *s, ferry_redis_permit **out)
             wait = s->opts.poll_max;
         } else {
             if (covered)
-                interval = s->opts.poll_min;   /* the channel was just lost */
+                interval = s->opts.poll_min; /* the channel was just lost */
             covered = false;
             wait = interval;
             interval = interval > s->opts.poll_max / 2 ? s->opts.poll_max : interval * 2;

@@ -66,8 +66,7 @@
  * expire a while after the last use (the counters never do: a fence must
  * only grow).
  */
-static const char acquire_lua[] __attribute__((unused)) =
-    FERRY_SEM_LUA_COMMON
+static const char acquire_lua[] __attribute__((unused)) = FERRY_SEM_LUA_COMMON
     "local tok = ARGV[1]\n"
     "local limit, lease, wttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "if redis.call('ZSCORE', KEYS[1], tok) then\n"
@@ -107,12 +106,11 @@ static const char renew_lua[] __attribute__((unused)) =
  * a waiter that gave up) and hands the permits now free to the first
  * waiters; 1 if the token held a permit. */
 static const char release_lua[] __attribute__((unused)) =
-    FERRY_SEM_LUA_COMMON
-    "redis.call('ZREM', KEYS[2], ARGV[1])\n"
-    "redis.call('ZREM', KEYS[3], ARGV[1])\n"
-    "redis.call('HDEL', KEYS[6], ARGV[1])\n"
-    "local held = redis.call('ZREM', KEYS[1], ARGV[1])\n"
-    "grant_heads(tonumber(ARGV[2]), nil, 0)\n"
-    "return held\n";
+    FERRY_SEM_LUA_COMMON "redis.call('ZREM', KEYS[2], ARGV[1])\n"
+                         "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                         "redis.call('HDEL', KEYS[6], ARGV[1])\n"
+                         "local held = redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                         "grant_heads(tonumber(ARGV[2]), nil, 0)\n"
+                         "return held\n";
 
 #endif /* FERRY_REDIS_SEM_LUA_H */

@@ -77,7 +77,7 @@ static void wake_lost(ferry_redis *r)
         return;
     wk->retry_at = ferry_now() + wk->backoff;
     if (ferry_call_later(r->loop, wk->backoff, wake_retry, r, &wk->timer) != 0)
-        wk->timer = NULL;   /* the next registration tries again */
+        wk->timer = NULL; /* the next registration tries again */
     wk->backoff = wk->backoff > r->opts.retry_max / 2 ? r->opts.retry_max : wk->backoff * 2;
     if (was_up)
         wake_all(r);

@@ -61,7 +61,7 @@ size_t ferry__waitq_grant_all(struct ferry__waitq *q, int result);
 struct ferry__loop_part;
 
 struct ferry__part_ops {
-    const char *name;   /* for messages: "streams", "signals", "resolver" */
+    const char *name; /* for messages: "streams", "signals", "resolver" */
     /*
      * While the loop ends, after every task was cancelled: true while the
      * part still owes callbacks that only polling brings (the scheduler
@@ -76,9 +76,9 @@ struct ferry__part_ops {
 };
 
 struct ferry__loop_part {
-    struct ferry__link            link;  /* in the loop's list of parts */
-    const struct ferry__part_ops *ops;   /* what the part is */
-    ferry_loop                   *loop;  /* the loop it belongs to */
+    struct ferry__link link;           /* in the loop's list of parts */
+    const struct ferry__part_ops *ops; /* what the part is */
+    ferry_loop *loop;                  /* the loop it belongs to */
 };
 
 /* Add `part` (zeroed by its owner) to `loop`; it then belongs to the loop
@@ -101,10 +101,10 @@ void ferry__loop_parts_free(ferry_loop *loop);
 
 /* What a loop still holds (ferry__loop_leftovers()). */
 struct ferry__leftovers {
-    size_t tasks;       /* tasks not yet ended */
-    size_t callbacks;   /* callbacks and fired timers in the run queue */
-    size_t timers;      /* timers armed: ferry_timer and the tasks' own */
-    bool   posts;       /* posts from threads (or completions) not yet run */
+    size_t tasks;     /* tasks not yet ended */
+    size_t callbacks; /* callbacks and fired timers in the run queue */
+    size_t timers;    /* timers armed: ferry_timer and the tasks' own */
+    bool posts;       /* posts from threads (or completions) not yet run */
 };
 
 /*

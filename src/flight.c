@@ -27,18 +27,18 @@
 /* One call in flight. */
 struct flight_call {
     struct ferry__hent node;     /* in ferry_flight.calls */
-    struct ferry__waitq waiters;  /* joiners; w->data = their out buffer */
-    struct ferry_task  *leader;   /* runs fn now (or is woken to) */
-    size_t              out_size; /* every caller's result size */
-    unsigned char       key[];    /* copy of the key */
+    struct ferry__waitq waiters; /* joiners; w->data = their out buffer */
+    struct ferry_task *leader;   /* runs fn now (or is woken to) */
+    size_t out_size;             /* every caller's result size */
+    unsigned char key[];         /* copy of the key */
 };
 
 /* One key's lock. */
 struct keylock_entry {
-    struct ferry__hent node;     /* in ferry_keylock.keys */
-    ferry_lock          lock;     /* the key's lock */
-    size_t              refs;     /* tasks holding it or in acquire */
-    unsigned char       key[];    /* copy of the key */
+    struct ferry__hent node; /* in ferry_keylock.keys */
+    ferry_lock lock;         /* the key's lock */
+    size_t refs;             /* tasks holding it or in acquire */
+    unsigned char key[];     /* copy of the key */
 };
 
 /* Allocate `size` bytes of entry followed by a copy of the key, and set
@@ -121,8 +121,8 @@ static void flight_finish(ferry_flight *f, struct flight_call *c, int status, co
     ferry__free(c);
 }
 
-int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
-                    ferry_flight_fn fn, void *arg, void *out, size_t out_size)
+int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len, ferry_flight_fn fn, void *arg,
+                    void *out, size_t out_size)
 {
     struct ferry_task *self;
     struct flight_call *c;
@@ -152,9 +152,9 @@ int ferry_flight_do(ferry_flight *f, const void *key, size_t key_len,
         w.data = out;
         rc = ferry__wait(&c->waiters, &w, FERRY_NEVER);
         if (w.state != FERRY__W_GRANTED)
-            return rc;              /* left while waiting; the call goes on */
+            return rc; /* left while waiting; the call goes on */
         if (w.n != FLIGHT_LEAD)
-            return w.result;        /* the result is ours: keep it */
+            return w.result; /* the result is ours: keep it */
         if (rc) {
             /* Handed the lead, then cancelled before running: pass it on,
              * or end the call if nobody waits any more. */
@@ -236,8 +236,7 @@ static struct keylock_entry *keylock_find(const ferry_keylock *kl, const void *k
 }
 
 /* The entry of `key`, made if missing, with one more reference. */
-static int keylock_ref(ferry_keylock *kl, const void *key, size_t len,
-                       struct keylock_entry **out)
+static int keylock_ref(ferry_keylock *kl, const void *key, size_t len, struct keylock_entry **out)
 {
     uint64_t hash = ferry__hash(key, len);
     struct keylock_entry *e;
@@ -267,8 +266,7 @@ static void keylock_unref(ferry_keylock *kl, struct keylock_entry *e)
     }
 }
 
-static int keylock_enter(ferry_keylock *kl, const void *key, size_t len,
-                         struct ferry_task **self)
+static int keylock_enter(ferry_keylock *kl, const void *key, size_t len, struct ferry_task **self)
 {
     int rc;
 

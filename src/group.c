@@ -56,11 +56,10 @@ int ferry_group_spawn_ex(ferry_group *g, ferry_task **out, ferry_task_fn fn, voi
      * `out`, the caller holds one as well. */
     return ferry__task_spawn(out ? out : &t, self->loop, fn, arg, opts, g,
                              (flags & FERRY_GROUP_ISOLATE ? FERRY__GCHILD_ISOLATE : 0) |
-                             (out ? FERRY__GCHILD_HANDLE : 0));
+                                 (out ? FERRY__GCHILD_HANDLE : 0));
 }
 
-int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts)
+int ferry_group_spawn(ferry_group *g, ferry_task_fn fn, void *arg, const ferry_task_opts *opts)
 {
     return ferry_group_spawn_ex(g, NULL, fn, arg, opts, 0);
 }

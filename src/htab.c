@@ -32,8 +32,8 @@ static bool node_is(const struct ferry__hent *n, uint64_t hash, const void *key,
     return n->hash == hash && n->len == len && (len == 0 || memcmp(n->key, key, len) == 0);
 }
 
-struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
-                                      const void *key, size_t len)
+struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash, const void *key,
+                                     size_t len)
 {
     size_t mask, i;
 
@@ -103,7 +103,7 @@ void ferry__htab_remove(struct ferry__htab *t, struct ferry__hent *n)
     }
     t->count--;
     if (t->cap > HTAB_MIN_SLOTS && t->count * 8 < t->cap)
-        (void)resize(t, t->cap / 2);   /* on -ENOMEM keep the larger array */
+        (void)resize(t, t->cap / 2); /* on -ENOMEM keep the larger array */
 }
 
 struct ferry__hent *ferry__htab_next(const struct ferry__htab *t, size_t *pos)

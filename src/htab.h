@@ -21,9 +21,9 @@
 
 /* A node embedded in an entry. */
 struct ferry__hent {
-    uint64_t             hash;   /* ferry__hash(key, len) */
-    const unsigned char *key;    /* the entry's copy of the key */
-    size_t               len;    /* key length in bytes */
+    uint64_t hash;            /* ferry__hash(key, len) */
+    const unsigned char *key; /* the entry's copy of the key */
+    size_t len;               /* key length in bytes */
 };
 
 /* struct ferry__htab is defined in ferry/flight.h, which embeds it. */
@@ -32,8 +32,8 @@ struct ferry__hent {
 uint64_t ferry__hash(const void *key, size_t len);
 
 /* The node with this key, or NULL. */
-struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash,
-                                      const void *key, size_t len);
+struct ferry__hent *ferry__htab_find(const struct ferry__htab *t, uint64_t hash, const void *key,
+                                     size_t len);
 
 /* Add `n` (its key must not be in the table).  Returns 0; -ENOMEM (the
  * table is unchanged). */

@@ -43,8 +43,7 @@ static bool print_frame(FILE *out, unsigned n, uintptr_t pc)
     obj = obj ? obj + 1 : info.dli_fname;
     /* The nearest exported symbol below pc names it only if pc lies inside
      * it: the library exports its public functions alone. */
-    if (info.dli_sname && info.dli_saddr && sym &&
-        at < (uintptr_t)info.dli_saddr + sym->st_size)
+    if (info.dli_sname && info.dli_saddr && sym && at < (uintptr_t)info.dli_saddr + sym->st_size)
         fprintf(out, "      #%u 0x%016llx %s+0x%llx (%s)\n", n, (unsigned long long)pc,
                 info.dli_sname, (unsigned long long)(pc - (uintptr_t)info.dli_saddr), obj);
     else
@@ -88,7 +87,10 @@ static bool saved_frame(const ferry_task *t, uintptr_t *sp, uintptr_t *pc, uintp
     *pc = (uintptr_t)g[REG_RIP];
     return *sp >= (uintptr_t)t->lo && *sp < (uintptr_t)t->hi;
 #else
-    (void)t; (void)sp; (void)pc; (void)fp;
+    (void)t;
+    (void)sp;
+    (void)pc;
+    (void)fp;
     return false;
 #endif
 }
@@ -127,7 +129,10 @@ static void dump_frames(FILE *out, const ferry_task *t)
         fp = f[0];
     }
 #else
-    (void)lo; (void)hi; (void)n; (void)fp;
+    (void)lo;
+    (void)hi;
+    (void)n;
+    (void)fp;
     fprintf(out, "      (further frames: ferry was built without frame pointers, "
                  "FERRY_FRAME_POINTERS=OFF)\n");
 #endif
@@ -148,8 +153,7 @@ int ferry_loop_dump(ferry_loop *loop, FILE *out)
         fprintf(out, "  task #%llu '%s' %s", (unsigned long long)t->id, t->name,
                 state_names[t->state]);
         if (t->state == FERRY_TASK_WAITING && t->waiter)
-            fprintf(out, " on %s %p", t->waiter->what ? t->waiter->what : "?",
-                    t->waiter->obj);
+            fprintf(out, " on %s %p", t->waiter->what ? t->waiter->what : "?", t->waiter->obj);
         if (t->timer.linked)
             fprintf(out, ", wakes in %.3f ms",
                     (double)(t->timer.key - ferry__loop_now(loop)) / 1e6);
@@ -198,11 +202,11 @@ size_t ferry__loop_log_alive(ferry_loop *loop, const char *who)
 
         if (t->state == FERRY_TASK_DONE)
             continue;
-        ferry__log(FERRY_LOG_WARN, "%s: task #%llu '%s' (%s%s%s) still alive; cancelling it",
-                   who, (unsigned long long)t->id, t->name, state_names[t->state],
+        ferry__log(FERRY_LOG_WARN, "%s: task #%llu '%s' (%s%s%s) still alive; cancelling it", who,
+                   (unsigned long long)t->id, t->name, state_names[t->state],
                    t->state == FERRY_TASK_WAITING && t->waiter && t->waiter->what ? " on " : "",
-                   t->state == FERRY_TASK_WAITING && t->waiter && t->waiter->what ?
-                   t->waiter->what : "");
+                   t->state == FERRY_TASK_WAITING && t->waiter && t->waiter->what ? t->waiter->what
+                                                                                  : "");
         n++;
     }
     return n;

@@ -11,9 +11,9 @@
 #include "loop_int.h"
 
 struct ferry__local {
-    struct ferry__local  *next;   /* the task's next value */
-    const ferry_task_key *key;    /* whose value this is */
-    void                 *value;  /* the task's value */
+    struct ferry__local *next; /* the task's next value */
+    const ferry_task_key *key; /* whose value this is */
+    void *value;               /* the task's value */
 };
 
 static struct ferry__local *find(ferry_task *t, const ferry_task_key *key)

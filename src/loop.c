@@ -53,8 +53,9 @@ int ferry__loop_check(const ferry_loop *loop)
 void ferry__fork_mark_setup(ferry_loop *loop)
 {
     size_t pg = ferry__page_size();
-    unsigned char *p = ferry__fault_point("fork mark") ? MAP_FAILED :
-        mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *p = ferry__fault_point("fork mark") ? MAP_FAILED
+                                                       : mmap(NULL, pg, PROT_READ | PROT_WRITE,
+                                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
     if (p == MAP_FAILED)
         return;
@@ -121,19 +122,18 @@ int64_t ferry__loop_slow_threshold(const ferry_loop *loop)
     return loop->slow_ns;
 }
 
-__attribute__((cold, noinline))
-void ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold,
-                             const char *task_name)
+__attribute__((cold, noinline)) void
+ferry__loop_report_slow(ferry_loop *loop, int64_t dt, int64_t threshold, const char *task_name)
 {
     long long ms = (long long)(dt / 1000000), limit = (long long)(threshold / 1000000);
 
     loop->stats.slow_steps++;
     if (task_name)
-        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by task '%s' (threshold %lld ms)",
-                   ms, task_name, limit);
+        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by task '%s' (threshold %lld ms)", ms,
+                   task_name, limit);
     else
-        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)",
-                   ms, limit);
+        ferry__log(FERRY_LOG_WARN, "loop blocked for %lld ms by a callback (threshold %lld ms)", ms,
+                   limit);
 }
 
 int ferry_loop_stop(ferry_loop *loop)

@@ -16,19 +16,19 @@
 /* ---- Timer heap: an intrusive pairing heap keyed by (deadline, seq) ---- */
 
 struct ferry__hnode {
-    struct ferry__hnode *child;   /* first child */
-    struct ferry__hnode *next;    /* next sibling */
-    struct ferry__hnode *prev;    /* previous sibling, or parent if first */
-    int64_t              key;     /* deadline, monotonic ns */
-    uint64_t             seq;     /* insertion order: ties fire FIFO */
+    struct ferry__hnode *child;           /* first child */
+    struct ferry__hnode *next;            /* next sibling */
+    struct ferry__hnode *prev;            /* previous sibling, or parent if first */
+    int64_t key;                          /* deadline, monotonic ns */
+    uint64_t seq;                         /* insertion order: ties fire FIFO */
     void (*fire)(struct ferry__hnode *n); /* called when the deadline passes */
-    bool                 linked;  /* in the heap */
+    bool linked;                          /* in the heap */
 };
 
 struct ferry__heap {
-    struct ferry__hnode *root;    /* earliest deadline */
-    uint64_t             seq;     /* next insertion number */
-    size_t               count;   /* nodes in the heap */
+    struct ferry__hnode *root; /* earliest deadline */
+    uint64_t seq;              /* next insertion number */
+    size_t count;              /* nodes in the heap */
 };
 
 void ferry__heap_insert(struct ferry__heap *h, struct ferry__hnode *n, int64_t key);
@@ -47,15 +47,15 @@ enum { FERRY__RUN_TASK = 1, FERRY__RUN_CB = 2, FERRY__RUN_TIMER = 3 };
  * Only the link and the kind, so that a task carries nothing it does not
  * use in the first cache lines of its structure. */
 struct ferry__runnable {
-    struct ferry__link link;      /* in loop->runq while ready */
-    int                kind;      /* FERRY__RUN_* */
+    struct ferry__link link; /* in loop->runq while ready */
+    int kind;                /* FERRY__RUN_* */
 };
 
 /* A callback in the run queue. */
 struct ferry__cbnode {
-    struct ferry__runnable run;   /* kind FERRY__RUN_CB or FERRY__RUN_TIMER */
-    ferry_cb               cb;
-    void                  *arg;
+    struct ferry__runnable run; /* kind FERRY__RUN_CB or FERRY__RUN_TIMER */
+    ferry_cb cb;
+    void *arg;
 };
 
 /* ---- Stacks ------------------------------------------------------------ */
@@ -87,15 +87,15 @@ struct ferry__slab;
 /* A task stack: [base, base + size), the guard region at the bottom, the
  * task structure at the top.  This header survives reuse from the cache. */
 struct ferry__stack {
-    size_t             size;      /* bytes, guard region included; starts at ferry__stack_base() */
+    size_t size;                  /* bytes, guard region included; starts at ferry__stack_base() */
     struct ferry__slab *slab;     /* the slab it is cut from, or NULL: a mapping of its own */
     struct ferry__link free_link; /* in loop->stack_free while cached */
-    unsigned           vg_id;     /* valgrind stack id */
-    uint8_t            guard;     /* FERRY__GUARD_* */
-    uint8_t            slot;      /* index in the slab */
+    unsigned vg_id;               /* valgrind stack id */
+    uint8_t guard;                /* FERRY__GUARD_* */
+    uint8_t slot;                 /* index in the slab */
 };
 
-#define FERRY__CANARY 0x6665727279c0ffeeULL
+#define FERRY__CANARY        0x6665727279c0ffeeULL
 #define FERRY__ALTSTACK_SIZE (64 * 1024)
 
 /* ---- Task ----------------------------------------------------------- */
@@ -108,39 +108,39 @@ struct ferry__stack {
  * header (read when a stack is taken or given back) comes later, and the
  * timer is read only by a wait that armed it. */
 struct ferry_task {
-    struct ferry__runnable run;       /* in the run queue while READY */
-    ferry__ctx             ctx;       /* saved registers while not running */
-    ferry_loop            *loop;      /* the loop it runs on */
-    uint8_t                state;     /* enum ferry_task_state */
-    bool                   started;   /* fn has been entered */
-    bool                   cancelled; /* ferry_task_cancel() was called */
-    bool                   handle;    /* the spawner still holds a handle */
-    unsigned               locks;     /* ferry_locks it holds (see ferry__task_locks_died()) */
-    struct ferry__waiter  *waiter;    /* current wait, or NULL */
-    ferry_scope           *scope;     /* innermost scope, or NULL */
-    int                    status;    /* fn's return value once DONE */
-    uint8_t                gflags;    /* FERRY__GCHILD_*: how its group holds it;
+    struct ferry__runnable run;    /* in the run queue while READY */
+    ferry__ctx ctx;                /* saved registers while not running */
+    ferry_loop *loop;              /* the loop it runs on */
+    uint8_t state;                 /* enum ferry_task_state */
+    bool started;                  /* fn has been entered */
+    bool cancelled;                /* ferry_task_cancel() was called */
+    bool handle;                   /* the spawner still holds a handle */
+    unsigned locks;                /* ferry_locks it holds (see ferry__task_locks_died()) */
+    struct ferry__waiter *waiter;  /* current wait, or NULL */
+    ferry_scope *scope;            /* innermost scope, or NULL */
+    int status;                    /* fn's return value once DONE */
+    uint8_t gflags;                /* FERRY__GCHILD_*: how its group holds it;
                                        * FERRY__TASK_BODY_ALWAYS */
-    struct ferry__stack    stk;       /* survives reuse (see ferry__stack_task()) */
-    ferry_task_fn          fn;        /* body */
-    void                  *arg;       /* body's argument */
-    struct ferry__hnode    timer;     /* wakes a sleep or a deadline */
-    struct ferry__waitq    joiners;   /* tasks in ferry_task_join() */
-    struct ferry__link     all;       /* in loop->tasks while not DONE */
-    ferry_group           *group;     /* owning group, or NULL */
-    struct ferry__link     group_link;/* in group->children */
-    void                  *lo;        /* usable stack: [lo, hi) */
-    void                  *hi;
-    void                  *asan_fake; /* ASan fake stack while switched out */
-    void                  *tsan_fiber;/* TSan fiber */
-    uint64_t               id;        /* spawn number, for the dump */
-    char                   name[32];  /* for diagnostics */
-    struct ferry__local   *locals;    /* task-local values (local.c), or NULL */
+    struct ferry__stack stk;       /* survives reuse (see ferry__stack_task()) */
+    ferry_task_fn fn;              /* body */
+    void *arg;                     /* body's argument */
+    struct ferry__hnode timer;     /* wakes a sleep or a deadline */
+    struct ferry__waitq joiners;   /* tasks in ferry_task_join() */
+    struct ferry__link all;        /* in loop->tasks while not DONE */
+    ferry_group *group;            /* owning group, or NULL */
+    struct ferry__link group_link; /* in group->children */
+    void *lo;                      /* usable stack: [lo, hi) */
+    void *hi;
+    void *asan_fake;             /* ASan fake stack while switched out */
+    void *tsan_fiber;            /* TSan fiber */
+    uint64_t id;                 /* spawn number, for the dump */
+    char name[32];               /* for diagnostics */
+    struct ferry__local *locals; /* task-local values (local.c), or NULL */
 };
 
 /* ferry_task.gflags. */
-#define FERRY__GCHILD_ISOLATE 0x1u   /* FERRY_GROUP_ISOLATE: a failure is counted only */
-#define FERRY__GCHILD_HANDLE  0x2u   /* the spawner holds a handle as well as the group */
+#define FERRY__GCHILD_ISOLATE 0x1u /* FERRY_GROUP_ISOLATE: a failure is counted only */
+#define FERRY__GCHILD_HANDLE  0x2u /* the spawner holds a handle as well as the group */
 /* Not of a group: the body runs even if the task was cancelled before its
  * first run (ferry__task_spawn_always()). */
 #define FERRY__TASK_BODY_ALWAYS 0x4u
@@ -165,7 +165,7 @@ struct ferry_task {
  * coloured.
  */
 #define FERRY__STACK_COLORS 32
-#define FERRY__COLOR_MIN ((size_t)64 * 1024)
+#define FERRY__COLOR_MIN    ((size_t)64 * 1024)
 
 static inline size_t ferry__stack_color(size_t map_size, unsigned slot)
 {
@@ -200,9 +200,9 @@ static inline char *ferry__stack_lo(const struct ferry__stack *s)
 /* A lock broken by a task that ended holding it, kept for
  * ferry_loop_dump() until the lock is destroyed. */
 struct ferry__broken_lock {
-    const void         *lock;     /* its address: printed, never read */
-    uint64_t            task_id;  /* the task that broke it */
-    char                name[sizeof ((ferry_task *)0)->name]; /* that task's name */
+    const void *lock;                         /* its address: printed, never read */
+    uint64_t task_id;                         /* the task that broke it */
+    char name[sizeof((ferry_task *)0)->name]; /* that task's name */
 };
 
 /* Broken locks a loop keeps for its dump: the most recent ones. */
@@ -219,7 +219,7 @@ struct ferry__broken_lock {
 struct ferry_loop {
     /* ---- who may use it (loop.c): read by every entry check ---- */
     struct {
-        const void     *owner;        /* identity of the owning thread */
+        const void *owner; /* identity of the owning thread */
         /* A page of its own, madvise(MADV_WIPEONFORK), holding 1: a forked
          * child inherits the loop but reads 0 there, and every loop call of
          * the child returns -EPERM (docs/fork.md).  NULL if the kernel
@@ -229,77 +229,77 @@ struct ferry_loop {
 
     /* ---- the scheduler (sched.c, switch.h, task.c, spawn.c) ---- */
     struct {
-        struct ferry__link  runq;     /* of struct ferry__runnable */
-        struct ferry__link *turn;     /* the running turn's list, or NULL */
-        ferry_task         *current;  /* running task, or NULL */
-        unsigned            since_poll; /* steps since the last poll */
+        struct ferry__link runq;  /* of struct ferry__runnable */
+        struct ferry__link *turn; /* the running turn's list, or NULL */
+        ferry_task *current;      /* running task, or NULL */
+        unsigned since_poll;      /* steps since the last poll */
         /* 0 while a task must not hand the CPU straight to the next one
          * (stop requested, or the blocked-loop detector timing each step),
          * else io_interval: a task may then begin the next turn itself
          * while since_poll is below it.  Kept by ferry__loop_hand_update(). */
-        unsigned            hand_limit;
-        bool                in_run;   /* inside ferry_loop_run() */
-        bool                in_turn;  /* running a turn */
-        bool                one_turn; /* FERRY_RUN_ONCE: no new turn inside a handover */
-        bool                stop;     /* ferry_loop_stop() was called */
-        bool                closing;  /* ferry_loop_free() in progress */
-        bool                kick_pending; /* kick_ev is active */
+        unsigned hand_limit;
+        bool in_run;       /* inside ferry_loop_run() */
+        bool in_turn;      /* running a turn */
+        bool one_turn;     /* FERRY_RUN_ONCE: no new turn inside a handover */
+        bool stop;         /* ferry_loop_stop() was called */
+        bool closing;      /* ferry_loop_free() in progress */
+        bool kick_pending; /* kick_ev is active */
         /* A stack without a guard was handed out (set by stack.c): from
          * then on every switch checks the canary of such a stack. */
-        bool                canaries;
+        bool canaries;
         /* Schedule fuzzing is on (sched.c, task.c): every turn's order is
          * drawn from rng, and no task hands the CPU straight to another. */
-        bool                fuzz;
-        ferry_loop_stats    stats;    /* counters */
-        size_t              live;     /* live tasks */
-        int64_t             slow_ns;  /* blocked-loop threshold, 0 off */
-        unsigned            io_interval; /* steps between polls */
-        struct ferry__link  tasks;    /* live tasks */
-        uint64_t            next_id;  /* task numbering */
-        struct event       *kick_ev;  /* runs turns when driven by someone else's dispatch */
+        bool fuzz;
+        ferry_loop_stats stats;   /* counters */
+        size_t live;              /* live tasks */
+        int64_t slow_ns;          /* blocked-loop threshold, 0 off */
+        unsigned io_interval;     /* steps between polls */
+        struct ferry__link tasks; /* live tasks */
+        uint64_t next_id;         /* task numbering */
+        struct event *kick_ev;    /* runs turns when driven by someone else's dispatch */
     };
 
     /* ---- the scheduler's own context, and what ASan and TSan know of it
      * (switch.h) ---- */
     struct {
-        ferry__ctx          sched_ctx;   /* the scheduler's context */
-        void               *sched_fake;  /* ASan fake stack of the scheduler */
-        const void         *sched_lo;    /* scheduler stack bounds for ASan */
-        size_t              sched_size;
-        void               *sched_fiber; /* TSan fiber of the scheduler */
+        ferry__ctx sched_ctx; /* the scheduler's context */
+        void *sched_fake;     /* ASan fake stack of the scheduler */
+        const void *sched_lo; /* scheduler stack bounds for ASan */
+        size_t sched_size;
+        void *sched_fiber; /* TSan fiber of the scheduler */
     };
 
     /* ---- timers (timer.c) ---- */
     struct {
-        struct ferry__heap  timers;      /* task timers and ferry_timer */
-        struct event       *tick_ev;     /* wakes a blocking poll for the earliest timer */
-        int                 tfd;         /* timerfd behind tick_ev (owned base), or -1 */
-        int64_t             tick_armed;  /* deadline tfd is set to, 0 if disarmed */
+        struct ferry__heap timers; /* task timers and ferry_timer */
+        struct event *tick_ev;     /* wakes a blocking poll for the earliest timer */
+        int tfd;                   /* timerfd behind tick_ev (owned base), or -1 */
+        int64_t tick_armed;        /* deadline tfd is set to, 0 if disarmed */
         /* The virtual clock (ferry_loop_opts.virtual_clock): its time,
          * which moves only by jumps (sched.c) and ferry_loop_advance(),
          * and the waits of tasks for work on other threads, which keep it
          * from jumping (ferry__wait_held()). */
-        bool                vclock;      /* the loop's time is vnow */
-        int64_t             vnow;        /* virtual time, ns */
-        size_t              vholds;      /* tasks in ferry__wait_held() */
+        bool vclock;   /* the loop's time is vnow */
+        int64_t vnow;  /* virtual time, ns */
+        size_t vholds; /* tasks in ferry__wait_held() */
     };
 
     /* ---- stacks (stack.c) ---- */
     struct {
-        size_t              stack_size;  /* default task stack size (mapping) */
-        size_t              stack_cache; /* free stacks kept */
-        struct ferry__link  stack_free;  /* free resident stacks of stack_size, most
+        size_t stack_size;              /* default task stack size (mapping) */
+        size_t stack_cache;             /* free stacks kept */
+        struct ferry__link stack_free;  /* free resident stacks of stack_size, most
                                           * recent first */
-        size_t              stack_nfree; /* stacks in stack_free: above stack_cache
+        size_t stack_nfree;             /* stacks in stack_free: above stack_cache
                                           * until trimmed */
-        int64_t             stack_over_since; /* when stack_nfree went above
+        int64_t stack_over_since;       /* when stack_nfree went above
                                                * stack_cache, or 0 */
-        struct ferry__link  slabs;       /* every slab (struct ferry__slab) */
-        struct ferry__link  slabs_avail; /* slabs with a slot never used or given back */
-        size_t              slabs_empty; /* slabs with no live stack */
-        size_t              mprotect_live; /* live mprotect-guarded stacks */
-        uint8_t             guard_mode;  /* FERRY__GUARD_*: what worked last */
-        bool                guard_forced_none; /* FERRY_STACK_GUARD=none */
+        struct ferry__link slabs;       /* every slab (struct ferry__slab) */
+        struct ferry__link slabs_avail; /* slabs with a slot never used or given back */
+        size_t slabs_empty;             /* slabs with no live stack */
+        size_t mprotect_live;           /* live mprotect-guarded stacks */
+        uint8_t guard_mode;             /* FERRY__GUARD_*: what worked last */
+        bool guard_forced_none;         /* FERRY_STACK_GUARD=none */
     };
 
     /* ---- its base and its place among the layers (loop.c, loop_new.c).
@@ -309,47 +309,47 @@ struct ferry_loop {
      * scheduler, the timers), whose cache lines would otherwise move
      * between the two threads on every post. ---- */
     struct {
-        struct event_base  *base;        /* libevent base */
-        bool                own_base;    /* made for it: freed with it */
-        long                refs;        /* ferry_loop_ref() count */
-        struct ferry__loop_hooks hooks;  /* set by wire/ (port/loop_port.h) */
+        struct event_base *base;             /* libevent base */
+        bool own_base;                       /* made for it: freed with it */
+        long refs;                           /* ferry_loop_ref() count */
+        struct ferry__loop_hooks hooks;      /* set by wire/ (port/loop_port.h) */
         struct ferry__loop_entry live_entry; /* in the set of live loops (base/loops.c) */
     };
 
     /* ---- the stack-overflow reporter (overflow.c) ---- */
     struct {
-        void               *altstack;    /* memory for a sigaltstack, installed while
+        void *altstack;              /* memory for a sigaltstack, installed while
                                           * it is the thread's */
-        struct ferry__link  alt_link;    /* in the thread's list of loops relying on its
+        struct ferry__link alt_link; /* in the thread's list of loops relying on its
                                           * sigaltstack */
     };
 
     /* ---- locks held and broken (sync.c) ---- */
     struct {
-        struct ferry__link  held_locks;  /* ferry_locks owned by a task (lock->held) */
+        struct ferry__link held_locks; /* ferry_locks owned by a task (lock->held) */
         /* Locks broken by tasks that ended holding them and not destroyed
          * since, oldest first; older ones are only counted. */
         struct ferry__broken_lock broken[FERRY__BROKEN_KEPT];
-        unsigned            nbroken;     /* entries in `broken` */
-        uint64_t            broken_dropped; /* broken locks pushed out of `broken` */
+        unsigned nbroken;        /* entries in `broken` */
+        uint64_t broken_dropped; /* broken locks pushed out of `broken` */
     };
 
     /* ---- the parts the I/O layer adds at their first use (loop.c) ---- */
-    struct ferry__link      parts;       /* of struct ferry__loop_part, oldest first */
+    struct ferry__link parts; /* of struct ferry__loop_part, oldest first */
 
     /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
      * and task.c) ---- */
-    uint64_t                rng;         /* state of base/rand.h's generator,
+    uint64_t rng; /* state of base/rand.h's generator,
                                           * seeded when the loop is made */
     struct {
-        uint32_t            fuzz_p;      /* spurious suspension probability, of 2^32 */
-        void              **fuzz_buf;    /* a turn's entries while they are shuffled */
-        size_t              fuzz_cap;    /* entries fuzz_buf has room for */
+        uint32_t fuzz_p; /* spurious suspension probability, of 2^32 */
+        void **fuzz_buf; /* a turn's entries while they are shuffled */
+        size_t fuzz_cap; /* entries fuzz_buf has room for */
         /* A second generator, seeded from the same seed, for the choice
          * of when what threads sent is let in (ferry__loop_fuzz_hold()):
          * kept apart so that the turns' shuffles do not depend on how
          * many such choices were made. */
-        uint64_t            deliver_rng;
+        uint64_t deliver_rng;
     };
 };
 
@@ -365,7 +365,7 @@ static inline void ferry__loop_hand_update(ferry_loop *loop)
  * does).  Inside ferry_loop_run() it does nothing. */
 void ferry__loop_kick(ferry_loop *loop);
 /* The kick event; freeing it. */
-int  ferry__sched_init(ferry_loop *loop);
+int ferry__sched_init(ferry_loop *loop);
 void ferry__sched_fini(ferry_loop *loop);
 /* ferry_loop_free(): cancel every live task and run until all have ended;
  * then run the turns that the bridge's close made ready. */
@@ -379,7 +379,7 @@ static inline void ferry__task_ready(ferry_task *t)
     ferry_loop *loop = t->loop;
 
     t->state = FERRY_TASK_READY;
-    ferry__list_insert_before(&loop->runq, &t->run.link);  /* runq is linked from the start */
+    ferry__list_insert_before(&loop->runq, &t->run.link); /* runq is linked from the start */
     if (__builtin_expect(!loop->in_run, 0))
         ferry__loop_kick(loop);
 }
@@ -407,7 +407,7 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
 /* Task-local values (local.c).  The copies a child inherits from `parent`
  * (keys with an inherit function), in *out: 0; -ENOMEM (nothing made). */
 struct ferry__local;
-int  ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out /* OUT */);
+int ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out /* OUT */);
 /* Destroy a list ferry__locals_inherit() made (a spawn that failed). */
 void ferry__locals_free(struct ferry__local *list);
 /* A task ended: run the destructors of its values and free them. */
@@ -427,7 +427,7 @@ size_t ferry__page_size(void);
  * region. */
 size_t ferry__stack_map_size(size_t usable);
 /* A stack of `size` usable bytes (0: the loop's default). */
-int  ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out);
+int ferry__stack_get(ferry_loop *loop, size_t size, struct ferry__stack **out);
 void ferry__stack_put(ferry_loop *loop, struct ferry__stack *s);
 /* Unmap every stack of the loop (ferry_loop_free()), and retry the
  * mappings of this thread that munmap() refused before. */
@@ -452,7 +452,7 @@ bool ferry__stack_overflowed(const ferry_task *t, const void *addr, const void *
 /* The overflow reporter (overflow.c): the memory for an alternate signal
  * stack (-ENOMEM); installing the reporter for this thread; undoing it and
  * freeing the memory (also when it was never installed). */
-int  ferry__overflow_init(ferry_loop *loop);
+int ferry__overflow_init(ferry_loop *loop);
 void ferry__overflow_setup(ferry_loop *loop);
 void ferry__overflow_teardown(ferry_loop *loop);
 
@@ -516,8 +516,7 @@ static inline int ferry__bind_inline(ferry_loop **bound)
 {
     ferry_loop *loop = ferry__tls_loop;
 
-    if (__builtin_expect(!loop || loop->owner != &ferry__tls_token ||
-                         ferry__loop_forked(loop), 0))
+    if (__builtin_expect(!loop || loop->owner != &ferry__tls_token || ferry__loop_forked(loop), 0))
         return -EPERM;
     if (__builtin_expect(*bound == loop, 1))
         return 0;
@@ -552,9 +551,9 @@ static inline int ferry__check_inline(ferry_task *t)
 /* Timers (timer.c). */
 /* A timer of ferry_call_later(). */
 struct ferry_timer {
-    struct ferry__hnode    node;  /* in loop->timers until it fires */
-    struct ferry__cbnode   run;   /* in the run queue once fired */
-    ferry_loop            *loop;
+    struct ferry__hnode node; /* in loop->timers until it fires */
+    struct ferry__cbnode run; /* in the run queue once fired */
+    ferry_loop *loop;
 };
 /* The loop's time: its virtual time if it has a virtual clock, else the
  * real clock.  What its timers are keyed on, whichever loop is current on
@@ -579,7 +578,7 @@ void ferry__loop_timers_changed(ferry_loop *loop);
 /* The tick that wakes a blocking poll (a timerfd for an owned base, a
  * libevent timer otherwise): -ENOMEM, -EMFILE, -ENFILE.  Freeing it drops
  * the timers that never fired too. */
-int  ferry__timers_init(ferry_loop *loop);
+int ferry__timers_init(ferry_loop *loop);
 void ferry__timers_fini(ferry_loop *loop);
 
 /* The fork mark (loop.c): mapped when the loop is made (optional: without

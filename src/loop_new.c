@@ -19,11 +19,11 @@ int ferry__loop_opts_check(const ferry_loop_opts *opts)
     if (ssz < FERRY_STACK_MIN || ssz > ((size_t)1 << 30))
         return -EINVAL;
     if (opts && opts->virtual_clock && opts->base)
-        return -EINVAL;   /* only ferry_loop_run() makes the jumps */
+        return -EINVAL; /* only ferry_loop_run() makes the jumps */
     if (opts && !(opts->fuzz_prob <= 1))
         return -EINVAL;
     if (ferry__tls_loop && ferry__tls_loop->current)
-        return -EPERM;    /* not from inside a task */
+        return -EPERM; /* not from inside a task */
     return 0;
 }
 
@@ -35,8 +35,9 @@ int ferry__loop_opts_check(const ferry_loop_opts *opts)
  */
 /* What the seed replays, for the log line: docs/fuzzing.md, "What
  * replays", says it at length. */
-#define REPLAYS "the loop's choices and when the pool jobs its tasks wait for " \
-                "come back; not when other threads post"
+#define REPLAYS \
+    "the loop's choices and when the pool jobs its tasks wait for " \
+    "come back; not when other threads post"
 
 static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
 {
@@ -51,8 +52,7 @@ static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
         if (!o->fuzz_seed)
             return;
         f.seed = o->fuzz_seed;
-        f.prob = o->fuzz_prob == 0 ? FERRY__FUZZ_PROB_DEFAULT :
-                 o->fuzz_prob < 0 ? 0 : o->fuzz_prob;
+        f.prob = o->fuzz_prob == 0 ? FERRY__FUZZ_PROB_DEFAULT : o->fuzz_prob < 0 ? 0 : o->fuzz_prob;
         f.p = ferry__fuzz_prob(f.prob);
         loop->rng = f.seed;
     }
@@ -63,12 +63,14 @@ static void fuzz_init(ferry_loop *loop, const ferry_loop_opts *o)
     if (f.prob != FERRY__FUZZ_PROB_DEFAULT)
         snprintf(prob, sizeof prob, ",%g", f.prob);
     if (nth == 0)
-        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu (FERRY_FUZZ=%llu%s replays "
-                   REPLAYS ")", (unsigned long long)f.seed, (unsigned long long)f.seed, prob);
+        ferry__log(FERRY_LOG_WARN,
+                   "schedule fuzzing on, seed %llu (FERRY_FUZZ=%llu%s replays " REPLAYS ")",
+                   (unsigned long long)f.seed, (unsigned long long)f.seed, prob);
     else
-        ferry__log(FERRY_LOG_WARN, "schedule fuzzing on, seed %llu, loop %u of the process "
-                   "(FERRY_FUZZ=%llu%s replays " REPLAYS ")", (unsigned long long)f.seed,
-                   nth + 1, (unsigned long long)f.seed, prob);
+        ferry__log(FERRY_LOG_WARN,
+                   "schedule fuzzing on, seed %llu, loop %u of the process "
+                   "(FERRY_FUZZ=%llu%s replays " REPLAYS ")",
+                   (unsigned long long)f.seed, nth + 1, (unsigned long long)f.seed, prob);
 }
 
 /* The loop's settings, from the (checked) options and the environment. */
@@ -123,10 +125,10 @@ static void events_free(ferry_loop *loop)
     ferry__sched_fini(loop);
 }
 
-int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts,
-                       struct event_base *base, bool own_base)
+int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts, struct event_base *base,
+                       bool own_base)
 {
-    ferry_loop_opts o = {0};
+    ferry_loop_opts o = { 0 };
     ferry_loop *loop;
     int rc;
 
@@ -138,7 +140,7 @@ int ferry__loop_create(ferry_loop **out, const ferry_loop_opts *opts,
     loop->owner = &ferry__tls_token;
     loop->base = base;
     loop->own_base = own_base;
-    ferry__list_init_linked(&loop->runq);   /* for ferry__task_ready() */
+    ferry__list_init_linked(&loop->runq); /* for ferry__task_ready() */
     ferry__fork_mark_setup(loop);
     settings_init(loop, &o);
     rc = events_new(loop);

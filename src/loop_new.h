@@ -19,7 +19,7 @@ struct event_base;
 /* Whether a loop with options `opts` (NULL: defaults) may be made on this
  * thread.  Returns: 0; -EINVAL (a stack size out of range); -EPERM (called
  * from a task). */
-int  ferry__loop_opts_check(const ferry_loop_opts *opts);
+int ferry__loop_opts_check(const ferry_loop_opts *opts);
 
 /*
  * Make a loop on `base` (`own_base`: the loop frees it with itself) with
@@ -28,8 +28,8 @@ int  ferry__loop_opts_check(const ferry_loop_opts *opts);
  * descriptor for the timerfd).  On error nothing is left, and the base is
  * still the caller's.
  */
-int  ferry__loop_create(ferry_loop **out /* OUT */, const ferry_loop_opts *opts,
-                        struct event_base *base, bool own_base);
+int ferry__loop_create(ferry_loop **out /* OUT */, const ferry_loop_opts *opts,
+                       struct event_base *base, bool own_base);
 
 /* Free a loop that ferry__loop_create() made and that was never started;
  * the base stays the caller's. */

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "ferry/queue.h"
-#include "loop_int.h"   /* the inline entry checks */
+#include "loop_int.h" /* the inline entry checks */
 #include "sync_int.h"
 #include "wait_int.h"
 #include "select_int.h"
@@ -34,8 +34,8 @@
  * call from elsewhere writes nothing. */
 static int q_valid(const ferry_queue *q)
 {
-    if (q == NULL || q->kind < FERRY_QUEUE_FIFO ||
-        q->kind > FERRY_QUEUE_PRIORITY || (q->kind == FERRY_QUEUE_PRIORITY && q->cmp == NULL))
+    if (q == NULL || q->kind < FERRY_QUEUE_FIFO || q->kind > FERRY_QUEUE_PRIORITY ||
+        (q->kind == FERRY_QUEUE_PRIORITY && q->cmp == NULL))
         return -EINVAL;
     return 0;
 }
@@ -340,8 +340,8 @@ static inline void q_removed(ferry_queue *q)
 
 /* ---- API ------------------------------------------------------------ */
 
-int ferry_queue_init(ferry_queue *q, size_t elem_size, size_t capacity,
-                     enum ferry_queue_kind kind, ferry_queue_cmp cmp, void *arg)
+int ferry_queue_init(ferry_queue *q, size_t elem_size, size_t capacity, enum ferry_queue_kind kind,
+                     ferry_queue_cmp cmp, void *arg)
 {
     if (q == NULL || elem_size == 0 || (int)kind < FERRY_QUEUE_FIFO || kind > FERRY_QUEUE_PRIORITY)
         return -EINVAL;
@@ -408,13 +408,13 @@ static __attribute__((noinline)) int q_put_wait(ferry_queue *q, struct ferry_tas
         return rc;
     q->pending--;
     if (w.result != 0)
-        return rc;          /* woken by shutdown */
+        return rc; /* woken by shutdown */
     /* A slot was promised to us. */
     q->res_put--;
     if (rc == 0 && q->shutdown)
         rc = -ESHUTDOWN;
     if (rc == 0)
-        rc = q_room(q);     /* never allocates: the slot exists */
+        rc = q_room(q); /* never allocates: the slot exists */
     if (rc) {
         /* Cancelled (or shut down) after the promise: the slot goes to the
          * next putter, nothing was inserted. */
@@ -479,8 +479,7 @@ int ferry_queue_try_put(ferry_queue *q, const void *item)
 }
 
 /* ferry_queue_get() when nothing is available: wait for an element. */
-static __attribute__((noinline)) int q_get_wait(ferry_queue *q, struct ferry_task *self,
-                                                void *out)
+static __attribute__((noinline)) int q_get_wait(ferry_queue *q, struct ferry_task *self, void *out)
 {
     struct ferry__waiter w;
     int rc;
@@ -493,9 +492,9 @@ static __attribute__((noinline)) int q_get_wait(ferry_queue *q, struct ferry_tas
         return rc;
     q->pending--;
     if (w.result != 0)
-        return rc;          /* woken by shutdown */
+        return rc; /* woken by shutdown */
     if (q->shutdown == 2)
-        return rc ? rc : -ESHUTDOWN;   /* our element was dropped */
+        return rc ? rc : -ESHUTDOWN; /* our element was dropped */
     /* An element was promised to us. */
     q->res_get--;
     if (rc) {
@@ -642,8 +641,7 @@ bool ferry_queue_full(const ferry_queue *q)
 
 /* ---- for select (select_int.h) ------------------------------------------ */
 
-int ferry__queue_sel_try(ferry_queue *q, struct ferry_task *self, void *buf, bool put,
-                         int *result)
+int ferry__queue_sel_try(ferry_queue *q, struct ferry_task *self, void *buf, bool put, int *result)
 {
     int rc;
 
@@ -692,20 +690,20 @@ int ferry__queue_sel_done(ferry_queue *q, struct ferry__waiter *w, void *buf, bo
 {
     q->pending--;
     if (w->result != 0)
-        return w->result;   /* woken by shutdown: nothing was promised */
+        return w->result; /* woken by shutdown: nothing was promised */
     if (put) {
         q->res_put--;
         if (!perform || q->shutdown) {
             serve_putters(q);
             return perform ? -ESHUTDOWN : 0;
         }
-        (void)q_room(q);    /* never allocates: the slot exists */
+        (void)q_room(q); /* never allocates: the slot exists */
         q_push(q, buf);
         q_added(q);
         return 0;
     }
     if (q->shutdown == 2)
-        return perform ? -ESHUTDOWN : 0;   /* the element was dropped */
+        return perform ? -ESHUTDOWN : 0; /* the element was dropped */
     q->res_get--;
     if (!perform) {
         serve_getters(q);

@@ -33,7 +33,8 @@ static inline void ferry__san_poison(void *p, size_t n)
 #ifdef FERRY_ASAN_ON
     ASAN_POISON_MEMORY_REGION(p, n);
 #else
-    (void)p; (void)n;
+    (void)p;
+    (void)n;
 #endif
 }
 
@@ -42,7 +43,8 @@ static inline void ferry__san_unpoison(void *p, size_t n)
 #ifdef FERRY_ASAN_ON
     ASAN_UNPOISON_MEMORY_REGION(p, n);
 #else
-    (void)p; (void)n;
+    (void)p;
+    (void)n;
 #endif
 }
 
@@ -51,7 +53,8 @@ static inline unsigned ferry__vg_stack_register(void *lo, void *hi)
 #ifdef FERRY_VALGRIND_ON
     return VALGRIND_STACK_REGISTER(lo, hi);
 #else
-    (void)lo; (void)hi;
+    (void)lo;
+    (void)hi;
     return 0;
 #endif
 }

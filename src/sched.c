@@ -56,7 +56,7 @@ static inline __attribute__((always_inline)) void run_step(ferry_loop *loop,
     int64_t slow = loop->slow_ns;
     int64_t t0 = slow ? ferry__now_real() : 0;
     bool is_task = r->kind == FERRY__RUN_TASK;
-    char name[sizeof ((ferry_task *)0)->name];
+    char name[sizeof((ferry_task *)0)->name];
 
     if (is_task) {
         ferry_task *t = ferry__container_of(r, ferry_task, run);
@@ -160,8 +160,10 @@ static bool vclock_poll(ferry_loop *loop)
  */
 static int by_task_id(const void *a, const void *b)
 {
-    const ferry_task *x = ferry__container_of(*(struct ferry__link *const *)a, ferry_task, run.link);
-    const ferry_task *y = ferry__container_of(*(struct ferry__link *const *)b, ferry_task, run.link);
+    const ferry_task *x =
+        ferry__container_of(*(struct ferry__link *const *)a, ferry_task, run.link);
+    const ferry_task *y =
+        ferry__container_of(*(struct ferry__link *const *)b, ferry_task, run.link);
 
     return x->id < y->id ? -1 : x->id > y->id;
 }
@@ -201,7 +203,7 @@ void ferry__fuzz_shuffle(ferry_loop *loop, struct ferry__link *turn)
      * of them does not once the bridge lets completions in at seeded
      * polls, and the shuffle must depend only on the set and the seed. */
     qsort(buf, ntasks, sizeof *buf, by_task_id);
-    for (i = ntasks - 1; i > 0; i--) {           /* Fisher-Yates */
+    for (i = ntasks - 1; i > 0; i--) { /* Fisher-Yates */
         size_t j = ferry__rand_below(&loop->rng, (uint32_t)(i + 1));
         void *t = buf[i];
 
@@ -296,7 +298,7 @@ int ferry_loop_run(ferry_loop *loop, int mode)
     if (loop->in_run || loop->in_turn)
         return -EPERM;
     prev = ferry__tls_loop;
-    prev_task = ferry__tls_task;     /* a task of another loop running this one */
+    prev_task = ferry__tls_task; /* a task of another loop running this one */
     ferry__tls_loop = loop;
     ferry__tls_task = NULL;
     loop->in_run = true;
@@ -331,7 +333,8 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     ferry_task *prev_task = ferry__tls_task;
     unsigned steps = 0;
 
-    (void)fd; (void)what;
+    (void)fd;
+    (void)what;
     loop->kick_pending = false;
     if (loop->in_run || loop->in_turn)
         return;

@@ -18,11 +18,11 @@
  * its `sel`; the first of them granted is the winner.
  */
 struct ferry__sel {
-    struct ferry__waiter  master;  /* the task's waiter for the whole select */
-    struct ferry__waiter **w;      /* the cases' waiters, one per case (on
+    struct ferry__waiter master; /* the task's waiter for the whole select */
+    struct ferry__waiter **w;    /* the cases' waiters, one per case (on
                                     * this stack, or in a channel's node) */
-    size_t                n;       /* cases */
-    int                   winner;  /* index of the granted case, or -1 */
+    size_t n;                    /* cases */
+    int winner;                  /* index of the granted case, or -1 */
 };
 
 /* ferry__grant() of a case's waiter `w` (WAITING): grant it, unlink every

@@ -22,15 +22,15 @@
 _Static_assert(offsetof(ferry_task, status) == 64,
                "what a switch reads fills the first cache line of struct ferry_task");
 _Static_assert(sizeof(ferry_task) ==
-               sizeof(struct ferry__stack) + sizeof(struct ferry__runnable) +
-               sizeof(ferry__ctx) + 3 * sizeof(void *) /* loop fn arg */ +
-               2 * sizeof(int) + 4 /* locks status state started cancelled handle */ +
-               1 /* gflags */ + 3 /* the padding after it */ +
-               2 * sizeof(void *) /* waiter scope */ + sizeof(struct ferry__hnode) +
-               sizeof(struct ferry__waitq) + sizeof(struct ferry__link) /* all */ +
-               sizeof(void *) /* group */ + sizeof(struct ferry__link) +
-               4 * sizeof(void *) /* lo hi asan_fake tsan_fiber */ +
-               sizeof(uint64_t) + 32 /* id name */ + sizeof(void *) /* locals */,
+                   sizeof(struct ferry__stack) + sizeof(struct ferry__runnable) +
+                       sizeof(ferry__ctx) + 3 * sizeof(void *) /* loop fn arg */ + 2 * sizeof(int) +
+                       4 /* locks status state started cancelled handle */ + 1 /* gflags */ +
+                       3 /* the padding after it */ + 2 * sizeof(void *) /* waiter scope */ +
+                       sizeof(struct ferry__hnode) + sizeof(struct ferry__waitq) +
+                       sizeof(struct ferry__link) /* all */ + sizeof(void *) /* group */ +
+                       sizeof(struct ferry__link) +
+                       4 * sizeof(void *) /* lo hi asan_fake tsan_fiber */ + sizeof(uint64_t) +
+                       32 /* id name */ + sizeof(void *) /* locals */,
                "a field was added to struct ferry_task: initialise it in ferry_task_spawn()");
 #endif
 

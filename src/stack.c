@@ -67,18 +67,18 @@ _Static_assert(FERRY__SLAB_SLOTS <= 64, "slot masks are 64 bits");
  *   cold       free, its pages given back; keeps its guard.
  */
 struct ferry__slab {
-    struct ferry__link  link;       /* in loop->slabs */
-    struct ferry__link  avail_link; /* in loop->slabs_avail while a slot is unused or cold */
-    char               *slots;      /* slot 0 */
-    size_t              map_size;   /* the whole mapping, header page included */
-    uint64_t            cached;     /* bit i: slot i is cached */
-    uint64_t            cold;       /* bit i: slot i is cold */
-    uint64_t            trim;       /* trim_stacks(): cached slots turning cold */
-    struct ferry__slab *trim_next;  /* trim_stacks(): next slab with `trim` bits */
-    unsigned            nslots;     /* slots in the slab */
-    unsigned            ncarved;    /* slots used at least once: [0, ncarved) */
-    unsigned            nlive;      /* live slots */
-    uint8_t             guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
+    struct ferry__link link;          /* in loop->slabs */
+    struct ferry__link avail_link;    /* in loop->slabs_avail while a slot is unused or cold */
+    char *slots;                      /* slot 0 */
+    size_t map_size;                  /* the whole mapping, header page included */
+    uint64_t cached;                  /* bit i: slot i is cached */
+    uint64_t cold;                    /* bit i: slot i is cold */
+    uint64_t trim;                    /* trim_stacks(): cached slots turning cold */
+    struct ferry__slab *trim_next;    /* trim_stacks(): next slab with `trim` bits */
+    unsigned nslots;                  /* slots in the slab */
+    unsigned ncarved;                 /* slots used at least once: [0, ncarved) */
+    unsigned nlive;                   /* live slots */
+    uint8_t guard[FERRY__SLAB_SLOTS]; /* FERRY__GUARD_* of each used slot */
 };
 
 /* The page size, read once at load time: spawn needs it on every call,
@@ -105,14 +105,12 @@ size_t ferry__stack_map_size(size_t usable)
 
 static int guard_mode_probe(ferry_loop *loop, void *base, size_t len)
 {
-    if (loop->guard_mode != FERRY__GUARD_MPROTECT &&
-        madvise(base, len, MADV_GUARD_INSTALL) == 0) {
+    if (loop->guard_mode != FERRY__GUARD_MPROTECT && madvise(base, len, MADV_GUARD_INSTALL) == 0) {
         loop->guard_mode = FERRY__GUARD_MADV;
         return FERRY__GUARD_MADV;
     }
     loop->guard_mode = FERRY__GUARD_MPROTECT;
-    if (loop->mprotect_live < FERRY__MPROTECT_BUDGET &&
-        mprotect(base, len, PROT_NONE) == 0) {
+    if (loop->mprotect_live < FERRY__MPROTECT_BUDGET && mprotect(base, len, PROT_NONE) == 0) {
         loop->mprotect_live++;
         return FERRY__GUARD_MPROTECT;
     }
@@ -155,9 +153,9 @@ static void *stack_map(size_t size)
  * range itself, in a page that stays resident: the slab header, or the
  * task structure of a stack with a mapping of its own. */
 struct kept_range {
-    struct ferry__link link;   /* in kept */
-    char              *addr;   /* the range: [addr, addr + len) */
-    size_t             len;
+    struct ferry__link link; /* in kept */
+    char *addr;              /* the range: [addr, addr + len) */
+    size_t len;
 };
 
 /* This thread's kept ranges, sorted by address after kept_retry(); they
@@ -306,14 +304,14 @@ static struct ferry__stack *stack_init(ferry_loop *loop, void *base, size_t size
     struct ferry__stack *s = stack_at(base, size, slot);
 
     if (guard == FERRY__GUARD_NONE)
-        loop->canaries = true;      /* switches check the canary from now on */
+        loop->canaries = true; /* switches check the canary from now on */
     s->size = size;
     s->slab = sl;
     s->slot = (uint8_t)slot;
     s->guard = guard;
     ferry__link_init(&s->free_link);
-    s->vg_id = ferry__vg_stack_register((char *)base + FERRY__GUARD_SIZE,
-                                        (char *)ferry__stack_task(s));
+    s->vg_id =
+        ferry__vg_stack_register((char *)base + FERRY__GUARD_SIZE, (char *)ferry__stack_task(s));
     return s;
 }
 
@@ -508,7 +506,7 @@ static void trim_stacks(ferry_loop *loop)
     struct ferry__link *l;
 
     while (loop->stack_nfree > loop->stack_cache) {
-        l = loop->stack_free.prev;   /* the tail: freed longest ago */
+        l = loop->stack_free.prev; /* the tail: freed longest ago */
         ferry__list_remove(l);
         loop->stack_nfree--;
         s = ferry__container_of(l, struct ferry__stack, free_link);
@@ -561,7 +559,7 @@ void ferry__stack_trim_due(ferry_loop *loop, bool block)
     bool old;
 
     if (loop->closing)
-        return;       /* ferry__stack_drain() unmaps everything soon */
+        return; /* ferry__stack_drain() unmaps everything soon */
     old = ferry__now_real() - loop->stack_over_since >= FERRY__TRIM_AFTER;
     if (block || old)
         trim_slabs(loop);
@@ -581,9 +579,11 @@ void ferry__stack_drain(ferry_loop *loop)
     if (nkept) {
         kept_retry();
         if (nkept)
-            ferry__log(FERRY_LOG_WARN, "%zu stack mapping(s) could not be unmapped yet "
+            ferry__log(FERRY_LOG_WARN,
+                       "%zu stack mapping(s) could not be unmapped yet "
                        "(vm.max_map_count reached?): retried when a loop of this thread "
-                       "next trims its stacks or is freed", nkept);
+                       "next trims its stacks or is freed",
+                       nkept);
     }
 }
 

@@ -37,7 +37,8 @@ static inline void ferry__switch_arrived(ferry_loop *loop, ferry_task *t)
     else
         __sanitizer_finish_switch_fiber(t->asan_fake, NULL, NULL);
 #else
-    (void)loop; (void)t;
+    (void)loop;
+    (void)t;
 #endif
 }
 
@@ -60,7 +61,7 @@ static inline void ferry__switch_to_task(ferry_loop *loop, ferry_task *t)
 #endif
     ferry__tls_task = t;
     ferry__ctx_switch(&loop->sched_ctx, &t->ctx);
-    ferry__tls_task = NULL;             /* the scheduler is back */
+    ferry__tls_task = NULL; /* the scheduler is back */
 #ifdef FERRY_ASAN_ON
     __sanitizer_finish_switch_fiber(loop->sched_fake, NULL, NULL);
 #endif
@@ -102,8 +103,8 @@ static inline void ferry__switch_to_sched(ferry_loop *loop, ferry_task *t, bool 
     __tsan_switch_to_fiber(loop->sched_fiber, 0);
 #endif
 #ifdef FERRY_ASAN_ON
-    __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake,
-                                   loop->sched_lo, loop->sched_size);
+    __sanitizer_start_switch_fiber(exiting ? NULL : &t->asan_fake, loop->sched_lo,
+                                   loop->sched_size);
 #else
     (void)exiting;
 #endif
@@ -139,7 +140,9 @@ static inline void ferry__prefetch_run(const ferry_loop *loop, const struct ferr
         }
     }
 #else
-    (void)loop; (void)l; (void)end;
+    (void)loop;
+    (void)l;
+    (void)end;
 #endif
 }
 

@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "loop_int.h"   /* the inline entry checks */
+#include "loop_int.h" /* the inline entry checks */
 #include "sync_int.h"
 #include "wait_int.h"
 
@@ -140,7 +140,8 @@ static void lock_owner_died(ferry_lock *lock)
 {
     ferry_task *t = lock->owner;
 
-    ferry__log(FERRY_LOG_ERROR, "task #%llu '%s' ended holding lock %p: the lock is broken, "
+    ferry__log(FERRY_LOG_ERROR,
+               "task #%llu '%s' ended holding lock %p: the lock is broken, "
                "its waiters and later acquirers get -EOWNERDEAD",
                (unsigned long long)t->id, t->name, (void *)lock);
     lock_keep_broken(t->loop, lock, t);
@@ -199,8 +200,8 @@ int ferry_lock_destroy(ferry_lock *lock)
 
 /* The bodies of ferry__lock_acquire_task() and ferry__lock_release_task(),
  * inlined into ferry_lock_acquire() and ferry_lock_release(). */
-static inline __attribute__((always_inline)) int
-lock_acquire(ferry_lock *lock, struct ferry_task *self)
+static inline __attribute__((always_inline)) int lock_acquire(ferry_lock *lock,
+                                                              struct ferry_task *self)
 {
     struct ferry__waiter w;
     int rc;
@@ -249,13 +250,13 @@ int ferry__lock_try_acquire_task(ferry_lock *lock, struct ferry_task *self)
     return 0;
 }
 
-static inline __attribute__((always_inline)) int
-lock_release(ferry_lock *lock, struct ferry_task *self)
+static inline __attribute__((always_inline)) int lock_release(ferry_lock *lock,
+                                                              struct ferry_task *self)
 {
     int rc;
 
     if (lock->loop == NULL)
-        return -EPERM;      /* never used, so not held */
+        return -EPERM; /* never used, so not held */
     rc = ferry__bind_task(&lock->loop, self);
     if (rc)
         return rc;

@@ -58,10 +58,10 @@ static void task_finish(ferry_task *t, int status)
 
     t->status = status;
     if (__builtin_expect(t->locals != NULL, 0))
-        ferry__locals_end(t);           /* before anyone sees it done */
+        ferry__locals_end(t); /* before anyone sees it done */
     t->state = FERRY_TASK_DONE;
     if (__builtin_expect(t->locks != 0, 0))
-        ferry__task_locks_died(t);      /* locks it still holds break */
+        ferry__task_locks_died(t); /* locks it still holds break */
     ferry__waitq_grant_all(&t->joiners, 0);
     ferry__list_remove(&t->all);
     loop->live--;
@@ -76,7 +76,7 @@ void ferry__task_entry(void *arg)
     ferry__switch_arrived(t->loop, t);
     task_finish(t, t->fn(t->arg));
     ferry__switch_to_sched(t->loop, t, true);
-    abort();   /* a finished task is never resumed */
+    abort(); /* a finished task is never resumed */
 }
 
 void ferry__task_resume(ferry_task *t)
@@ -102,7 +102,7 @@ void ferry__task_release(ferry_task *t)
     if (t->state != FERRY_TASK_DONE || t->handle)
         return;
     if (loop->current == t)
-        return;   /* still on its stack: the scheduler releases it */
+        return; /* still on its stack: the scheduler releases it */
     ferry__fiber_destroy(t);
     ferry__stack_put(loop, &t->stk);
 }
@@ -257,8 +257,8 @@ int ferry_yield(void)
     }
     loop = self->loop;
     if (loop->turn && ferry__list_empty_linked(loop->turn) &&
-        ferry__list_empty_linked(&loop->runq) &&
-        loop->since_poll < loop->hand_limit && !loop->one_turn) {
+        ferry__list_empty_linked(&loop->runq) && loop->since_poll < loop->hand_limit &&
+        !loop->one_turn) {
         /* Nothing else is ready: the next turn would hold only this task,
          * so it begins here and the task goes on, as the scheduler or
          * ferry__switch_away() would do after queueing it, under the same
@@ -272,4 +272,3 @@ int ferry_yield(void)
     }
     return yield_switch(loop, self);
 }
-

@@ -119,8 +119,7 @@ void ferry__loop_timers_changed(ferry_loop *loop)
         ferry__timers_arm(loop);
 }
 
-int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
-                     ferry_timer **out)
+int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg, ferry_timer **out)
 {
     ferry_timer *tm;
     int64_t now;
@@ -142,8 +141,7 @@ int ferry_call_later(ferry_loop *loop, int64_t delay, ferry_cb cb, void *arg,
     if (delay < 0)
         delay = 0;
     now = ferry__loop_now(loop);
-    ferry__heap_insert(&loop->timers, &tm->node,
-                       delay > INT64_MAX - now ? INT64_MAX : now + delay);
+    ferry__heap_insert(&loop->timers, &tm->node, delay > INT64_MAX - now ? INT64_MAX : now + delay);
     ferry__loop_timers_changed(loop);
     if (out)
         *out = tm;
@@ -180,7 +178,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         loop->tick_armed = 0;
     }
     if (loop->in_run)
-        return;           /* poll_io expires timers itself */
+        return; /* poll_io expires timers itself */
     ferry__timers_expire(loop);
     if (!ferry__list_empty(&loop->runq))
         ferry__loop_kick(loop);
@@ -199,7 +197,7 @@ static int tick_timerfd_new(ferry_loop *loop)
         return -ENOMEM;
     loop->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (loop->tfd < 0)
-        return -errno;     /* -EMFILE, -ENFILE, -ENOMEM */
+        return -errno; /* -EMFILE, -ENFILE, -ENOMEM */
     loop->tick_ev = event_new(loop->base, loop->tfd, EV_READ | EV_PERSIST, tick_cb, loop);
     if (loop->tick_ev && event_add(loop->tick_ev, NULL) == 0)
         return 0;

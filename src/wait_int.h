@@ -48,7 +48,7 @@ ferry__wait_inline(struct ferry__waitq *q, struct ferry__waiter *w, int64_t unti
     switch (w->state) {
     case FERRY__W_GRANTED:
         if (t->cancelled && !ferry__task_shielded(t))
-            return -ECANCELED;        /* state stays GRANTED: pass it on */
+            return -ECANCELED; /* state stays GRANTED: pass it on */
         return w->result;
     case FERRY__W_CANCELLED:
         return -ECANCELED;

@@ -40,45 +40,45 @@
 
 /* One loop's part of a listener.  Loop thread only, but for `l`. */
 struct spread_loop {
-    struct ferry_runtime_listener *l;      /* set once */
-    unsigned             index;            /* set once: the loop's index */
-    bool                 open;             /* handed connections are queued */
-    struct ferry__link   handed;           /* records waiting for the serve task */
-    ferry_sem            ready;            /* a permit per record in `handed` */
-    struct ferry__link   live;             /* records given to a task of the group */
-    struct ferry__closer closer;           /* added while open: drops `handed` at close */
-    bool                 closer_added;     /* `closer` is on the inbox's list */
+    struct ferry_runtime_listener *l; /* set once */
+    unsigned index;                   /* set once: the loop's index */
+    bool open;                        /* handed connections are queued */
+    struct ferry__link handed;        /* records waiting for the serve task */
+    ferry_sem ready;                  /* a permit per record in `handed` */
+    struct ferry__link live;          /* records given to a task of the group */
+    struct ferry__closer closer;      /* added while open: drops `handed` at close */
+    bool closer_added;                /* `closer` is on the inbox's list */
 };
 
 struct ferry_runtime_listener {
     /* Set once by ferry_runtime_listen(). */
     struct ferry_runtime *rt;
-    int                   mode;      /* FERRY_SPREAD_* */
-    unsigned              flags;     /* FERRY_SPREAD_CPU */
-    unsigned              acceptor;  /* balanced: the accepting loop */
-    ferry_stream_opts     sopts;     /* the connections' streams */
-    int                   port;
-    unsigned              nfds;      /* n loops (reuseport) or 1 */
-    int                  *fds;       /* the listening sockets */
-    struct spread_loop   *loops;     /* one per loop of rt */
-    atomic_uint           refs;      /* see the top of the file */
-    atomic_bool           serving;   /* a serve call runs */
+    int mode;                /* FERRY_SPREAD_* */
+    unsigned flags;          /* FERRY_SPREAD_CPU */
+    unsigned acceptor;       /* balanced: the accepting loop */
+    ferry_stream_opts sopts; /* the connections' streams */
+    int port;
+    unsigned nfds;             /* n loops (reuseport) or 1 */
+    int *fds;                  /* the listening sockets */
+    struct spread_loop *loops; /* one per loop of rt */
+    atomic_uint refs;          /* see the top of the file */
+    atomic_bool serving;       /* a serve call runs */
     /* Set by a serve call before it reaches the loops (the calls' inbox
      * mutexes publish them). */
-    ferry_conn_fn         fn;
-    void                 *arg;
+    ferry_conn_fn fn;
+    void *arg;
     /* The acceptor's thread only (balanced mode). */
-    uint64_t              rng;       /* the random candidates */
-    unsigned              next;      /* the round-robin candidate */
+    uint64_t rng;  /* the random candidates */
+    unsigned next; /* the round-robin candidate */
 };
 
 /* A connection from accept to close. */
 struct conn {
-    struct ferry__cnode            node;   /* the hand-over to the target loop */
-    struct ferry__link             link;   /* in handed or live, target's thread */
-    struct ferry_runtime_listener *l;      /* a reference */
-    unsigned                       index;  /* the loop that serves it */
-    int                            fd;     /* until a stream owns it, else -1 */
+    struct ferry__cnode node;         /* the hand-over to the target loop */
+    struct ferry__link link;          /* in handed or live, target's thread */
+    struct ferry_runtime_listener *l; /* a reference */
+    unsigned index;                   /* the loop that serves it */
+    int fd;                           /* until a stream owns it, else -1 */
 };
 
 static const ferry_task_opts conn_opts = { .name = "conn" };
@@ -252,7 +252,7 @@ static void dispatch(struct ferry_runtime_listener *l, struct spread_loop *me, f
     unsigned to;
 
     if (!c) {
-        close(fd);      /* the peer sees the connection end */
+        close(fd); /* the peer sees the connection end */
         return;
     }
     if (l->mode == FERRY_SPREAD_BALANCED) {
@@ -272,7 +272,7 @@ static void dispatch(struct ferry_runtime_listener *l, struct spread_loop *me, f
     }
     c->node.fn = handed_run;
     if (ferry__inbox_post_node(l->rt->slots[to]->ib, &c->node) != 0)
-        conn_drop(c);   /* that loop has closed */
+        conn_drop(c); /* that loop has closed */
 }
 
 /* Out of descriptors or memory: the queue stays, try again a little
@@ -305,13 +305,19 @@ static int accept_loop(struct ferry_runtime_listener *l, struct spread_loop *me,
         switch (errno) {
         case EAGAIN:
             rc = ferry_wait_fd(lfd, FERRY_READ, NULL);
-            if (rc == -ENOMEM)       /* the wait could not be registered */
+            if (rc == -ENOMEM) /* the wait could not be registered */
                 rc = retry_later();
             break;
-        case EINTR: case ECONNABORTED: case EPROTO: case EPERM:
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+        case EPERM:
             rc = 0;
             break;
-        case EMFILE: case ENFILE: case ENOBUFS: case ENOMEM:
+        case EMFILE:
+        case ENFILE:
+        case ENOBUFS:
+        case ENOMEM:
             rc = retry_later();
             break;
         default:
@@ -397,8 +403,8 @@ static int addr_parse(const char *host, int port, struct sockaddr_storage *ss, s
 
 /* A listening socket bound to ss (SO_REUSEPORT if `reuseport`).
  * Returns 0 and *out; the negated errno of the call that failed. */
-static int sock_listen(const struct sockaddr_storage *ss, socklen_t len, bool any6,
-                       bool reuseport, int backlog, int *out)
+static int sock_listen(const struct sockaddr_storage *ss, socklen_t len, bool any6, bool reuseport,
+                       int backlog, int *out)
 {
     int fd, one = 1, zero = 0, rc;
 
@@ -429,7 +435,7 @@ static void attach_cpu_program(int fd, unsigned n)
     };
     struct sock_fprog prog;
 
-    memset(&prog, 0, sizeof prog);   /* the padding after `len` goes to the kernel too */
+    memset(&prog, 0, sizeof prog); /* the padding after `len` goes to the kernel too */
     prog.len = sizeof code / sizeof code[0];
     prog.filter = code;
     (void)setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog);
@@ -473,9 +479,9 @@ static int sockets_make(struct ferry_runtime_listener *l, const char *host, int 
                 i++;
                 goto err;
             }
-            l->port = ntohs(got.ss_family == AF_INET
-                            ? ((struct sockaddr_in *)(void *)&got)->sin_port
-                            : ((struct sockaddr_in6 *)(void *)&got)->sin6_port);
+            l->port =
+                ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)(void *)&got)->sin_port
+                                               : ((struct sockaddr_in6 *)(void *)&got)->sin6_port);
             if (ss.ss_family == AF_INET)
                 ((struct sockaddr_in *)(void *)&ss)->sin_port = htons((uint16_t)l->port);
             else
@@ -495,7 +501,7 @@ err:
 int ferry_runtime_listen(ferry_runtime_listener **out, ferry_runtime *rt, const char *host,
                          int port, const ferry_runtime_listen_opts *opts)
 {
-    ferry_runtime_listen_opts o = {0};
+    ferry_runtime_listen_opts o = { 0 };
     struct ferry_runtime_listener *l;
     unsigned i;
     int rc;
@@ -586,8 +592,8 @@ int ferry_runtime_listener_serve(ferry_runtime_listener *l, ferry_conn_fn fn, vo
     l->arg = arg;
     /* Every loop takes hand-overs before any acceptor runs. */
     for (rc = 0; !rc && opened < rt->n; opened++) {
-        rc = ferry_runtime_call(rt, opened, loop_open_cb, &l->loops[opened],
-                                FERRY_CALL_CALLBACK, &st, NULL);
+        rc = ferry_runtime_call(rt, opened, loop_open_cb, &l->loops[opened], FERRY_CALL_CALLBACK,
+                                &st, NULL);
         if (rc)
             break;
     }
@@ -600,8 +606,7 @@ int ferry_runtime_listener_serve(ferry_runtime_listener *l, ferry_conn_fn fn, vo
      * that cannot be reached any more does it at its close. */
     ferry_scope_enter(&shield, FERRY_NEVER, FERRY_SCOPE_SHIELD);
     for (i = 0; i < opened; i++)
-        (void)ferry_runtime_call(rt, i, loop_shut_cb, &l->loops[i], FERRY_CALL_CALLBACK,
-                                 &st, NULL);
+        (void)ferry_runtime_call(rt, i, loop_shut_cb, &l->loops[i], FERRY_CALL_CALLBACK, &st, NULL);
     ferry_scope_exit(&shield);
     ferry__free(sts);
     atomic_store(&l->serving, false);

@@ -92,9 +92,9 @@ void ferry_loop_free(ferry_loop *loop)
 /* The main task of ferry_run(): fn, then stop the loop, so that
  * ferry_run() sees at once that main is done even if other tasks run on. */
 struct run_main {
-    ferry_task_fn fn;     /* the user's main */
-    void         *arg;    /* its argument */
-    ferry_loop   *loop;   /* the loop to stop */
+    ferry_task_fn fn; /* the user's main */
+    void *arg;        /* its argument */
+    ferry_loop *loop; /* the loop to stop */
 };
 
 static int run_main(void *arg)

@@ -30,7 +30,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
-#include "loop_new.h"   /* ferry__fork_child() */
+#include "loop_new.h" /* ferry__fork_child() */
 #include "thread.h"
 #include "wire.h"
 
@@ -57,9 +57,9 @@ static void *ev_lock_alloc(unsigned locktype)
     if (!tls_setup && ferry__fault_point("libevent lock"))
         mu = NULL;
     else
-        mu = malloc(sizeof *mu);     /* libevent's memory, not ferry's */
-    if (mu && pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive
-                                                                            : NULL)) {
+        mu = malloc(sizeof *mu); /* libevent's memory, not ferry's */
+    if (mu &&
+        pthread_mutex_init(mu, (locktype & EVTHREAD_LOCKTYPE_RECURSIVE) ? &recursive : NULL)) {
         free(mu);
         mu = NULL;
     }
@@ -126,7 +126,8 @@ static int ev_cond_wait(void *cond, void *lock, const struct timeval *tv)
     int rc;
 
     if (tv)
-        deadline = ferry__deadline_real((int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000);
+        deadline =
+            ferry__deadline_real((int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000);
     rc = ferry__cond_wait_until(cond, lock, deadline);
     if (rc == ETIMEDOUT)
         return 1;
@@ -141,12 +142,15 @@ static unsigned long ev_thread_id(void)
 static void threads_setup(void)
 {
     static const struct evthread_lock_callbacks locks = {
-        EVTHREAD_LOCK_API_VERSION, EVTHREAD_LOCKTYPE_RECURSIVE,
-        ev_lock_alloc, ev_lock_free, ev_lock, ev_unlock,
+        EVTHREAD_LOCK_API_VERSION,
+        EVTHREAD_LOCKTYPE_RECURSIVE,
+        ev_lock_alloc,
+        ev_lock_free,
+        ev_lock,
+        ev_unlock,
     };
     static const struct evthread_condition_callbacks conds = {
-        EVTHREAD_CONDITION_API_VERSION,
-        ev_cond_alloc, ev_cond_free, ev_cond_signal, ev_cond_wait,
+        EVTHREAD_CONDITION_API_VERSION, ev_cond_alloc, ev_cond_free, ev_cond_signal, ev_cond_wait,
     };
 
     if (pthread_mutexattr_init(&recursive) == 0 &&
@@ -163,11 +167,11 @@ static void threads_setup(void)
     }
     if (!own_callbacks)
         ferry__log(FERRY_LOG_WARN, "libevent's thread callbacks are not ferry's: an "
-                   "event_base made without its lock is not detected");
+                                   "event_base made without its lock is not detected");
     /* A task that forks must not go on as a task in the child. */
     if (pthread_atfork(NULL, NULL, ferry__fork_child) != 0)
         ferry__log(FERRY_LOG_ERROR, "pthread_atfork failed: a task that forks keeps "
-                   "running as a task in the child");
+                                    "running as a task in the child");
 }
 
 void ferry__process_init(void)
@@ -191,7 +195,7 @@ static bool base_locked(struct event_base *base)
     if (!own_callbacks)
         return true;
     tls_probe = 0;
-    event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED);   /* takes the base's lock */
+    event_base_get_num_events(base, EVENT_BASE_COUNT_ADDED); /* takes the base's lock */
     calls = tls_probe;
     tls_probe = -1;
     return calls > 0;

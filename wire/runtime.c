@@ -80,7 +80,7 @@ static int loop_make(struct ferry_runtime *rt, unsigned index)
     rc = ferry_loop_new(&loop, &o);
     if (rc)
         return rc;
-    rc = ferry_inbox_get(&s->ib, loop);     /* a new loop's inbox is open */
+    rc = ferry_inbox_get(&s->ib, loop); /* a new loop's inbox is open */
     if (rc) {
         ferry_loop_free(loop);
         return rc;
@@ -175,7 +175,7 @@ static void rt_end(struct ferry_runtime *rt)
 
         if (s->ib) {
             s->stop_node.fn = slot_stop;
-            ferry__inbox_post_node(s->ib, &s->stop_node);   /* refused: closed already */
+            ferry__inbox_post_node(s->ib, &s->stop_node); /* refused: closed already */
         }
     }
     if (loop0) {
@@ -266,7 +266,7 @@ err:
 
 int ferry_runtime_new(ferry_runtime **out, const ferry_runtime_opts *opts)
 {
-    ferry_runtime_opts o = {0};
+    ferry_runtime_opts o = { 0 };
     struct ferry_runtime *rt;
     cpu_set_t cpus;
     unsigned n, i;
@@ -327,9 +327,9 @@ err:
 /* The main task of ferry_runtime_run(): main, then stop loop 0's run, so
  * that the run returns at once even while other tasks of loop 0 go on. */
 struct run_main {
-    ferry_task_fn fn;     /* the user's main */
-    void         *arg;    /* its argument */
-    ferry_loop   *loop;   /* loop 0 */
+    ferry_task_fn fn; /* the user's main */
+    void *arg;        /* its argument */
+    ferry_loop *loop; /* loop 0 */
 };
 
 static int run_main(void *arg)
@@ -409,7 +409,7 @@ void ferry_runtime_free(ferry_runtime *rt)
         return;
     if (!on_loop0_outside(rt)) {
         ferry__log(FERRY_LOG_ERROR, "ferry_runtime_free: not on the thread of loop 0, or "
-                   "inside a task or a run: nothing freed");
+                                    "inside a task or a run: nothing freed");
         return;
     }
     rt_end(rt);
@@ -442,15 +442,15 @@ int ferry_run_loops(unsigned loops, ferry_task_fn main, void *arg)
 
 struct on_all {
     struct ferry_runtime *rt;
-    ferry_task_fn         fn;
-    void                 *arg;
-    int                  *st;       /* one status per loop */
+    ferry_task_fn fn;
+    void *arg;
+    int *st; /* one status per loop */
 };
 
 /* One child of the group, on the caller's loop: the call to one loop. */
 struct on_all_child {
     struct on_all *all;
-    unsigned       index;
+    unsigned index;
 };
 
 static int on_all_run(void *arg, void **result)
@@ -468,7 +468,7 @@ static int on_all_child(void *arg)
 
     rc = ferry_runtime_call(ch->all->rt, ch->index, on_all_run, ch->all, 0, &st, NULL);
     if (rc)
-        return rc;   /* fails the group: the others are cancelled */
+        return rc; /* fails the group: the others are cancelled */
     ch->all->st[ch->index] = st;
     return 0;
 }
@@ -523,14 +523,14 @@ int ferry_runtime_on_all(ferry_runtime *rt, ferry_task_fn fn, void *arg, int *st
  */
 struct on_loop {
     ferry_call_fn fn;
-    void         *arg;
+    void *arg;
 };
 
 /* What the callbacks below get: the loop they run on, and theirs. */
 struct loop_req {
     struct ferry_runtime *rt;
-    unsigned              index;
-    void                 *out;
+    unsigned index;
+    void *out;
 };
 
 static int on_loop_sync(void *arg)
@@ -541,8 +541,8 @@ static int on_loop_sync(void *arg)
     return l->fn(l->arg, &res);
 }
 
-static int on_loop(struct ferry_runtime *rt, unsigned index, bool in_task,
-                   ferry_call_fn fn, void *out)
+static int on_loop(struct ferry_runtime *rt, unsigned index, bool in_task, ferry_call_fn fn,
+                   void *out)
 {
     struct loop_req req = { .rt = rt, .index = index, .out = out };
     struct on_loop l = { .fn = fn, .arg = &req };

@@ -18,7 +18,7 @@ typedef struct ferry__ctx {
 } ferry__ctx;
 #else
 typedef struct ferry__ctx {
-    void *sp;               /* saved stack pointer; registers are on that stack */
+    void *sp; /* saved stack pointer; registers are on that stack */
 } ferry__ctx;
 #endif
 
@@ -27,8 +27,7 @@ typedef struct ferry__ctx {
  * [lo, lo + size).  `entry` must never return: it ends by switching away
  * for the last time.
  */
-void ferry__ctx_make(ferry__ctx *c, void *lo, size_t size,
-                     void (*entry)(void *arg), void *arg);
+void ferry__ctx_make(ferry__ctx *c, void *lo, size_t size, void (*entry)(void *arg), void *arg);
 
 /* Save the current context in `from` and resume `to`. */
 void ferry__ctx_switch(ferry__ctx *from, ferry__ctx *to);

@@ -30,11 +30,11 @@ struct ferry__sel;
 /* States of a waiter: the explicit state that closes the "granted but not
  * yet run" window of every primitive. */
 enum ferry__wstate {
-    FERRY__W_IDLE = 0,    /* not waiting */
-    FERRY__W_WAITING,     /* linked in a waitq (or waiting on a timer/fd) */
-    FERRY__W_GRANTED,     /* woken by a grant; `result` says what */
-    FERRY__W_CANCELLED,   /* woken by ferry_task_cancel() */
-    FERRY__W_TIMEDOUT,    /* woken by its deadline */
+    FERRY__W_IDLE = 0,  /* not waiting */
+    FERRY__W_WAITING,   /* linked in a waitq (or waiting on a timer/fd) */
+    FERRY__W_GRANTED,   /* woken by a grant; `result` says what */
+    FERRY__W_CANCELLED, /* woken by ferry_task_cancel() */
+    FERRY__W_TIMEDOUT,  /* woken by its deadline */
 };
 
 /*
@@ -42,16 +42,16 @@ enum ferry__wstate {
  * duration of one wait: waiting allocates nothing.
  */
 struct ferry__waiter {
-    struct ferry__link  link;   /* in a waitq while WAITING */
-    struct ferry_task  *task;   /* the waiting task */
-    struct ferry__sel  *sel;    /* one case of a select (io/select.c), or
+    struct ferry__link link; /* in a waitq while WAITING */
+    struct ferry_task *task; /* the waiting task */
+    struct ferry__sel *sel;  /* one case of a select (io/select.c), or
                                  * NULL: a grant then unlinks its siblings */
-    int                 state;  /* enum ferry__wstate */
-    int                 result; /* set by the granter */
-    uint64_t            n;      /* primitive's own: weight, count */
-    void               *data;   /* primitive's own: item buffer */
-    const char         *what;   /* for the dump: "lock", "queue get" */
-    const void         *obj;    /* for the dump: the object waited on */
+    int state;               /* enum ferry__wstate */
+    int result;              /* set by the granter */
+    uint64_t n;              /* primitive's own: weight, count */
+    void *data;              /* primitive's own: item buffer */
+    const char *what;        /* for the dump: "lock", "queue get" */
+    const void *obj;         /* for the dump: the object waited on */
 };
 
 /* Initialise a waiter for the calling task `self`.  Inline: every wait
@@ -157,12 +157,12 @@ int64_t ferry__task_deadline(const struct ferry_task *t);
  *           all: try again), or pass the wake on (returns 0).
  */
 struct ferry__sel_ext {
-    int  (*try_op)(void *obj, bool send, void *buf, int *result);
-    int  (*arm)(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel,
-                void **node, struct ferry__waiter **w);
+    int (*try_op)(void *obj, bool send, void *buf, int *result);
+    int (*arm)(void *obj, bool send, struct ferry_task *self, struct ferry__sel *sel, void **node,
+               struct ferry__waiter **w);
     void (*detach)(void *obj, bool send, void *node);
     void (*disarm)(void *obj, bool send, void *node);
-    int  (*done)(void *obj, bool send, void *buf, bool perform, int *result);
+    int (*done)(void *obj, bool send, void *buf, bool perform, int *result);
 };
 
 /*
