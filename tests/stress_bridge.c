@@ -185,6 +185,11 @@ struct rc_state {
      * inside fn and counts the job starts and ends of that thread. */
     atomic_uint  wseq[RC_MAXW];
     atomic_int   nthreads;
+    /* Closed at the start of each wave, opened by the canceller after its
+     * first cancels: until then fn holds its pool thread, so that those
+     * cancels find calls still queued or waiting for room however fast
+     * the pool threads run against the loop's thread. */
+    atomic_bool  gate;
 };
 static struct rc_state rcs;
 static _Thread_local int rc_wslot = -1;
@@ -201,6 +206,8 @@ static int rc_job(void *arg)
         atomic_fetch_add(&rcs.wseq[rc_wslot], 1);
         return -999;                               /* ran twice */
     }
+    while (!atomic_load(&rcs.gate))
+        usleep(10);
     if (i % 3 == 0)
         usleep(50);
     atomic_fetch_add(&rcs.wseq[rc_wslot], 1);
@@ -254,6 +261,8 @@ static int rc_task(void *arg)
 
 static int rc_canceller(void *arg)
 {
+    int sent = 0;
+
     (void)arg;
     while (rcs.done < rcs.hi - rcs.lo) {
         long i = rcs.lo + (long)(rnd(&rcs.seed) % (unsigned)(rcs.hi - rcs.lo));
@@ -261,6 +270,8 @@ static int rc_canceller(void *arg)
             if (!rcs.returned[i])
                 rcs.cancelled[i] = true;
             ferry_task_cancel(rcs.tasks[i]);
+            if (++sent == 3)
+                atomic_store(&rcs.gate, true);
         }
         if (rnd(&rcs.seed) % 2)
             ferry_yield();
@@ -279,6 +290,7 @@ static int rc_main(void *arg)
     for (rcs.lo = 0; rcs.lo < rcs.n; rcs.lo = rcs.hi) {
         rcs.hi = rcs.lo + 1000 < rcs.n ? rcs.lo + 1000 : rcs.n;
         rcs.done = 0;
+        atomic_store(&rcs.gate, false);
         for (long i = rcs.lo; i < rcs.hi; i++)
             if (ferry_task_spawn(&rcs.tasks[i], NULL, rc_task, (void *)(intptr_t)i, NULL))
                 return -1;
@@ -286,6 +298,7 @@ static int rc_main(void *arg)
         for (long i = rcs.lo; i < rcs.hi; i++)
             ferry_task_join(rcs.tasks[i], NULL);
         ferry_task_join(c, NULL);
+        atomic_store(&rcs.gate, true);
     }
     return 0;
 }
