@@ -7,6 +7,7 @@
     python3 bench/parts.py xloop bench/xloop_results.txt
     python3 bench/parts.py pq bench/pq_results.txt
     python3 bench/parts.py rpc bench/rpc_results.txt
+    python3 bench/parts.py curl bench/curl_results.txt
 
 Parts:
   redis  ferry-redis-bench's lines: a row per workload and system, its
@@ -22,6 +23,8 @@ Parts:
   rpc    bench/run-rpc.sh's lines: a row per workload and system, its median
          round trips/s, p99 latency and server CPU per round trip; for the
          spread_* rows the most and fewest connections a loop got.
+  curl   bench/run-curl.sh's lines: a row per system, its median requests
+         a second and p99 latency, and ferry's median over that system's.
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -47,6 +50,7 @@ SYSTEMS = {
     "redis": ["ferry", "hiredis-blocking", "asyncio-redispy", "ferry-polling", "no-limiter"],
     "xloop": ["ferry", "eventfd-pingpong", "go"],
     "pq": ["ferry", "libpq-threads", "libpq-blocking", "asyncpg"],
+    "curl": ["ferry", "threads", "go"],
     "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
 }
 
@@ -173,7 +177,25 @@ def rpc_table(runs, order):
     return out
 
 
-TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table, "rpc": rpc_table}
+def curl_table(runs, order):
+    out = ["| workload | system | requests/s | p99 us | ferry / system |",
+           "| --- | --- | ---: | ---: | ---: |"]
+    systems = systems_of(runs, "curl")
+    for w in order:
+        ferry = runs.get((w, "ferry"))
+        fmed = figure(ferry, "ops_per_s")[0] if ferry else None
+        for s in systems:
+            fs = runs.get((w, s))
+            if not fs:
+                continue
+            med, text = figure(fs, "ops_per_s")
+            ratio = "-" if s == "ferry" or fmed is None else "%.2f" % (fmed / med)
+            out.append("| %s | %s | %s | %s | %s |" % (w, s, text, figure(fs, "p99_us")[1], ratio))
+    return out
+
+
+TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table, "rpc": rpc_table,
+          "curl": curl_table}
 
 
 def render(part, lines):

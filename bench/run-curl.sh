@@ -11,24 +11,28 @@
 #
 #   bench/run-curl.sh                  # 5 runs, 10,000 requests, 100 at once
 #   bench/run-curl.sh -n 3 -r 2000 -c 50 -b DIR   # the build in DIR
+#   bench/run-curl.sh -w               # also keep the lines in
+#                                      # bench/curl_results.txt and write
+#                                      # bench/README.md's table from them
 #
 # Without -b, the Release build in build-bench/ (made here if missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-runs=5 reqs=10000 conc=100 build=""
-while getopts "n:r:c:b:h" opt; do
+runs=5 reqs=10000 conc=100 build="" write=""
+while getopts "n:r:c:b:wh" opt; do
     case $opt in
         n) runs=$OPTARG ;;
         r) reqs=$OPTARG ;;
         c) conc=$OPTARG ;;
         b) build=$OPTARG ;;
-        *) sed -n '2,16p' "$0"; exit 2 ;;
+        w) write=1 ;;
+        *) sed -n '2,19p' "$0"; exit 2 ;;
     esac
 done
 if [ -z "$build" ]; then
     build=$root/build-bench
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFERRY_TESTS=ON >/dev/null
     cmake --build "$build" -j"${JOBS:-2}" --target ferry-curl-bench http_server >/dev/null
 fi
 bench=$build/bench/ferry-curl-bench
@@ -50,12 +54,32 @@ spid=$!
 for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 url="http://127.0.0.1:$(cat "$tmp/port")/hello"
 echo "uptime: $(uptime)"
+results=$tmp/results.txt
+{
+    echo "# commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), Release build, $(nproc) cpus, $reqs GETs of /hello, $conc concurrent, $runs runs each"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$results"
 for i in $(seq "$runs"); do
     "$bench" ferry "$url" "$reqs" "$conc" | tee -a "$tmp/ferry"
     "$bench" threads "$url" "$reqs" "$conc" | tee -a "$tmp/threads"
     [ -n "$gobin" ] && "$gobin" "$url" "$reqs" "$conc" | tee -a "$tmp/go"
 done
 echo "uptime: $(uptime)"
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$results"
+# The contract's BENCH lines (bench/README.md), for bench/parts.py curl.
+for sys in ferry threads go; do
+    [ -s "$tmp/$sys" ] || continue
+    awk -v s="$sys" '{
+        for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+        printf "BENCH workload=http_get system=%s ops_per_s=%s p99_us=%s errors=%s check=%s\n",
+               s, f["rps"], f["p99_us"], f["errors"], f["errors"] == 0 ? "ok" : "failed"
+    }' "$tmp/$sys" >>"$results"
+done
+if [ -n "$write" ]; then
+    cp "$results" "$here/curl_results.txt"
+    python3 "$here/parts.py" curl --into "$here/README.md" "$here/curl_results.txt" &&
+        echo "run-curl: wrote bench/curl_results.txt and the table into $here/README.md"
+fi
 echo "== medians of $runs runs: $reqs GETs, $conc concurrent"
 for sys in ferry threads go; do
     [ -s "$tmp/$sys" ] || continue
