@@ -204,8 +204,8 @@ static int epoll_set(ferry_loop *loop)
 static void ioreg_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
-    ferry__ioreg_ready(arg,
-                (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
+    ferry__ioreg_ready(
+        arg, (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
 }
 
 /* What the waiters of `q` wait for, as libevent's EV_READ|EV_WRITE. */
