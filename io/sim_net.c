@@ -71,15 +71,6 @@ static void listener_free(struct ferry_sim_listener *li)
         ferry__free(li);
 }
 
-/* Free the server's stream that SYN `g` owns, sending nothing. */
-static void syn_free_server(struct sim_seg *g)
-{
-    struct sim_end *srv = g->to;
-
-    srv->err = -ECONNRESET;
-    ferry__stream_destroy(srv->s);
-}
-
 void ferry_sim_free(ferry_sim *sim)
 {
     struct ferry__link *l;
@@ -92,17 +83,8 @@ void ferry_sim_free(ferry_sim *sim)
         struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
         ferry__heap_remove(&sim->loop->timers, &g->node);
     }
-    /* A SYN still on its way owns the server's stream. */
-    ferry__list_foreach(l, &sim->segs) {
-        struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
-        if (g->kind == SEG_SYN && g->to)
-            syn_free_server(g);
-    }
-    ferry__list_foreach(l, &sim->held) {
-        struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
-        if (g->kind == SEG_SYN && g->to)
-            syn_free_server(g);
-    }
+    /* No SYN on its way owns a server's stream here: only a connect that
+     * is still waiting has one, and no task may be inside a call. */
     free_list(&sim->segs, offsetof(struct sim_seg, link));
     free_list(&sim->held, offsetof(struct sim_seg, link));
     while ((l = ferry__list_pop_front(&sim->listeners)) != NULL)

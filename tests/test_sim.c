@@ -4,8 +4,11 @@
  * giving the same trace byte for byte and another seed another; refused
  * connections; the end of a direction; a partition that holds bytes until
  * it heals, or resets the connections once it has lasted the stall time;
- * a reset on command; a crashed host and its restart; a listener closed
- * under a waiting accept.
+ * bytes that reach a partition after the stall reset at once; one
+ * direction keeps its order under jitter; a reset on command; a crashed
+ * host and its restart; a listener closed under a waiting accept, and
+ * with a connection not yet accepted; a connect given up while its SYN is
+ * held; the simulation freed with streams still open.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
@@ -260,7 +263,7 @@ static int connect_pair(void *arg)
 
 static void pair_init(struct pair *p, struct world *w, int64_t stall)
 {
-    world_init(w, 7, &(ferry_sim_opts){ .latency = LAT, .stall = stall }, 1);
+    world_init(w, 7, &(ferry_sim_opts){ .latency = LAT, .stall = stall }, 2);
     memset(p, 0, sizeof *p);
     p->w = w;
     cr_assert_eq(tu_run(connect_pair, p), 0);
@@ -517,4 +520,129 @@ T(sim, argument_checks)
     cr_assert_eq(ferry_sim_accept(NULL, NULL), -EINVAL);
     cr_assert_eq(ferry_sim_connect(sim, a, b, 80, NULL), -EINVAL);
     ferry_sim_free(sim); /* frees the listener too */
+}
+
+/* Ten writes in a row over a link whose jitter is larger than the time
+ * between them: they still arrive in the order written. */
+static int burst(void *arg)
+{
+    struct pair *p = arg;
+    char buf[16];
+    size_t got = 0;
+    int rc = 0;
+
+    for (int i = 0; i < 10 && !rc; i++)
+        rc = ferry_stream_write(p->c, &"0123456789"[i], 1, NULL);
+    if (!rc)
+        rc = ferry_stream_read_exactly(p->s, buf, 10, &got);
+    if (!rc && memcmp(buf, "0123456789", 10) != 0)
+        rc = -EPROTO;
+    return rc;
+}
+
+T(sim, one_direction_keeps_its_order_under_jitter)
+{
+    struct world w;
+    struct pair p = { .w = &w };
+
+    world_init(&w, 11, &(ferry_sim_opts){ .latency = LAT, .jitter = FERRY_MSEC(50) }, 1);
+    cr_assert_eq(tu_run(connect_pair, &p), 0);
+    cr_assert_eq(tu_run(burst, &p), 0);
+    pair_free(&p);
+}
+
+/* Once a partition has lasted the stall time, bytes that reach it reset
+ * their connection at once. */
+static int write_after_stall(void *arg)
+{
+    struct pair *p = arg;
+    struct world *w = p->w;
+    char b;
+    size_t n;
+
+    ferry_sim_partition(w->sim, &w->cli[0], 1, &w->srv, 1);
+    ferry_sleep(FERRY_SEC(5));
+    p->rc = ferry_stream_write(p->c, "x", 1, NULL);
+    return ferry_stream_read(p->s, &b, 1, &n);
+}
+
+T(sim, bytes_after_the_stall_reset_at_once)
+{
+    struct world w;
+    struct pair p;
+    int64_t t0;
+
+    pair_init(&p, &w, FERRY_SEC(2));
+    t0 = ferry_now();
+    cr_assert_eq(tu_run(write_after_stall, &p), -ECONNRESET);
+    cr_assert_eq(p.rc, 0);
+    cr_assert_eq(ferry_now() - t0, FERRY_SEC(5) + LAT);
+    pair_free(&p);
+}
+
+/* A connect cancelled while its SYN is held by a partition takes the
+ * server's end down with it: nothing reaches the listener. */
+static int connect_task(void *arg)
+{
+    struct world *w = arg;
+    ferry_stream *s = NULL;
+    int rc = ferry_sim_connect(w->sim, w->cli[1], w->srv, 7, &s);
+
+    w->rc[1] = rc;
+    if (!rc)
+        ferry_stream_close(s);
+    return rc;
+}
+
+/* Leave the simulation with a connection open on both ends, one not yet
+ * accepted, a connect given up and a partition in place. */
+static int leave_everything(void *arg)
+{
+    struct pair *p = arg;
+    struct world *w = p->w;
+    ferry_stream *pending = NULL;
+    ferry_task *t;
+    char b;
+    size_t n;
+
+    p->rc = ferry_sim_connect(w->sim, w->cli[0], w->srv, 7, &pending);
+    ferry_sim_partition(w->sim, &w->cli[1], 1, &w->srv, 1);
+    ferry_task_spawn(&t, NULL, connect_task, w, NULL);
+    ferry_sleep(FERRY_SEC(1));
+    ferry_task_cancel(t);
+    ferry_task_join(t, NULL);
+    ferry_sim_listener_close(w->l);
+    w->rc[2] = pending ? ferry_stream_read(pending, &b, 1, &n) : -1;
+    if (pending)
+        ferry_stream_close(pending);
+    return 0;
+}
+
+/* After the simulation is gone: the client's end reads a reset, the
+ * server's end cannot write. */
+static int after_free(void *arg)
+{
+    struct pair *p = arg;
+    int rc = read_end(p->c);
+
+    if (rc != -ECONNRESET)
+        return rc ? rc : -EPROTO;
+    rc = ferry_stream_write(p->s, "x", 1, NULL);
+    return rc == -ECONNRESET ? 0 : rc ? rc : -EPROTO;
+}
+
+T(sim, free_with_connections_in_every_state)
+{
+    struct world w;
+    struct pair p;
+
+    pair_init(&p, &w, FERRY_SEC(10));
+    cr_assert_eq(tu_run(leave_everything, &p), 0);
+    cr_assert_eq(p.rc, 0);
+    cr_assert_eq(w.rc[1], -ECANCELED, "connect: %d", w.rc[1]);
+    cr_assert_eq(w.rc[2], -ECONNRESET, "unaccepted: %d", w.rc[2]);
+    ferry_sim_free(w.sim);
+    cr_assert_eq(tu_run(after_free, &p), 0);
+    ferry_stream_close(p.c);
+    ferry_stream_close(p.s);
 }
