@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -500,7 +501,10 @@ T(sim, argument_checks)
 {
     ferry_sim *sim;
     ferry_sim_host *a, *b;
-    ferry_sim_listener *l;
+    ferry_sim_listener *l, *l2;
+    ferry_stream *s = NULL;
+    size_t len = 1;
+    int fds[2];
 
     cr_assert_eq(ferry_sim_new(NULL, tu_loop, 1, NULL), -EINVAL);
     cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .jitter = -1 }), -EINVAL);
@@ -515,10 +519,39 @@ T(sim, argument_checks)
     cr_assert_eq(ferry_sim_link(sim, b, a, 2 * LAT, 0), 0);
     cr_assert_eq(ferry_sim_listen(sim, a, 0, &l), -EINVAL);
     cr_assert_eq(ferry_sim_listen(sim, a, 80, &l), 0);
-    cr_assert_eq(ferry_sim_listen(sim, a, 80, &l), -EADDRINUSE);
+    cr_assert_eq(ferry_sim_listen(sim, a, 80, &l2), -EADDRINUSE);
     cr_assert_eq(ferry_sim_partition(sim, &a, 1, &a, 1), -EINVAL);
     cr_assert_eq(ferry_sim_accept(NULL, NULL), -EINVAL);
     cr_assert_eq(ferry_sim_connect(sim, a, b, 80, NULL), -EINVAL);
+    /* Outside a task, the calls that suspend refuse. */
+    cr_assert_eq(ferry_sim_accept(l, &s), -EPERM);
+    cr_assert_null(s);
+    cr_assert_eq(ferry_sim_connect(sim, a, b, 80, &s), -EPERM);
+    cr_assert_eq(ferry_sim_connect(NULL, a, b, 80, &s), -EINVAL);
+    cr_assert_eq(ferry_sim_connect(sim, a, b, 70000, &s), -EINVAL);
+    cr_assert_eq(ferry_sim_find_host(sim, "a", NULL), -EINVAL);
+    cr_assert_eq(ferry_sim_find_host(NULL, "a", &a), -EINVAL);
+    cr_assert_eq(ferry_sim_listen(sim, a, 81, NULL), -EINVAL);
+    cr_assert_eq(ferry_sim_listen(NULL, a, 81, &l2), -EINVAL);
+    cr_assert_eq(ferry_sim_link(NULL, a, b, LAT, 0), -EINVAL);
+    cr_assert_eq(ferry_sim_partition(NULL, &a, 1, &b, 1), -EINVAL);
+    cr_assert_eq(ferry_sim_partition(sim, NULL, 1, &b, 1), -EINVAL);
+    cr_assert_null(ferry_sim_trace(NULL, &len));
+    cr_assert_eq(len, 0);
+    cr_assert_not_null(ferry_sim_trace(sim, NULL));
+    /* A stream that is not simulated cannot be reset by the simulation. */
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(ferry_stream_open(&s, tu_loop, fds[0], NULL), 0);
+    cr_assert_eq(ferry_sim_reset(s), -EINVAL);
+    cr_assert_eq(ferry_stream_close(s), 0);
+    close(fds[1]);
+    /* The calls that cannot fail ignore NULL. */
+    ferry_sim_listener_close(NULL);
+    ferry_sim_crash(NULL, a);
+    ferry_sim_restart(sim, NULL);
+    ferry_sim_heal(NULL);
+    ferry_sim_heal(sim); /* no partition: nothing to do */
+    ferry_sim_free(NULL);
     ferry_sim_free(sim); /* frees the listener too */
 }
 
