@@ -284,7 +284,7 @@ static ssize_t sim_send(ferry_stream *s, const struct iovec *iov, int n, int *wa
     g->conn = e->conn;
     g->src = e->host;
     g->to = e->peer;
-    g->dst = e->peer ? e->peer->host : e->host;
+    g->dst = e->peer_host;
     ferry__sim_seg_send(g, e);
     return (ssize_t)len;
 }

@@ -39,6 +39,7 @@ struct sim_end {
     ferry_stream *s;             /* the stream it belongs to */
     struct sim_end *peer;        /* the other end, NULL once it is gone */
     ferry_sim_host *host;        /* where this end is */
+    ferry_sim_host *peer_host;   /* where the other end is (or was) */
     struct ferry__link link;     /* in sim->ends */
     struct ferry__link plink;    /* in a listener's pending list */
     struct ferry__link inq;      /* delivered DATA segments not yet read */

@@ -261,7 +261,9 @@ static int conn_new(struct ferry_sim *sim, ferry_sim_host *from, ferry_sim_host 
         goto err_free_cli;
     sim->conns = id;
     (*cli)->peer = srv;
+    (*cli)->peer_host = to;
     srv->peer = *cli;
+    srv->peer_host = from;
     (*syn)->kind = SEG_SYN;
     (*syn)->conn = id;
     (*syn)->src = from;
