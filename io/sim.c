@@ -446,3 +446,53 @@ void ferry__sim_stall_fire(struct ferry__hnode *n)
             ferry__sim_conn_reset(g->to, -ETIMEDOUT, "stall");
     }
 }
+
+/* ---- random faults ---------------------------------------------------------- */
+
+/* An end of a connection that a random reset may hit: not reset, its
+ * peer still there. */
+static bool live(const struct sim_end *e)
+{
+    return !e->err && e->peer;
+}
+
+/* A random reset is due: reset one live connection drawn from the seed,
+ * then draw the time of the next one. */
+static void chaos_fire(struct ferry__hnode *n)
+{
+    struct ferry_sim *sim = ferry__container_of(n, struct ferry_sim, chaos_node);
+    struct ferry__link *l;
+    uint32_t count = 0, pick;
+
+    ferry__list_foreach(l, &sim->ends)
+        count += live(ferry__container_of(l, struct sim_end, link));
+    if (count) {
+        pick = ferry__rand_below(&sim->rng, count);
+        ferry__list_foreach(l, &sim->ends) {
+            struct sim_end *e = ferry__container_of(l, struct sim_end, link);
+            if (live(e) && pick-- == 0) {
+                ferry__sim_conn_reset(e, -ECONNRESET, "random");
+                break;
+            }
+        }
+    }
+    ferry__sim_chaos_arm(sim);
+}
+
+void ferry__sim_chaos_arm(struct ferry_sim *sim)
+{
+    struct ferry__link *l;
+    bool any = false;
+    int64_t d;
+
+    if (!sim->reset_every || sim->chaos_node.linked)
+        return;
+    ferry__list_foreach(l, &sim->ends)
+        any |= live(ferry__container_of(l, struct sim_end, link));
+    if (!any)
+        return;
+    d = (int64_t)(ferry__rand_next(&sim->rng) % (2 * (uint64_t)sim->reset_every + 1));
+    sim->chaos_node.fire = chaos_fire;
+    ferry__heap_insert(&sim->loop->timers, &sim->chaos_node, ferry__loop_now(sim->loop) + d);
+    ferry__loop_timers_changed(sim->loop);
+}

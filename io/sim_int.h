@@ -87,6 +87,8 @@ struct ferry_sim {
     bool parted;                    /* a partition is in place */
     bool stalled;                   /* it has lasted the stall time */
     struct ferry__hnode stall_node; /* fires when the partition stalls */
+    int64_t reset_every;            /* mean time between random resets, or 0 */
+    struct ferry__hnode chaos_node; /* the next random reset */
     struct ferry__link hosts;       /* ferry_sim_host */
     struct ferry__link links;       /* struct sim_link */
     struct ferry__link listeners;   /* open listeners */
@@ -127,6 +129,10 @@ int ferry__sim_end_new(struct ferry_sim *sim, ferry_sim_host *host, uint64_t con
 /* The open listener on `port` of `h`, or NULL. */
 struct ferry_sim_listener *ferry__sim_find_listener(struct ferry_sim *sim, const ferry_sim_host *h,
                                                     int port);
+
+/* Arm the next random reset if random faults are on, connections are
+ * open and none is armed yet. */
+void ferry__sim_chaos_arm(struct ferry_sim *sim);
 
 /* The timer of a partition that has lasted the stall time. */
 void ferry__sim_stall_fire(struct ferry__hnode *n);

@@ -30,7 +30,7 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
-    if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0))
+    if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0))
         return -EINVAL;
     sim = ferry__calloc(1, sizeof *sim);
     if (!sim)
@@ -42,6 +42,7 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     sim->jitter = opts ? opts->jitter : 0;
     sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
     sim->stall_node.fire = ferry__sim_stall_fire;
+    sim->reset_every = opts ? opts->reset_every : 0;
     *out = sim;
     return 0;
 }
@@ -79,6 +80,8 @@ void ferry_sim_free(ferry_sim *sim)
         return;
     if (sim->stall_node.linked)
         ferry__heap_remove(&sim->loop->timers, &sim->stall_node);
+    if (sim->chaos_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->chaos_node);
     ferry__list_foreach(l, &sim->segs) {
         struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
         ferry__heap_remove(&sim->loop->timers, &g->node);
@@ -326,6 +329,7 @@ int ferry_sim_connect(ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, 
     ferry__waiter_init(&w, self, "sim connect", sim);
     cli->connw = &w;
     ferry__sim_seg_send(syn, cli);
+    ferry__sim_chaos_arm(sim);
     rc = ferry__wait(NULL, &w, FERRY_NEVER);
     cli->connw = NULL;
     if (rc == 0 && cli->err)

@@ -679,3 +679,85 @@ T(sim, free_with_connections_in_every_state)
     ferry_stream_close(p.c);
     ferry_stream_close(p.s);
 }
+
+/* ---- random faults ------------------------------------------------------ */
+
+/* Client i pings 50 times, 100 ms apart, connecting again after each
+ * reset; counts the resets in w->rc[i]. */
+static int pinger(void *arg)
+{
+    struct cl *c = arg;
+    struct world *w = c->w;
+    ferry_stream *s = NULL;
+    char line[16];
+    size_t n;
+    int done = 0, rc;
+
+    while (done < 50) {
+        if (!s && ferry_sim_connect(w->sim, w->cli[c->i], w->srv, 7, &s) != 0) {
+            s = NULL;
+            w->rc[c->i]++;
+            continue;
+        }
+        rc = ferry_stream_write(s, "ping\n", 5, NULL);
+        if (!rc)
+            rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &n);
+        if (rc) {
+            ferry_stream_close(s);
+            s = NULL;
+            w->rc[c->i]++;
+            continue;
+        }
+        done++;
+        ferry_sleep(FERRY_MSEC(100));
+    }
+    ferry_stream_close(s);
+    return 0;
+}
+
+static int chaos_main(void *arg)
+{
+    struct world *w = arg;
+    struct cl cl[2] = { { w, 0 }, { w, 1 } };
+    ferry_task *srv, *c[2];
+
+    ferry_task_spawn(&srv, NULL, server, w, NULL);
+    for (int i = 0; i < 2; i++)
+        ferry_task_spawn(&c[i], NULL, pinger, &cl[i], NULL);
+    for (int i = 0; i < 2; i++)
+        ferry_task_join(c[i], NULL);
+    ferry_sim_listener_close(w->l);
+    ferry_task_join(srv, NULL);
+    return 0;
+}
+
+/* The trace of two pingers under random resets; *resets gets how many
+ * the clients saw.  The caller frees the trace. */
+static char *chaos_trace(uint64_t seed, int *resets)
+{
+    struct world w;
+    char *copy;
+
+    world_init(&w, seed, &(ferry_sim_opts){ .latency = LAT, .reset_every = FERRY_SEC(1) }, 2);
+    cr_assert_eq(tu_run(chaos_main, &w), 0);
+    *resets = w.rc[0] + w.rc[1];
+    copy = strdup(ferry_sim_trace(w.sim, NULL));
+    world_free(&w);
+    return copy;
+}
+
+T(sim, random_resets_replay_by_seed)
+{
+    int ra, rb, rc;
+    char *a = chaos_trace(5, &ra), *b = chaos_trace(5, &rb), *c = chaos_trace(6, &rc);
+
+    /* Ten seconds of pings with a reset every second on average. */
+    cr_assert_geq(ra, 2, "%d resets:\n%s", ra, a);
+    cr_assert_not_null(strstr(a, "reset random"));
+    cr_assert_eq(ra, rb);
+    cr_assert_str_eq(a, b);
+    cr_assert_str_neq(a, c);
+    free(a);
+    free(b);
+    free(c);
+}

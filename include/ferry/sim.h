@@ -14,6 +14,8 @@
  * Faults on command: a partition between two sets of hosts (bytes across
  * it are held, and reset the connection once the partition has lasted the
  * stall time), its healing, the reset of one connection, a crashed host.
+ * Faults at random: resets of connections drawn from the seed
+ * (ferry_sim_opts.reset_every).
  * docs/simulation.md says what is not simulated yet.
  *
  * Everything here belongs to one loop and runs on that loop's thread.
@@ -41,6 +43,10 @@ typedef struct ferry_sim_opts {
     /* How long a partition holds bytes before the connections that have
      * bytes held across it are reset, in nanoseconds (0: 10 s). */
     int64_t stall;
+    /* Random faults from the seed: while connections are open, reset one
+     * of them, drawn from the seed, at intervals drawn from the seed
+     * between 0 and twice this many nanoseconds (0: no random faults). */
+    int64_t reset_every;
 } ferry_sim_opts;
 
 /*
