@@ -353,9 +353,15 @@ int ferry_sim_partition(ferry_sim *sim, ferry_sim_host *const *a, size_t na,
     if (!sim || (na && !a) || (nb && !b))
         return -EINVAL;
     for (size_t i = 0; i < na; i++)
-        for (size_t j = 0; j < nb; j++)
-            if (!a[i] || !b[j] || a[i] == b[j])
+        if (!a[i])
+            return -EINVAL;
+    for (size_t j = 0; j < nb; j++) {
+        if (!b[j])
+            return -EINVAL;
+        for (size_t i = 0; i < na; i++)
+            if (a[i] == b[j])
                 return -EINVAL;
+    }
     ferry_sim_heal(sim);
     for (size_t i = 0; i < na; i++)
         a[i]->side = 1;

@@ -536,6 +536,8 @@ T(sim, argument_checks)
     cr_assert_eq(ferry_sim_link(NULL, a, b, LAT, 0), -EINVAL);
     cr_assert_eq(ferry_sim_partition(NULL, &a, 1, &b, 1), -EINVAL);
     cr_assert_eq(ferry_sim_partition(sim, NULL, 1, &b, 1), -EINVAL);
+    cr_assert_eq(ferry_sim_partition(sim, (ferry_sim_host *[]){ NULL }, 1, NULL, 0), -EINVAL);
+    cr_assert_eq(ferry_sim_partition(sim, NULL, 0, (ferry_sim_host *[]){ NULL }, 1), -EINVAL);
     cr_assert_null(ferry_sim_trace(NULL, &len));
     cr_assert_eq(len, 0);
     cr_assert_not_null(ferry_sim_trace(sim, NULL));
