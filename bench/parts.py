@@ -8,6 +8,7 @@
     python3 bench/parts.py pq bench/pq_results.txt
     python3 bench/parts.py rpc bench/rpc_results.txt
     python3 bench/parts.py curl bench/curl_results.txt
+    python3 bench/parts.py sim bench/sim_results.txt
 
 Parts:
   redis  ferry-redis-bench's lines: a row per workload and system, its
@@ -25,6 +26,8 @@ Parts:
          spread_* rows the most and fewest connections a loop got.
   curl   bench/run-curl.sh's lines: a row per system, its median requests
          a second and p99 latency, and ferry's median over that system's.
+  sim    bench/run-sim.sh's lines: the median ns per one-byte round trip
+         on the simulated network and over loopback TCP, and their ratio.
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -51,6 +54,7 @@ SYSTEMS = {
     "xloop": ["ferry", "eventfd-pingpong", "go"],
     "pq": ["ferry", "libpq-threads", "libpq-blocking", "asyncpg"],
     "curl": ["ferry", "threads", "go"],
+    "sim": ["simulated", "loopback-tcp"],
     "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
 }
 
@@ -194,8 +198,25 @@ def curl_table(runs, order):
     return out
 
 
+def sim_table(runs, order):
+    out = ["| workload | system | ns per round trip | / simulated |",
+           "| --- | --- | ---: | ---: |"]
+    systems = systems_of(runs, "sim")
+    for w in order:
+        base = runs.get((w, "simulated"))
+        bmed = figure(base, "ns_per_op")[0] if base else None
+        for s in systems:
+            fs = runs.get((w, s))
+            if not fs:
+                continue
+            med, text = figure(fs, "ns_per_op")
+            ratio = "-" if s == "simulated" or bmed is None else "%.1f" % (med / bmed)
+            out.append("| %s | %s | %s | %s |" % (w, s, text, ratio))
+    return out
+
+
 TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table, "rpc": rpc_table,
-          "curl": curl_table}
+          "curl": curl_table, "sim": sim_table}
 
 
 def render(part, lines):

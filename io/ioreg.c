@@ -126,8 +126,9 @@ again:
     }
 }
 
-/* The loop reported `bits` (FERRY_READ|FERRY_WRITE) for the descriptor. */
-static void ioreg_ready(struct ferry__ioreg *g, uint8_t bits)
+/* The loop reported `bits` (FERRY_READ|FERRY_WRITE) for the descriptor,
+ * or a transport without one (FERRY__IO_NONE) made them true. */
+void ferry__ioreg_ready(struct ferry__ioreg *g, uint8_t bits)
 {
     g->ready |= bits;
     wake(&g->rq, bits);
@@ -171,7 +172,7 @@ static void netloop_cb(evutil_socket_t fd, short what, void *arg)
                 bits |= FERRY_READ;
             if (m & EPOLLOUT)
                 bits |= FERRY_WRITE;
-            ioreg_ready(g, bits);
+            ferry__ioreg_ready(g, bits);
         }
     } while (n == 64 && ++rounds < 4);
 }
@@ -203,8 +204,8 @@ static int epoll_set(ferry_loop *loop)
 static void ioreg_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
-    ioreg_ready(arg,
-                (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
+    ferry__ioreg_ready(
+        arg, (uint8_t)((what & EV_READ ? FERRY_READ : 0) | (what & EV_WRITE ? FERRY_WRITE : 0)));
 }
 
 /* What the waiters of `q` wait for, as libevent's EV_READ|EV_WRITE. */
@@ -254,6 +255,10 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
             return -ENOMEM;
         net->epfd = -1;
         ferry__loop_part_add(loop, &net->part, &netloop_ops);
+    }
+    if (fd < 0) {
+        g->mode = FERRY__IO_NONE;
+        return 0;
     }
 #ifdef __linux__
     if (!ferry__io_use_libevent) {

@@ -187,7 +187,9 @@ int ferry_stream_fd(const ferry_stream *s)
 {
     if (!s)
         return -EINVAL;
-    return s->reg.closed ? -EBADF : s->reg.fd;
+    if (s->reg.closed)
+        return -EBADF;
+    return s->reg.fd < 0 ? -ENOTSOCK : s->reg.fd;
 }
 
 size_t ferry_stream_buffered(const ferry_stream *s)

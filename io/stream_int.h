@@ -116,6 +116,9 @@ enum {
     FERRY__IO_EPOLL = 0, /* in the loop's epoll set, edge-triggered, once */
     FERRY__IO_ET,        /* a libevent event, edge-triggered, once */
     FERRY__IO_LT,        /* a libevent event, level-triggered, while a task waits */
+    FERRY__IO_NONE,      /* no descriptor: the transport reports readiness
+                          * itself (ferry__ioreg_ready(), the simulated
+                          * network of sim.c) */
 };
 
 struct ferry__ioreg {
@@ -144,7 +147,8 @@ extern bool ferry__io_use_libevent;
 
 /*
  * Register `fd` (non-blocking) with `loop`, assuming readiness `ready` until
- * a system call says otherwise.  `g` must not move while registered.
+ * a system call says otherwise; `fd` -1 registers no descriptor
+ * (FERRY__IO_NONE).  `g` must not move while registered.
  * Returns: 0; -ENOMEM; -EINVAL (epoll refuses the descriptor); -EMFILE,
  * -ENFILE (no descriptor for the loop's epoll set).
  */
@@ -160,6 +164,10 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
  */
 int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q, int want,
                       const char *what, const void *obj);
+
+/* Set readiness `bits` and wake the waiters for them: the loop's events
+ * for a descriptor, the transport itself for FERRY__IO_NONE. */
+void ferry__ioreg_ready(struct ferry__ioreg *g, uint8_t bits);
 
 /* Mark closed, unregister, and wake every waiter with -EBADF; the caller
  * then closes the descriptor. */

@@ -38,6 +38,7 @@
 #include "ferry/stream.h"
 #include "ferry/resolve.h"
 #include "ferry/select.h"
+#include "ferry/sim.h"
 #include "ferry/watch.h"
 #include "ferry/runtime.h"
 #include "ferry/features.h"

@@ -225,7 +225,8 @@ int ferry_stream_close(ferry_stream *s);
  * The stream's descriptor, for socket options and addresses
  * (getsockopt(2), getpeername(2)); the stream keeps owning it.
  * Thread: loop.  Suspends: no.
- * Returns: the descriptor; -EBADF (closed); -EINVAL (NULL).
+ * Returns: the descriptor; -EBADF (closed); -EINVAL (NULL); -ENOTSOCK (a
+ * stream with no descriptor: the simulated network's, ferry/sim.h).
  */
 int ferry_stream_fd(const ferry_stream *s);
 

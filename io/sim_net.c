@@ -1,0 +1,440 @@
+/* sim_net.c - the calls of the simulated network (ferry/sim.h): the
+ * simulation and its hosts and links, listening, accepting and
+ * connecting, and the faults on command.  The segments and the transport
+ * are in sim.c.
+ * Loop thread only.
+ *
+ * A connect makes both ends of the connection and the server's stream at
+ * once, so that the arrival of its SYN allocates nothing; the SYN owns the
+ * server's stream until it arrives.  A connect that gives up (cancelled,
+ * refused, timed out) takes down a SYN still on its way with the server's
+ * stream.
+ */
+#include "loop_only.h"
+
+#include <string.h>
+
+#include "sim_int.h"
+#include "sync_int.h"
+
+/* ---- the simulation --------------------------------------------------------- */
+
+int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_sim_opts *opts)
+{
+    struct ferry_sim *sim;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    rc = ferry__loop_arg(&loop);
+    if (rc)
+        return rc;
+    if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0))
+        return -EINVAL;
+    sim = ferry__calloc(1, sizeof *sim);
+    if (!sim)
+        return -ENOMEM;
+    sim->loop = loop;
+    sim->rng = seed;
+    sim->start = ferry__loop_now(loop);
+    sim->latency = opts && opts->latency ? opts->latency : 1000000;
+    sim->jitter = opts ? opts->jitter : 0;
+    sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
+    sim->stall_node.fire = ferry__sim_stall_fire;
+    sim->reset_every = opts ? opts->reset_every : 0;
+    *out = sim;
+    return 0;
+}
+
+static void free_list(struct ferry__link *list, size_t off)
+{
+    struct ferry__link *l;
+
+    while ((l = ferry__list_pop_front(list)) != NULL)
+        ferry__free((char *)l - off);
+}
+
+static void listener_free(struct ferry_sim_listener *li)
+{
+    struct ferry__link *l;
+
+    if (ferry__link_linked(&li->link))
+        ferry__list_remove(&li->link);
+    while ((l = ferry__list_pop_front(&li->pending)) != NULL) {
+        struct sim_end *e = ferry__container_of(l, struct sim_end, plink);
+        ferry__sim_end_reset(e, -ECONNRESET);
+        ferry__stream_destroy(e->s);
+    }
+    li->closed = true;
+    ferry__waitq_grant_all(&li->q, -EBADF);
+    if (!li->inside)
+        ferry__free(li);
+}
+
+void ferry_sim_free(ferry_sim *sim)
+{
+    struct ferry__link *l;
+
+    if (!sim)
+        return;
+    if (sim->stall_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->stall_node);
+    if (sim->chaos_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->chaos_node);
+    ferry__list_foreach(l, &sim->segs) {
+        struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
+        ferry__heap_remove(&sim->loop->timers, &g->node);
+    }
+    /* No SYN on its way owns a server's stream here: only a connect that
+     * is still waiting has one, and no task may be inside a call. */
+    free_list(&sim->segs, offsetof(struct sim_seg, link));
+    free_list(&sim->held, offsetof(struct sim_seg, link));
+    while ((l = ferry__list_pop_front(&sim->listeners)) != NULL)
+        listener_free(ferry__container_of(l, struct ferry_sim_listener, link));
+    while ((l = ferry__list_pop_front(&sim->ends)) != NULL) {
+        struct sim_end *e = ferry__container_of(l, struct sim_end, link);
+        ferry__sim_end_reset(e, -ECONNRESET);
+        e->sim = NULL;
+    }
+    free_list(&sim->links, offsetof(struct sim_link, link));
+    free_list(&sim->hosts, offsetof(struct ferry_sim_host, link));
+    ferry__loop_timers_changed(sim->loop);
+    ferry__free(sim->trace);
+    ferry__free(sim);
+}
+
+int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out)
+{
+    struct ferry__link *l;
+    ferry_sim_host *h;
+    size_t len;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!sim || !name || !*name)
+        return -EINVAL;
+    ferry__list_foreach(l, &sim->hosts) {
+        h = ferry__container_of(l, ferry_sim_host, link);
+        if (strcmp(h->name, name) == 0) {
+            *out = h;
+            return 0;
+        }
+    }
+    len = strlen(name);
+    h = ferry__calloc(1, sizeof *h + len + 1);
+    if (!h)
+        return -ENOMEM;
+    memcpy(h->name, name, len + 1);
+    ferry__list_push_back(&sim->hosts, &h->link);
+    *out = h;
+    return 0;
+}
+
+int ferry_sim_link(ferry_sim *sim, ferry_sim_host *a, ferry_sim_host *b, int64_t latency,
+                   int64_t jitter)
+{
+    struct ferry__link *l;
+    struct sim_link *k;
+
+    if (!sim || !a || !b || latency <= 0 || jitter < 0)
+        return -EINVAL;
+    ferry__list_foreach(l, &sim->links) {
+        k = ferry__container_of(l, struct sim_link, link);
+        if ((k->a == a && k->b == b) || (k->a == b && k->b == a)) {
+            k->latency = latency;
+            k->jitter = jitter;
+            return 0;
+        }
+    }
+    k = ferry__calloc(1, sizeof *k);
+    if (!k)
+        return -ENOMEM;
+    k->a = a;
+    k->b = b;
+    k->latency = latency;
+    k->jitter = jitter;
+    ferry__list_push_back(&sim->links, &k->link);
+    return 0;
+}
+
+const char *ferry_sim_trace(const ferry_sim *sim, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!sim || sim->trace_lost)
+        return NULL;
+    if (len)
+        *len = sim->tlen;
+    return sim->trace ? sim->trace : "";
+}
+
+/* ---- listening and connecting ------------------------------------------------- */
+
+int ferry_sim_listen(ferry_sim *sim, ferry_sim_host *host, int port, ferry_sim_listener **out)
+{
+    struct ferry_sim_listener *li;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!sim || !host || port < 1 || port > 65535)
+        return -EINVAL;
+    if (ferry__sim_find_listener(sim, host, port))
+        return -EADDRINUSE;
+    li = ferry__calloc(1, sizeof *li);
+    if (!li)
+        return -ENOMEM;
+    li->sim = sim;
+    li->host = host;
+    li->port = port;
+    ferry__list_push_back(&sim->listeners, &li->link);
+    *out = li;
+    return 0;
+}
+
+void ferry_sim_listener_close(ferry_sim_listener *li)
+{
+    struct ferry__link *l;
+
+    if (!li || li->closed)
+        return;
+    ferry__list_foreach(l, &li->pending) {
+        struct sim_end *e = ferry__container_of(l, struct sim_end, plink);
+        ferry__sim_conn_reset(e, -ECONNRESET, "unaccepted");
+    }
+    listener_free(li);
+}
+
+int ferry_sim_accept(ferry_sim_listener *li, ferry_stream **out)
+{
+    struct ferry__waiter w;
+    struct ferry__link *l;
+    ferry_task *self;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!li)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    li->inside++;
+    while (!li->closed && ferry__list_empty(&li->pending)) {
+        ferry__waiter_init(&w, self, "sim accept", li);
+        rc = ferry__wait(&li->q, &w, FERRY_NEVER);
+        if (rc) {
+            /* A connection granted to this task goes to the next one. */
+            struct ferry__waiter *next = ferry__first_waiting(&li->q);
+            if (w.state == FERRY__W_GRANTED && next && !li->closed)
+                ferry__grant(next, 0);
+            break;
+        }
+    }
+    if (!rc && li->closed)
+        rc = -EBADF;
+    if (!rc) {
+        l = ferry__list_pop_front(&li->pending);
+        *out = ferry__container_of(l, struct sim_end, plink)->s;
+    }
+    if (--li->inside == 0 && li->closed)
+        ferry__free(li);
+    return rc;
+}
+
+/* The two ends of a new connection, the server's with its SYN ready. */
+static int conn_new(struct ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, int port,
+                    struct sim_end **cli, struct sim_seg **syn)
+{
+    struct sim_end *srv;
+    uint64_t id = sim->conns + 1;
+    int rc;
+
+    *syn = ferry__sim_seg_new(sim, 0);
+    if (!*syn)
+        return -ENOMEM;
+    rc = ferry__sim_end_new(sim, from, id, cli);
+    if (rc)
+        goto err_free_syn;
+    rc = ferry__sim_end_new(sim, to, id, &srv);
+    if (rc)
+        goto err_free_cli;
+    sim->conns = id;
+    (*cli)->peer = srv;
+    (*cli)->peer_host = to;
+    srv->peer = *cli;
+    srv->peer_host = from;
+    (*syn)->kind = SEG_SYN;
+    (*syn)->conn = id;
+    (*syn)->src = from;
+    (*syn)->dst = to;
+    (*syn)->to = srv;
+    (*syn)->back = *cli;
+    (*syn)->len = (size_t)port; /* the port travels in the length */
+    return 0;
+
+err_free_cli:
+    (*cli)->err = -ECONNRESET;
+    ferry__stream_destroy((*cli)->s);
+err_free_syn:
+    ferry__free(*syn);
+    return rc;
+}
+
+/* A connect gave up: the SYN of `cli`, if still on its way or held,
+ * takes its server's stream down with it. */
+static void syn_abort(struct ferry_sim *sim, const struct sim_end *cli)
+{
+    struct ferry__link *lists[2] = { &sim->segs, &sim->held }, *l;
+
+    for (int i = 0; i < 2; i++) {
+        ferry__list_foreach(l, lists[i]) {
+            struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
+            if (g->kind == SEG_SYN && g->back == cli && g->to) {
+                g->to->err = -ECONNRESET;
+                ferry__stream_destroy(g->to->s);
+                g->back = NULL;
+                return;
+            }
+        }
+    }
+}
+
+int ferry_sim_connect(ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, int port,
+                      ferry_stream **out)
+{
+    struct ferry__waiter w;
+    struct sim_end *cli;
+    struct sim_seg *syn;
+    ferry_task *self;
+    int rc;
+
+    if (!out)
+        return -EINVAL;
+    *out = NULL;
+    if (!sim || !from || !to || port < 1 || port > 65535)
+        return -EINVAL;
+    rc = ferry__enter_task(&self);
+    if (rc)
+        return rc;
+    rc = ferry__check(self);
+    if (rc)
+        return rc;
+    rc = conn_new(sim, from, to, port, &cli, &syn);
+    if (rc)
+        return rc;
+    ferry__waiter_init(&w, self, "sim connect", sim);
+    cli->connw = &w;
+    ferry__sim_seg_send(syn, cli);
+    ferry__sim_chaos_arm(sim);
+    rc = ferry__wait(NULL, &w, FERRY_NEVER);
+    cli->connw = NULL;
+    if (rc == 0 && cli->err)
+        rc = cli->err;
+    if (rc) {
+        /* The server's end is the SYN's while it is on its way. */
+        syn_abort(sim, cli);
+        ferry__sim_conn_reset(cli, -ECONNRESET, "connect abandoned");
+        ferry__stream_destroy(cli->s);
+        return rc;
+    }
+    *out = cli->s;
+    return 0;
+}
+
+/* ---- faults ---------------------------------------------------------------- */
+
+int ferry_sim_partition(ferry_sim *sim, ferry_sim_host *const *a, size_t na,
+                        ferry_sim_host *const *b, size_t nb)
+{
+    if (!sim || (na && !a) || (nb && !b))
+        return -EINVAL;
+    for (size_t i = 0; i < na; i++)
+        if (!a[i])
+            return -EINVAL;
+    for (size_t j = 0; j < nb; j++) {
+        if (!b[j])
+            return -EINVAL;
+        for (size_t i = 0; i < na; i++)
+            if (a[i] == b[j])
+                return -EINVAL;
+    }
+    ferry_sim_heal(sim);
+    for (size_t i = 0; i < na; i++)
+        a[i]->side = 1;
+    for (size_t j = 0; j < nb; j++)
+        b[j]->side = 2;
+    sim->parted = true;
+    ferry__sim_trace(sim, "%lld partition\n", (long long)(ferry__loop_now(sim->loop) - sim->start));
+    ferry__heap_insert(&sim->loop->timers, &sim->stall_node,
+                       ferry__loop_now(sim->loop) + sim->stall);
+    ferry__loop_timers_changed(sim->loop);
+    return 0;
+}
+
+void ferry_sim_heal(ferry_sim *sim)
+{
+    struct ferry__link held, *l;
+
+    if (!sim || !sim->parted)
+        return;
+    ferry__list_foreach(l, &sim->hosts)
+        ferry__container_of(l, ferry_sim_host, link)->side = 0;
+    if (sim->stall_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->stall_node);
+    sim->parted = false;
+    sim->stalled = false;
+    ferry__sim_trace(sim, "%lld heal\n", (long long)(ferry__loop_now(sim->loop) - sim->start));
+    ferry__list_move(&held, &sim->held);
+    while ((l = ferry__list_pop_front(&held)) != NULL) {
+        struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
+        struct sim_end *from = g->to ? g->to->peer : NULL;
+
+        /* A SYNACK is sent by the server's end, every other segment by
+         * the peer of the end it goes to: each keeps its direction's
+         * order. */
+        ferry__sim_seg_send(g, g->kind == SEG_SYN ? g->back : from);
+    }
+    ferry__loop_timers_changed(sim->loop);
+}
+
+int ferry_sim_reset(ferry_stream *s)
+{
+    struct sim_end *e;
+
+    if (!s || s->io != &ferry__sim_io)
+        return -EINVAL;
+    if (s->reg.closed)
+        return -EBADF;
+    e = s->io_ctx;
+    ferry__sim_conn_reset(e, -ECONNRESET, "command");
+    return 0;
+}
+
+void ferry_sim_crash(ferry_sim *sim, ferry_sim_host *host)
+{
+    struct ferry__link *l;
+
+    if (!sim || !host)
+        return;
+    host->crashed = true;
+    ferry__sim_trace(sim, "%lld %s crash\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
+                     host->name);
+    ferry__list_foreach(l, &sim->ends) {
+        struct sim_end *e = ferry__container_of(l, struct sim_end, link);
+        if (e->host == host)
+            ferry__sim_conn_reset(e, -ECONNRESET, "crash");
+    }
+}
+
+void ferry_sim_restart(ferry_sim *sim, ferry_sim_host *host)
+{
+    if (!sim || !host)
+        return;
+    host->crashed = false;
+    ferry__sim_trace(sim, "%lld %s restart\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
+                     host->name);
+}
