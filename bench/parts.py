@@ -144,21 +144,28 @@ def xloop_table(runs, order):
     return out
 
 
-def pq_table(runs, order):
-    out = ["| workload | system | per second | ferry / system |",
-           "| --- | --- | ---: | ---: |"]
-    systems = systems_of(runs, "pq")
+def ratio_rows(runs, order, part, cols):
+    """Rows of a part whose first system is ferry: for each workload and
+    system, the median of each of `cols` (field names), then ferry's median
+    ops_per_s over that system's."""
+    out = []
     for w in order:
         ferry = runs.get((w, "ferry"))
         fmed = figure(ferry, "ops_per_s")[0] if ferry else None
-        for s in systems:
+        for s in systems_of(runs, part):
             fs = runs.get((w, s))
             if not fs:
                 continue
-            med, text = figure(fs, "ops_per_s")
+            med = figure(fs, "ops_per_s")[0]
             ratio = "-" if s == "ferry" or fmed is None else "%.2f" % (fmed / med)
-            out.append("| %s | %s | %s | %s |" % (w, s, text, ratio))
+            cells = [figure(fs, c)[1] for c in cols]
+            out.append("| %s | %s | %s | %s |" % (w, s, " | ".join(cells), ratio))
     return out
+
+
+def pq_table(runs, order):
+    return ["| workload | system | per second | ferry / system |",
+            "| --- | --- | ---: | ---: |"] + ratio_rows(runs, order, "pq", ["ops_per_s"])
 
 
 def rpc_table(runs, order):
@@ -182,20 +189,9 @@ def rpc_table(runs, order):
 
 
 def curl_table(runs, order):
-    out = ["| workload | system | requests/s | p99 us | ferry / system |",
-           "| --- | --- | ---: | ---: | ---: |"]
-    systems = systems_of(runs, "curl")
-    for w in order:
-        ferry = runs.get((w, "ferry"))
-        fmed = figure(ferry, "ops_per_s")[0] if ferry else None
-        for s in systems:
-            fs = runs.get((w, s))
-            if not fs:
-                continue
-            med, text = figure(fs, "ops_per_s")
-            ratio = "-" if s == "ferry" or fmed is None else "%.2f" % (fmed / med)
-            out.append("| %s | %s | %s | %s | %s |" % (w, s, text, figure(fs, "p99_us")[1], ratio))
-    return out
+    return ["| workload | system | requests/s | p99 us | ferry / system |",
+            "| --- | --- | ---: | ---: | ---: |"] + ratio_rows(runs, order, "curl",
+                                                          ["ops_per_s", "p99_us"])
 
 
 def sim_table(runs, order):

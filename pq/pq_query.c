@@ -153,13 +153,13 @@ int ferry_pq_query(ferry_pq *c, PGresult **out, const char *sql, int nparams,
     return ferry_pq_query_params(c, out, sql, nparams, NULL, values, NULL, NULL, 0);
 }
 
-int ferry_pq_exec(ferry_pq *c, const char *sql)
+/* Enter `c` and send `sql` as a simple query: -EBUSY when a call, a
+ * pipeline or COPY is under way; on success the caller is inside and must
+ * leave through ferry__pq_leave(). */
+static int send_simple(ferry_pq *c, const char *sql)
 {
-    int rc, err = 0;
+    int rc = ferry__pq_enter(c);
 
-    if (!sql)
-        return -EINVAL;
-    rc = ferry__pq_enter(c);
     if (rc)
         return rc;
     if (c->mode != PQ_IDLE || c->inflight) {
@@ -171,6 +171,18 @@ int ferry_pq_exec(ferry_pq *c, const char *sql)
         return ferry__pq_send_failed(c);
     }
     c->inflight = true;
+    return 0;
+}
+
+int ferry_pq_exec(ferry_pq *c, const char *sql)
+{
+    int rc, err = 0;
+
+    if (!sql)
+        return -EINVAL;
+    rc = send_simple(c, sql);
+    if (rc)
+        return rc;
     for (;;) {
         PGresult *r;
         ExecStatusType st;
@@ -318,18 +330,9 @@ int ferry_pq_copy_start(ferry_pq *c, PGresult **out, const char *sql)
     if (!out || !sql)
         return -EINVAL;
     *out = NULL;
-    rc = ferry__pq_enter(c);
+    rc = send_simple(c, sql);
     if (rc)
         return rc;
-    if (c->mode != PQ_IDLE || c->inflight) {
-        c->inside = false;
-        return -EBUSY;
-    }
-    if (!PQsendQuery(c->conn, sql)) {
-        c->inside = false;
-        return ferry__pq_send_failed(c);
-    }
-    c->inflight = true;
     rc = ferry__pq_collect(c, out);
     return ferry__pq_leave(c, rc);
 }
