@@ -80,7 +80,7 @@ static void wake_write(struct ferry_inbox *ib)
                    "woken through libevent instead",
                    strerror(err));
     }
-    ferry_inbox_release(ib);
+    ferry_inbox_unref(ib);
 }
 
 static int grow_locked(struct ferry_inbox *ib)
