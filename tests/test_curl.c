@@ -227,6 +227,10 @@ static int conc_main(void *arg)
     if (ferry_curl_multi(ferry_loop_current(), &m) != 0)
         return -1;
     curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 8L);
+    /* Keep all 8 in the cache: its default size follows the number of
+     * transfers added, so it shrinks as they end and may close one that a
+     * later transfer then has to open again. */
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, 8L);
     for (int i = 0; i < NCONC; i++)
         t[i] = tu_spawn(conc_task, NULL);
     for (int i = 0; i < NCONC; i++)
