@@ -608,7 +608,7 @@ static int random_cancel_main(void *arg)
 {
     ferry_task *t[RC_TASKS];
     ferry_pq_pool_stats st;
-    ferry_pq *c;
+    ferry_pq *c, *warm[6];
     long fds = count_fds();
 
     (void)arg;
@@ -616,6 +616,16 @@ static int random_cancel_main(void *arg)
     g_rc[0] = ferry_pq_pool_new(&g_pool, g_conninfo, 6, NULL);
     if (g_rc[0])
         return 0;
+    /* The pool is filled first: a backend's start can take longer than
+     * the longest wait before a cancel (20 ms and more on a loaded
+     * machine), and an acquire cancelled while it connects drops the
+     * connection, so that a cold pool might never answer at all.  The
+     * race under test is a cancel against a query. */
+    for (int i = 0; i < 6; i++)
+        if ((g_rc[0] = ferry_pq_pool_acquire(g_pool, &warm[i])) != 0)
+            return 0;
+    for (int i = 0; i < 6; i++)
+        ferry_pq_pool_release(g_pool, warm[i]);
     for (long i = 0; i < RC_TASKS; i++)
         t[i] = tu_spawn(canceller_main, (void *)(intptr_t)(i + 1));
     for (int i = 0; i < RC_TASKS; i++)
