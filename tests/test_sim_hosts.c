@@ -4,7 +4,8 @@
  * both as host tasks on the virtual clock; the tasks they spawn belong to
  * their host; ferry_getaddrinfo() answered with the hosts' names and
  * addresses; port 0 picking free ports; a task that is not a host's on
- * the same loop still on real TCP; argument checks.
+ * the same loop still on real TCP; a service host crashed mid-request and
+ * restarted by its boot task; argument checks.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
@@ -417,4 +418,164 @@ T(sim_hosts, argument_checks)
     cr_assert_eq(ferry_sim_seed(sim), 1);
     cr_assert_eq(ferry_loop_run(tu_loop, 0), 0);
     ferry_sim_free(sim);
+}
+
+/* ---- crash and restart ----------------------------------------------------------- */
+
+/* What the crashed service's tasks saw. */
+struct crash {
+    struct net *n;
+    int boots;          /* times the boot task ran */
+    int accept_rc[2];   /* each boot's accept loop's end */
+    int work_rc;        /* the last request's work */
+    int cancelled;      /* requests whose work was cancelled */
+    int served;         /* requests answered */
+    int read_rc;        /* the client's read across the crash */
+    int down_spawn;     /* ferry_sim_spawn() on the crashed host */
+    int down_connect;   /* a connect to the crashed host */
+    int again_rc;       /* a request after the restart */
+    char again[16];     /* its answer */
+};
+
+static struct crash *g_crash;
+
+/* A request takes 100 ms of work, then its answer. */
+static int slow_conn(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[64];
+    size_t len;
+    int rc;
+
+    while ((rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &len)) == 0) {
+        rc = ferry_sleep(FERRY_MSEC(100));
+        g_crash->work_rc = rc;
+        g_crash->cancelled += rc == -ECANCELED;
+        if (rc)
+            break;
+        rc = ferry_stream_write(s, line, len, NULL);
+        if (rc)
+            break;
+        g_crash->served++;
+    }
+    ferry_stream_close(s);
+    return rc;
+}
+
+/* The boot task: listen on port 7, serve each connection in a task of
+ * its own. */
+static int slow_service(void *arg)
+{
+    struct crash *c = arg;
+    int boot = c->boots++;
+    ferry_listener *l;
+    ferry_stream *s;
+    int rc;
+
+    rc = ferry_tcp_listen(&l, NULL, NULL, 7, NULL);
+    if (rc)
+        return rc;
+    while ((rc = ferry_listener_accept(l, &s, NULL)) == 0)
+        if (ferry_task_spawn(NULL, NULL, slow_conn, s, NULL) != 0)
+            ferry_stream_close(s);
+    if (boot < 2)
+        c->accept_rc[boot] = rc;
+    ferry_listener_close(l);
+    return rc;
+}
+
+static int ask(const char *q, char *answer, size_t cap)
+{
+    ferry_stream *s;
+    size_t len;
+    int rc = ferry_tcp_connect(&s, "server", 7, NULL);
+
+    if (rc)
+        return rc;
+    rc = ferry_stream_write(s, q, strlen(q), NULL);
+    if (!rc)
+        rc = ferry_stream_read_until(s, "\n", 1, answer, cap - 1, &len);
+    if (!rc)
+        answer[len] = '\0';
+    ferry_stream_close(s);
+    return rc;
+}
+
+static int crash_client(void *arg)
+{
+    struct crash *c = arg;
+    char buf[16];
+
+    c->read_rc = ask("a\n", buf, sizeof buf);
+    return 0;
+}
+
+static int crash_client_again(void *arg)
+{
+    struct crash *c = arg;
+    ferry_stream *s;
+
+    c->down_connect = ferry_tcp_connect(&s, "server", 7, NULL);
+    if (!c->down_connect)
+        ferry_stream_close(s);
+    return 0;
+}
+
+static int crash_client_after(void *arg)
+{
+    struct crash *c = arg;
+
+    c->again_rc = ask("b\n", c->again, sizeof c->again);
+    return 0;
+}
+
+static int crash_main(void *arg)
+{
+    struct crash *c = arg;
+    struct net *n = c->n;
+    ferry_task *t;
+
+    if (ferry_sim_boot(n->srv, slow_service, c) != 0)
+        return -1;
+    if (ferry_sim_spawn(n->cli, &t, crash_client, c) != 0)
+        return -2;
+    /* The request reaches the server at 3 latencies; its work lasts
+     * 100 ms: crash in the middle. */
+    ferry_sleep(FERRY_MSEC(50));
+    ferry_sim_crash(n->sim, n->srv);
+    ferry_task_join(t, NULL);
+    c->down_spawn = ferry_sim_spawn(n->srv, NULL, crash_client, c);
+    if (ferry_sim_spawn(n->cli, &t, crash_client_again, c) != 0)
+        return -3;
+    ferry_task_join(t, NULL);
+    ferry_sim_restart(n->sim, n->srv);
+    if (ferry_sim_spawn(n->cli, &t, crash_client_after, c) != 0)
+        return -4;
+    ferry_task_join(t, NULL);
+    /* The end of the test: the service's tasks go as at a crash. */
+    ferry_sim_crash(n->sim, n->srv);
+    ferry_sleep(FERRY_MSEC(1));
+    return 0;
+}
+
+T(sim_hosts, crashed_service_restarts_and_serves_again)
+{
+    struct net n;
+    struct crash c = { .n = &n, .work_rc = 1 };
+
+    g_crash = &c;
+    net_init(&n, &(ferry_sim_opts){ .latency = LAT });
+    cr_assert_eq(tu_run(crash_main, &c), 0);
+    cr_assert_eq(c.cancelled, 1, "the request in progress saw -ECANCELED");
+    cr_assert_eq(c.work_rc, 0, "the request after the restart was served: %d", c.work_rc);
+    cr_assert_eq(c.accept_rc[0], -ECANCELED, "the first boot's accept: %d", c.accept_rc[0]);
+    cr_assert_eq(c.read_rc, -ECONNRESET, "the client across the crash: %d", c.read_rc);
+    cr_assert_eq(c.down_spawn, -EHOSTDOWN);
+    cr_assert_eq(c.down_connect, -ECONNREFUSED);
+    cr_assert_eq(c.boots, 2, "the boot task ran again at the restart");
+    cr_assert_eq(c.again_rc, 0, "after the restart: %d", c.again_rc);
+    cr_assert_str_eq(c.again, "b\n");
+    cr_assert_eq(c.served, 1);
+    cr_assert_eq(c.accept_rc[1], -ECANCELED);
+    ferry_sim_free(n.sim);
 }
