@@ -663,3 +663,142 @@ T(sim_hosts, seed_zero_reads_the_environment)
     unsetenv("FERRY_SIM_SEED");
     ferry_set_log(NULL, NULL);
 }
+
+/* ---- more of the names, boot on a crashed host, the loop freed first ------------- */
+
+struct names2 {
+    int rc_mapped, rc_canon;
+    char mapped[64], canon[32];
+};
+
+static int lookups2(void *arg)
+{
+    struct names2 *m = arg;
+    struct addrinfo hints, *ai;
+
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET6;
+    hints.ai_flags = AI_V4MAPPED;
+    hints.ai_socktype = SOCK_STREAM;
+    m->rc_mapped = ferry_getaddrinfo("client", "80", &hints, &ai);
+    if (!m->rc_mapped) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr, m->mapped,
+                  sizeof m->mapped);
+        ferry_freeaddrinfo(ai);
+    }
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = AI_CANONNAME;
+    m->rc_canon = ferry_getaddrinfo("10.0.0.1", NULL, &hints, &ai);
+    if (!m->rc_canon) {
+        snprintf(m->canon, sizeof m->canon, "%s", ai->ai_canonname ? ai->ai_canonname : "");
+        ferry_freeaddrinfo(ai);
+    }
+    return 0;
+}
+
+struct boot_count {
+    struct net *n;
+    struct names2 m;
+    int runs;
+};
+
+static int count_boot(void *arg)
+{
+    struct boot_count *b = arg;
+
+    b->runs++;
+    return 0;
+}
+
+static int names2_main(void *arg)
+{
+    struct boot_count *b = arg;
+    ferry_task *t;
+
+    if (ferry_sim_spawn(b->n->srv, &t, lookups2, &b->m) != 0)
+        return -1;
+    ferry_task_join(t, NULL);
+    /* A boot task given to a crashed host waits for its restart. */
+    ferry_sim_crash(b->n->sim, b->n->cli);
+    if (ferry_sim_boot(b->n->cli, count_boot, b) != 0)
+        return -2;
+    ferry_sleep(FERRY_MSEC(10));
+    if (b->runs != 0)
+        return -3;
+    ferry_sim_restart(b->n->sim, b->n->cli);
+    ferry_sleep(FERRY_MSEC(10));
+    return 0;
+}
+
+T(sim_hosts, mapped_and_canonical_names_and_a_boot_after_a_crash)
+{
+    struct net n;
+    struct boot_count b = { .n = &n };
+
+    net_init(&n, NULL);
+    cr_assert_eq(tu_run(names2_main, &b), 0);
+    cr_assert_eq(b.m.rc_mapped, 0);
+    cr_assert_str_eq(b.m.mapped, "::ffff:10.0.0.2");
+    cr_assert_eq(b.m.rc_canon, 0);
+    cr_assert_str_eq(b.m.canon, "server");
+    cr_assert_eq(b.runs, 1, "the boot task ran once, at the restart");
+    ferry_sim_free(n.sim);
+}
+
+/* A service and a client left running when the loop is freed. */
+static int left_client(void *arg)
+{
+    ferry_stream *s;
+    char buf[8];
+    size_t n;
+
+    (void)arg;
+    if (ferry_tcp_connect(&s, "server", 7, NULL) != 0)
+        return -1;
+    ferry_stream_read(s, buf, sizeof buf, &n); /* until the loop ends */
+    ferry_stream_close(s);
+    return 0;
+}
+
+static int left_service(void *arg)
+{
+    ferry_listener *l;
+    ferry_stream *s;
+
+    (void)arg;
+    if (ferry_tcp_listen(&l, NULL, NULL, 7, NULL) != 0)
+        return -1;
+    /* The accepted stream is left open: the loop's end closes it. */
+    while (ferry_listener_accept(l, &s, NULL) == 0)
+        ;
+    return 0; /* the listener too */
+}
+
+/* Let the scenario run a while, then stop the loop with its tasks still
+ * waiting. */
+static int sleep_100ms(void *arg)
+{
+    int rc = ferry_sleep(FERRY_MSEC(100));
+
+    ferry_loop_stop(arg);
+    return rc;
+}
+
+Test(sim_hosts, loop_freed_first_frees_the_simulation, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown, .timeout = 20.)
+{
+    ferry_loop *loop;
+    ferry_sim *sim;
+    ferry_sim_host *srv, *cli;
+
+    cr_assert_eq(ferry_loop_new(&loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
+    cr_assert_eq(ferry_sim_new(&sim, loop, 1, NULL), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "server", &srv), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "client", &cli), 0);
+    cr_assert_eq(ferry_sim_boot(srv, left_service, NULL), 0);
+    cr_assert_eq(ferry_sim_spawn(cli, NULL, left_client, NULL), 0);
+    cr_assert_eq(tu_run_on(loop, sleep_100ms, loop), 0);
+    /* The tasks are cancelled, then the simulation goes with the loop;
+     * the teardown checks that nothing was left allocated. */
+    ferry_loop_free(loop);
+}
