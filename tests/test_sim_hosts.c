@@ -6,7 +6,7 @@
  * addresses; port 0 picking free ports; a task that is not a host's on
  * the same loop still on real TCP; a service host crashed mid-request and
  * restarted by its boot task; seed 0 read from the environment and
- * logged; argument checks.
+ * logged; a pool job holding the virtual clock; argument checks.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "ferry/bridge.h"
 #include "ferry/net.h"
 #include "ferry/resolve.h"
 #include "ferry/sim.h"
@@ -801,4 +803,111 @@ Test(sim_hosts, loop_freed_first_frees_the_simulation, .init = tu_alloc_setup,
     /* The tasks are cancelled, then the simulation goes with the loop;
      * the teardown checks that nothing was left allocated. */
     ferry_loop_free(loop);
+}
+
+/* ---- pool jobs in a simulation ---------------------------------------------------- */
+
+static ferry_pool *g_pool;
+
+/* Real work on a real thread: real time passes. */
+static int real_work(void *arg)
+{
+    struct timespec ts = { 0, 2000000 };
+
+    (void)arg;
+    nanosleep(&ts, NULL);
+    return 7;
+}
+
+/* Echo each line after a pool job. */
+static int pool_conn(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[64];
+    size_t len;
+    int rc;
+
+    while ((rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &len)) == 0) {
+        if (g_pool && ferry_to_thread(g_pool, real_work, NULL) != 7) {
+            rc = -EPROTO;
+            break;
+        }
+        if ((rc = ferry_stream_write(s, line, len, NULL)) != 0)
+            break;
+    }
+    ferry_stream_close(s);
+    return rc;
+}
+
+static int pool_service(void *arg)
+{
+    struct net *n = arg;
+    ferry_stream *s;
+
+    n->listen_rc = ferry_tcp_listen(&n->l, NULL, NULL, 7, NULL);
+    if (n->listen_rc)
+        return n->listen_rc;
+    while ((n->accept_rc = ferry_listener_accept(n->l, &s, NULL)) == 0)
+        if (ferry_task_spawn(NULL, NULL, pool_conn, s, NULL) != 0)
+            ferry_stream_close(s);
+    ferry_listener_close(n->l);
+    return 0;
+}
+
+static int pool_main(void *arg)
+{
+    struct net *n = arg;
+    ferry_task *srv, *cli;
+
+    if (ferry_sim_spawn(n->srv, &srv, pool_service, n) != 0)
+        return -1;
+    if (ferry_sim_spawn(n->cli, &cli, line_client, n) != 0)
+        return -2;
+    ferry_task_join(cli, NULL);
+    ferry_task_cancel(srv);
+    ferry_task_join(srv, NULL);
+    return 0;
+}
+
+/* The trace of a line through a service that does a pool job for it,
+ * over links with jitter. */
+static char *pool_trace(uint64_t seed, int64_t *took)
+{
+    struct net n;
+    char *t;
+
+    memset(&n, 0, sizeof n);
+    cr_assert_eq(ferry_sim_new(&n.sim, tu_loop, seed,
+                               &(ferry_sim_opts){ .latency = LAT, .jitter = FERRY_MSEC(3) }),
+                 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "server", &n.srv), 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "client", &n.cli), 0);
+    cr_assert_eq(tu_run(pool_main, &n), 0);
+    cr_assert_eq(n.client_rc, 0, "%d", n.client_rc);
+    *took = n.took;
+    t = strdup(ferry_sim_trace(n.sim, NULL));
+    ferry_sim_free(n.sim);
+    return t;
+}
+
+T(sim_hosts, a_pool_job_holds_the_virtual_clock)
+{
+    int64_t t1, t2, t3;
+    char *a, *b, *c;
+
+    cr_assert_eq(ferry_pool_new(&g_pool, &(ferry_pool_opts){ .threads = 1 }), 0);
+    a = pool_trace(3, &t1);
+    b = pool_trace(3, &t2);
+    ferry_pool_free(g_pool);
+    g_pool = NULL;
+    c = pool_trace(3, &t3);
+    /* The job's real milliseconds are no simulated time: the answer
+     * takes the simulated round trips only, the same each run. */
+    cr_assert_eq(t1, t2);
+    cr_assert_eq(t1, t3);
+    cr_assert_str_eq(a, b, "one job at a time replays");
+    cr_assert_str_eq(a, c, "as a service without a pool job");
+    free(a);
+    free(b);
+    free(c);
 }
