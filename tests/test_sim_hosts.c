@@ -702,7 +702,21 @@ struct boot_count {
     struct net *n;
     struct names2 m;
     int runs;
+    int sleep_rc;  /* a task of the crashed host, asleep at the crash */
+    int listen_rc; /* its listen afterwards */
 };
+
+static int late_listen(void *arg)
+{
+    struct boot_count *b = arg;
+    ferry_listener *l;
+
+    b->sleep_rc = ferry_sleep(FERRY_SEC(1));
+    b->listen_rc = ferry_tcp_listen(&l, NULL, NULL, 80, NULL);
+    if (!b->listen_rc)
+        ferry_listener_close(l);
+    return 0;
+}
 
 static int count_boot(void *arg)
 {
@@ -720,6 +734,9 @@ static int names2_main(void *arg)
     if (ferry_sim_spawn(b->n->srv, &t, lookups2, &b->m) != 0)
         return -1;
     ferry_task_join(t, NULL);
+    if (ferry_sim_spawn(b->n->cli, NULL, late_listen, b) != 0)
+        return -4;
+    ferry_sleep(FERRY_MSEC(1));
     /* A boot task given to a crashed host waits for its restart. */
     ferry_sim_crash(b->n->sim, b->n->cli);
     if (ferry_sim_boot(b->n->cli, count_boot, b) != 0)
@@ -744,6 +761,8 @@ T(sim_hosts, mapped_and_canonical_names_and_a_boot_after_a_crash)
     cr_assert_eq(b.m.rc_canon, 0);
     cr_assert_str_eq(b.m.canon, "server");
     cr_assert_eq(b.runs, 1, "the boot task ran once, at the restart");
+    cr_assert_eq(b.sleep_rc, -ECANCELED);
+    cr_assert_eq(b.listen_rc, -EHOSTDOWN, "a crashed host listens on nothing");
     ferry_sim_free(n.sim);
 }
 
