@@ -419,6 +419,15 @@ T(sim_hosts, argument_checks)
     cr_assert_eq(ferry_sim_boot(h, boot_nothing, NULL), -EBUSY);
     cr_assert_null(ferry_sim_current_host());
     cr_assert_eq(ferry_sim_seed(sim), 1);
+    cr_assert_eq(ferry_sim_seed(NULL), 0);
+    cr_assert_null(ferry_sim_host_name(NULL));
+    /* A restart of a host that is up, and a second crash, change nothing. */
+    ferry_sim_restart(sim, h);
+    ferry_sim_crash(sim, h);
+    ferry_sim_crash(sim, h);
+    cr_assert_eq(ferry_sim_spawn(h, NULL, boot_nothing, NULL), -EHOSTDOWN);
+    ferry_sim_restart(sim, h);
+    cr_assert_eq(ferry_sim_spawn(h, NULL, boot_nothing, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, 0), 0);
     ferry_sim_free(sim);
 }
