@@ -12,12 +12,50 @@
  */
 #include "loop_only.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
+#include "log.h"
 #include "sim_int.h"
 #include "sync_int.h"
 
 /* ---- the simulation --------------------------------------------------------- */
+
+/*
+ * The seed of a simulation made with seed 0: FERRY_FUZZ's (so that the
+ * one number ferry-fuzz prints replays the schedule and the network),
+ * else FERRY_SIM_SEED, else 1.  Logged with the variable that replays it,
+ * since a run that fails must say how to run it again.
+ */
+static uint64_t env_seed(void)
+{
+    struct ferry__fuzz f;
+    const char *s = getenv("FERRY_SIM_SEED");
+    unsigned long long v;
+    char *end;
+
+    if (ferry__fuzz_env(&f)) {
+        ferry__log(FERRY_LOG_WARN,
+                   "simulation seed %llu, FERRY_FUZZ's (FERRY_FUZZ=%llu replays the schedule "
+                   "and the network)",
+                   (unsigned long long)f.seed, (unsigned long long)f.seed);
+        return f.seed;
+    }
+    if (s && *s) {
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (!errno && end != s && !*end && v && *s != '-') {
+            ferry__log(FERRY_LOG_WARN, "simulation seed %llu (FERRY_SIM_SEED=%llu replays it)", v,
+                       v);
+            return v;
+        }
+        ferry__log(FERRY_LOG_WARN, "FERRY_SIM_SEED=%s ignored: expected 1 to 2^64-1", s);
+    }
+    ferry__log(FERRY_LOG_WARN, "simulation seed 1 (FERRY_SIM_SEED=N runs another)");
+    return 1;
+}
 
 int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_sim_opts *opts)
 {
@@ -30,19 +68,34 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
-    if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0))
+    if (opts &&
+        (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0 ||
+         opts->bandwidth < 0 || opts->partition_every < 0 || opts->partition_for < 0 ||
+         opts->crash_every < 0 || opts->crash_for < 0 || opts->loss_ppm > 1000000))
         return -EINVAL;
+    /* Its hosts' tasks find it as the loop's part: one a loop. */
+    if (ferry__loop_part_find(loop, &ferry__sim_part_ops))
+        return -EBUSY;
     sim = ferry__calloc(1, sizeof *sim);
     if (!sim)
         return -ENOMEM;
     sim->loop = loop;
-    sim->rng = seed;
+    sim->seed = seed ? seed : env_seed();
+    sim->rng = sim->seed;
     sim->start = ferry__loop_now(loop);
     sim->latency = opts && opts->latency ? opts->latency : 1000000;
     sim->jitter = opts ? opts->jitter : 0;
     sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
     sim->stall_node.fire = ferry__sim_stall_fire;
     sim->reset_every = opts ? opts->reset_every : 0;
+    sim->bandwidth = opts ? opts->bandwidth : 0;
+    sim->window = opts && opts->window ? opts->window : 64 * 1024;
+    sim->loss_ppm = opts ? opts->loss_ppm : 0;
+    sim->partition_every = opts ? opts->partition_every : 0;
+    sim->partition_for = opts && opts->partition_for ? opts->partition_for : 1000000000;
+    sim->crash_every = opts ? opts->crash_every : 0;
+    sim->crash_for = opts && opts->crash_for ? opts->crash_for : 1000000000;
+    ferry__loop_part_add(loop, &sim->part, &ferry__sim_part_ops);
     *out = sim;
     return 0;
 }
@@ -55,21 +108,34 @@ static void free_list(struct ferry__link *list, size_t off)
         ferry__free((char *)l - off);
 }
 
-static void listener_free(struct ferry_sim_listener *li)
+void ferry__sim_listener_put(struct ferry_sim_listener *li)
+{
+    if (li->closed && !li->inside && !li->owned)
+        ferry__free(li);
+}
+
+/* Take the listener down: its connections not yet accepted go, its
+ * accepting tasks get -EBADF, its port is free. */
+static void listener_down(struct ferry_sim_listener *li)
 {
     struct ferry__link *l;
 
-    if (ferry__link_linked(&li->link))
-        ferry__list_remove(&li->link);
     while ((l = ferry__list_pop_front(&li->pending)) != NULL) {
         struct sim_end *e = ferry__container_of(l, struct sim_end, plink);
         ferry__sim_end_reset(e, -ECONNRESET);
         ferry__stream_destroy(e->s);
     }
-    li->closed = true;
+    li->down = true;
     ferry__waitq_grant_all(&li->q, -EBADF);
-    if (!li->inside)
-        ferry__free(li);
+}
+
+static void listener_free(struct ferry_sim_listener *li)
+{
+    if (ferry__link_linked(&li->link))
+        ferry__list_remove(&li->link);
+    listener_down(li);
+    li->closed = true;
+    ferry__sim_listener_put(li);
 }
 
 void ferry_sim_free(ferry_sim *sim)
@@ -82,6 +148,10 @@ void ferry_sim_free(ferry_sim *sim)
         ferry__heap_remove(&sim->loop->timers, &sim->stall_node);
     if (sim->chaos_node.linked)
         ferry__heap_remove(&sim->loop->timers, &sim->chaos_node);
+    if (sim->part_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->part_node);
+    if (sim->crash_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->crash_node);
     ferry__list_foreach(l, &sim->segs) {
         struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
         ferry__heap_remove(&sim->loop->timers, &g->node);
@@ -100,6 +170,7 @@ void ferry_sim_free(ferry_sim *sim)
     free_list(&sim->links, offsetof(struct sim_link, link));
     free_list(&sim->hosts, offsetof(struct ferry_sim_host, link));
     ferry__loop_timers_changed(sim->loop);
+    ferry__loop_part_del(&sim->part);
     ferry__free(sim->trace);
     ferry__free(sim);
 }
@@ -127,6 +198,8 @@ int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out)
     if (!h)
         return -ENOMEM;
     memcpy(h->name, name, len + 1);
+    h->sim = sim;
+    h->addr = ++sim->nhosts;
     ferry__list_push_back(&sim->hosts, &h->link);
     *out = h;
     return 0;
@@ -135,27 +208,17 @@ int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out)
 int ferry_sim_link(ferry_sim *sim, ferry_sim_host *a, ferry_sim_host *b, int64_t latency,
                    int64_t jitter)
 {
-    struct ferry__link *l;
     struct sim_link *k;
+    int rc;
 
     if (!sim || !a || !b || latency <= 0 || jitter < 0)
         return -EINVAL;
-    ferry__list_foreach(l, &sim->links) {
-        k = ferry__container_of(l, struct sim_link, link);
-        if ((k->a == a && k->b == b) || (k->a == b && k->b == a)) {
-            k->latency = latency;
-            k->jitter = jitter;
-            return 0;
-        }
-    }
-    k = ferry__calloc(1, sizeof *k);
-    if (!k)
-        return -ENOMEM;
-    k->a = a;
-    k->b = b;
+    rc = ferry__sim_link_get(sim, a, b, &k);
+    if (rc)
+        return rc;
+    k->own = true;
     k->latency = latency;
     k->jitter = jitter;
-    ferry__list_push_back(&sim->links, &k->link);
     return 0;
 }
 
@@ -223,25 +286,25 @@ int ferry_sim_accept(ferry_sim_listener *li, ferry_stream **out)
     if (rc)
         return rc;
     li->inside++;
-    while (!li->closed && ferry__list_empty(&li->pending)) {
+    while (!li->closed && !li->down && ferry__list_empty(&li->pending)) {
         ferry__waiter_init(&w, self, "sim accept", li);
         rc = ferry__wait(&li->q, &w, FERRY_NEVER);
         if (rc) {
             /* A connection granted to this task goes to the next one. */
             struct ferry__waiter *next = ferry__first_waiting(&li->q);
-            if (w.state == FERRY__W_GRANTED && next && !li->closed)
+            if (w.state == FERRY__W_GRANTED && next && !li->closed && !li->down)
                 ferry__grant(next, 0);
             break;
         }
     }
-    if (!rc && li->closed)
+    if (!rc && (li->closed || li->down))
         rc = -EBADF;
     if (!rc) {
         l = ferry__list_pop_front(&li->pending);
         *out = ferry__container_of(l, struct sim_end, plink)->s;
     }
-    if (--li->inside == 0 && li->closed)
-        ferry__free(li);
+    li->inside--;
+    ferry__sim_listener_put(li);
     return rc;
 }
 
@@ -250,9 +313,17 @@ static int conn_new(struct ferry_sim *sim, ferry_sim_host *from, ferry_sim_host 
                     struct sim_end **cli, struct sim_seg **syn)
 {
     struct sim_end *srv;
+    struct sim_link *k;
     uint64_t id = sim->conns + 1;
     int rc;
 
+    /* With a bandwidth, the link keeps the time each way is busy until:
+     * made now, so that no send allocates it. */
+    if (sim->bandwidth) {
+        rc = ferry__sim_link_get(sim, from, to, &k);
+        if (rc)
+            return rc;
+    }
     *syn = ferry__sim_seg_new(sim, 0);
     if (!*syn)
         return -ENOMEM;
@@ -329,7 +400,7 @@ int ferry_sim_connect(ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, 
     ferry__waiter_init(&w, self, "sim connect", sim);
     cli->connw = &w;
     ferry__sim_seg_send(syn, cli);
-    ferry__sim_chaos_arm(sim);
+    ferry__sim_faults_arm(sim);
     rc = ferry__wait(NULL, &w, FERRY_NEVER);
     cli->connw = NULL;
     if (rc == 0 && cli->err)
@@ -362,24 +433,40 @@ int ferry_sim_partition(ferry_sim *sim, ferry_sim_host *const *a, size_t na,
             if (a[i] == b[j])
                 return -EINVAL;
     }
-    ferry_sim_heal(sim);
+    ferry__sim_part_forget(sim);
+    ferry__sim_heal_now(sim);
     for (size_t i = 0; i < na; i++)
         a[i]->side = 1;
     for (size_t j = 0; j < nb; j++)
         b[j]->side = 2;
+    ferry__sim_parted(sim, "");
+    return 0;
+}
+
+void ferry__sim_parted(struct ferry_sim *sim, const char *why)
+{
     sim->parted = true;
-    ferry__sim_trace(sim, "%lld partition\n", (long long)(ferry__loop_now(sim->loop) - sim->start));
+    ferry__sim_trace(sim, "%lld partition%s%s\n",
+                     (long long)(ferry__loop_now(sim->loop) - sim->start), *why ? " " : "", why);
     ferry__heap_insert(&sim->loop->timers, &sim->stall_node,
                        ferry__loop_now(sim->loop) + sim->stall);
     ferry__loop_timers_changed(sim->loop);
-    return 0;
 }
 
 void ferry_sim_heal(ferry_sim *sim)
 {
+    if (!sim)
+        return;
+    ferry__sim_part_forget(sim);
+    ferry__sim_heal_now(sim);
+    ferry__sim_faults_arm(sim);
+}
+
+void ferry__sim_heal_now(struct ferry_sim *sim)
+{
     struct ferry__link held, *l;
 
-    if (!sim || !sim->parted)
+    if (!sim->parted)
         return;
     ferry__list_foreach(l, &sim->hosts)
         ferry__container_of(l, ferry_sim_host, link)->side = 0;
@@ -420,9 +507,23 @@ void ferry_sim_crash(ferry_sim *sim, ferry_sim_host *host)
 
     if (!sim || !host)
         return;
+    if (host->crashed)
+        return;
     host->crashed = true;
     ferry__sim_trace(sim, "%lld %s crash\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
                      host->name);
+    ferry__sim_host_cancel(sim, host);
+    ferry__list_foreach(l, &sim->listeners) {
+        struct ferry_sim_listener *li = ferry__container_of(l, struct ferry_sim_listener, link);
+        if (li->host == host && !li->down) {
+            struct ferry__link *p;
+
+            ferry__list_foreach(p, &li->pending)
+                ferry__sim_conn_reset(ferry__container_of(p, struct sim_end, plink), -ECONNRESET,
+                                      "crash");
+            listener_down(li);
+        }
+    }
     ferry__list_foreach(l, &sim->ends) {
         struct sim_end *e = ferry__container_of(l, struct sim_end, link);
         if (e->host == host)
@@ -432,9 +533,17 @@ void ferry_sim_crash(ferry_sim *sim, ferry_sim_host *host)
 
 void ferry_sim_restart(ferry_sim *sim, ferry_sim_host *host)
 {
-    if (!sim || !host)
+    int rc;
+
+    if (!sim || !host || !host->crashed)
         return;
     host->crashed = false;
     ferry__sim_trace(sim, "%lld %s restart\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
                      host->name);
+    if (host->boot_fn) {
+        rc = ferry_sim_spawn(host, NULL, host->boot_fn, host->boot_arg);
+        if (rc)
+            ferry__sim_trace(sim, "%lld %s boot failed %d\n",
+                             (long long)(ferry__loop_now(sim->loop) - sim->start), host->name, rc);
+    }
 }
