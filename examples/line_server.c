@@ -25,6 +25,11 @@
  * closes the connections that wait for a request, lets the others finish
  * theirs, prints what it served and returns 0.  examples/line_load drives
  * it (test_line_server.sh).
+ *
+ * Built with LINE_SERVER_NO_MAIN, the file leaves out main() and gives the
+ * service to a program of its own as line_server_service(&port):
+ * tests/test_sim_line.c runs it, unchanged, as the boot task of a host of
+ * the simulated network (ferry/sim.h).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -139,6 +144,14 @@ static int service(void *arg)
     return rc;
 }
 
+#ifdef LINE_SERVER_NO_MAIN
+int line_server_service(void *port);
+
+int line_server_service(void *port)
+{
+    return service(port);
+}
+#else
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 0, rc = ferry_run(service, &port);
@@ -148,3 +161,4 @@ int main(int argc, char **argv)
            srv.ended_by_drain, srv.served);
     return rc == 0 ? 0 : 1;
 }
+#endif
