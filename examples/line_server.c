@@ -112,10 +112,13 @@ static int acceptor(void *arg)    /* its group holds the connections */
 {
     ferry_group conns;
     ferry_stream *s;
+    int rc;
 
     ferry_group_init(&conns);
-    while (ferry_listener_accept(srv.lis, &s, NULL) != -EBADF)
-        if (s && ferry_group_spawn(&conns, serve, s, NULL))
+    /* A cancelled accept fails at once every time: it ends the loop, as a
+     * closed listener does (the group then cancels the connections). */
+    while ((rc = ferry_listener_accept(srv.lis, &s, NULL)) != -EBADF && rc != -ECANCELED)
+        if (rc == 0 && ferry_group_spawn(&conns, serve, s, NULL))
             ferry_stream_close(s);  /* out of memory: drop the connection */
     return ferry_group_wait(&conns);
 }

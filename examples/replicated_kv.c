@@ -107,11 +107,12 @@ struct client {
 };
 
 static struct {
-    bool bug;      /* --bug */
-    bool stop;     /* clients stop before their next write */
-    bool over;     /* boot tasks return at once */
-    int running;   /* boot tasks running */
-    int64_t start; /* ferry_now() when the run began */
+    bool bug;          /* --bug */
+    bool stop;         /* clients stop before their next write */
+    bool over;         /* boot tasks return at once */
+    int running;       /* boot tasks running */
+    size_t checked_at; /* the trace's length when the checker ran */
+    int64_t start;     /* ferry_now() when the run began */
     ferry_sim *sim;
     struct node primary, replica;
     struct client cl[NCLIENTS];
@@ -522,6 +523,7 @@ static int scenario(void *arg)
         if ((rc = ferry_sleep(FERRY_MSEC(100))))
             return rc;
     *failures = check();
+    ferry_sim_trace(w.sim, &w.checked_at); /* the trace's end worth printing */
     rc = stop_hosts();
     ferry_loop_stop(NULL);
     return rc;
@@ -538,7 +540,7 @@ static uint64_t trace_hash(const char *t, size_t len)
     return h;
 }
 
-/* The trace's last `n` lines. */
+/* The last `n` lines of the trace's first `len` bytes. */
 static void print_tail(const char *t, size_t len, int n)
 {
     size_t i = len;
@@ -546,7 +548,7 @@ static void print_tail(const char *t, size_t len, int n)
     while (i > 0 && n >= 0)
         if (t[--i] == '\n')
             n--;
-    printf("the trace's end:\n%.*s", (int)(len - (i ? i + 1 : 0)), t + (i ? i + 1 : 0));
+    printf("the trace before the check:\n%.*s", (int)(len - (i ? i + 1 : 0)), t + (i ? i + 1 : 0));
 }
 
 static const ferry_sim_opts faults = {
@@ -589,7 +591,7 @@ int main(int argc, char **argv)
         printf("ok\n");
     } else {
         if (trace)
-            print_tail(trace, len, 12);
+            print_tail(trace, w.checked_at ? w.checked_at : len, 12);
         printf("FAILED seed %" PRIu64 ": replay with FERRY_FUZZ=%s %s%s\n", ferry_sim_seed(w.sim),
                getenv("FERRY_FUZZ"), argv[0], w.bug ? " --bug" : "");
     }
