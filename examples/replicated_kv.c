@@ -7,7 +7,8 @@
  * clients connect to a host name with ferry_tcp_connect(), and everyone
  * talks through ferry_stream_*.  Run as tasks of simulated hosts
  * (ferry_sim_boot()), those calls reach the simulation instead of the
- * system; nothing in the service knows.
+ * system; nothing in the service knows.  `--real` runs the same tasks on
+ * loopback TCP, without faults, for a second.
  *
  * The protocol, one line each way:
  *
@@ -33,6 +34,7 @@
  * and no client may have found its last acknowledged write missing there.
  *
  *     replicated_kv [--bug] [SEED]    SEED, else FERRY_FUZZ's, else 1
+ *     replicated_kv --real [--bug]
  *     ferry-fuzz -n 500 -- replicated_kv --bug
  *
  * The seed drives the simulation (jitter, loss, partitions, crashes) and,
@@ -59,6 +61,7 @@
 #define TRIES    3
 
 #define RUN_FOR     FERRY_SEC(20) /* the clients' part of the run */
+#define RUN_REAL    FERRY_SEC(1)  /* the same with --real, in real time */
 #define SETTLE_MAX  FERRY_SEC(60) /* at most, for the outbox to empty */
 #define CALL_WITHIN FERRY_MSEC(500)
 #define RETRY_AFTER FERRY_MSEC(200)
@@ -76,6 +79,7 @@ struct mem;
 /* A server host: its name, its disk, and its memory while it runs. */
 struct node {
     const char *name; /* the host name clients connect to */
+    int port;         /* the port it listens on */
     bool primary;     /* forwards writes to the replica */
     struct disk disk; /* survives crashes */
     struct mem *mem;  /* the running boot task's memory, or NULL */
@@ -184,7 +188,7 @@ static int ensure_connected(ferry_stream **s, const struct node *to)
     if (*s)
         return 0;
     ferry_scope_enter(&sc, ferry_now() + CALL_WITHIN, 0);
-    rc = ferry_tcp_connect(&c, to->name, PORT, NULL);
+    rc = ferry_tcp_connect(&c, to->name, to->port, NULL);
     ferry_scope_exit(&sc);
     if (!rc)
         *s = c;
@@ -328,8 +332,9 @@ static int server_boot(void *arg)
         return 0;
     ferry_event_init(&m.out_ready);
     ferry_group_init(&tasks);
-    if ((rc = ferry_tcp_listen(&l, NULL, "0.0.0.0", PORT, NULL)))
+    if ((rc = ferry_tcp_listen(&l, NULL, "127.0.0.1", m.node->port, NULL)))
         return rc;
+    m.node->port = ferry_listener_port(l); /* the one picked for port 0 */
     w.running++;
     m.node->mem = &m;
     if (m.node->primary && w.bug && (rc = ferry_group_spawn(&tasks, replicator, &m, NULL)))
@@ -443,16 +448,11 @@ static int boot_hosts(void)
     char name[16];
     int rc;
 
-    w.primary.name = "primary";
-    w.primary.primary = true;
-    w.replica.name = "replica";
     for (int i = 0; i < 2; i++)
         if ((rc = ferry_sim_find_host(w.sim, servers[i]->name, &h)) ||
             (rc = ferry_sim_boot(h, server_boot, servers[i])))
             return rc;
     for (int i = 0; i < NCLIENTS; i++) {
-        w.cl[i].id = i;
-        w.cl[i].last_acked = -1;
         snprintf(name, sizeof name, "client%d", i);
         if ((rc = ferry_sim_find_host(w.sim, name, &h)) ||
             (rc = ferry_sim_boot(h, client_boot, &w.cl[i])))
@@ -506,25 +506,65 @@ static int stop_hosts(void)
     return 0;
 }
 
+/* --real: the same tasks on loopback TCP, servers first (their ports
+ * are picked by the system), then the clients; no faults. */
+static int boot_real(ferry_task **t)
+{
+    struct node *servers[2] = { &w.primary, &w.replica };
+    int rc;
+
+    for (int i = 0; i < 2; i++) {
+        servers[i]->name = "127.0.0.1";
+        servers[i]->port = 0;
+        if ((rc = ferry_task_spawn(&t[i], NULL, server_boot, servers[i], NULL)))
+            return rc;
+    }
+    while (!w.primary.port || !w.replica.port)
+        if ((rc = ferry_yield()))
+            return rc;
+    for (int i = 0; i < NCLIENTS; i++)
+        if ((rc = ferry_task_spawn(&t[2 + i], NULL, client_boot, &w.cl[i], NULL)))
+            return rc;
+    return 0;
+}
+
+static void stop_real(ferry_task **t)
+{
+    w.over = true;
+    for (int i = 0; i < 2 + NCLIENTS; i++) {
+        if (!t[i])
+            continue;
+        ferry_task_cancel(t[i]);
+        ferry_task_join(t[i], NULL);
+    }
+}
+
 /* The scenario: the clients write for RUN_FOR under random faults, then
  * the primary gets until its outbox is empty (--bug) and the checker
  * looks. */
 static int scenario(void *arg)
 {
+    ferry_task *t[2 + NCLIENTS] = { NULL };
     int *failures = arg, rc;
     int64_t until;
 
     w.start = ferry_now();
-    if ((rc = boot_hosts()) || (rc = ferry_sleep(RUN_FOR)))
-        return rc;
+    rc = w.sim ? boot_hosts() : boot_real(t);
+    if (!rc)
+        rc = ferry_sleep(w.sim ? RUN_FOR : RUN_REAL);
     w.stop = true;
     until = ferry_now() + SETTLE_MAX;
-    while (w.primary.mem && w.primary.mem->out_len > 0 && ferry_now() < until)
-        if ((rc = ferry_sleep(FERRY_MSEC(100))))
-            return rc;
-    *failures = check();
-    ferry_sim_trace(w.sim, &w.checked_at); /* the trace's end worth printing */
-    rc = stop_hosts();
+    while (!rc && w.primary.mem && w.primary.mem->out_len > 0 && ferry_now() < until)
+        rc = ferry_sleep(FERRY_MSEC(100));
+    if (!rc)
+        *failures = check();
+    if (w.sim) {
+        ferry_sim_trace(w.sim, &w.checked_at); /* the trace's end worth printing */
+        if (!rc)
+            rc = stop_hosts();
+    } else {
+        stop_real(t);
+    }
     ferry_loop_stop(NULL);
     return rc;
 }
@@ -562,40 +602,65 @@ static const ferry_sim_opts faults = {
     .crash_for = FERRY_SEC(1),
 };
 
+/* Print what the run found; returns the exit status. */
+static int report(const char *argv0, int status, int failures)
+{
+    const char *trace = NULL;
+    size_t len = 0;
+
+    if (status)
+        printf("the scenario ended with %s\n", strerror(-status));
+    if (w.sim) {
+        trace = ferry_sim_trace(w.sim, &len);
+        printf("seed %" PRIu64 "%s: trace of %zu bytes, hash %016" PRIx64 "\n",
+               ferry_sim_seed(w.sim), w.bug ? " (--bug)" : "", len,
+               trace ? trace_hash(trace, len) : 0);
+    }
+    if (status == 0 && failures == 0) {
+        printf("ok\n");
+        return 0;
+    }
+    if (!w.sim)
+        return 1;
+    if (trace)
+        print_tail(trace, w.checked_at ? w.checked_at : len, 12);
+    printf("FAILED seed %" PRIu64 ": replay with FERRY_FUZZ=%s %s%s\n", ferry_sim_seed(w.sim),
+           getenv("FERRY_FUZZ"), argv0, w.bug ? " --bug" : "");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
+    bool real = false;
     ferry_loop *loop;
     ferry_task *t;
-    const char *trace;
-    size_t len = 0;
     int failures = -1, status = -1, rc, a = 1;
 
-    if (a < argc && strcmp(argv[a], "--bug") == 0)
-        w.bug = true, a++;
+    for (; a < argc && argv[a][0] == '-'; a++) {
+        if (strcmp(argv[a], "--bug") == 0)
+            w.bug = true;
+        else if (strcmp(argv[a], "--real") == 0)
+            real = true;
+    }
     if (a < argc)
         setenv("FERRY_FUZZ", argv[a], 1); /* one number replays the network and the schedule */
-    else if (!getenv("FERRY_FUZZ"))
+    else if (!getenv("FERRY_FUZZ") && !real)
         setenv("FERRY_FUZZ", "1", 1);
-    if ((rc = ferry_loop_new(&loop, &(ferry_loop_opts){ .virtual_clock = true })) ||
-        (rc = ferry_sim_new(&w.sim, loop, 0, &faults)) ||
+    w.primary = (struct node){ .name = "primary", .port = PORT, .primary = true };
+    w.replica = (struct node){ .name = "replica", .port = PORT };
+    for (int i = 0; i < NCLIENTS; i++)
+        w.cl[i] = (struct client){ .id = i, .last_acked = -1 };
+    if ((rc = ferry_loop_new(&loop, &(ferry_loop_opts){ .virtual_clock = !real })) ||
+        (!real && (rc = ferry_sim_new(&w.sim, loop, 0, &faults))) ||
         (rc = ferry_task_spawn(&t, loop, scenario, &failures, NULL))) {
         fprintf(stderr, "replicated_kv: cannot start: %s\n", strerror(-rc));
         return 2;
     }
     while (ferry_task_try_join(t, &status) == -EAGAIN)
         ferry_loop_run(loop, FERRY_RUN_DEFAULT);
-    trace = ferry_sim_trace(w.sim, &len);
-    printf("seed %" PRIu64 "%s: trace of %zu bytes, hash %016" PRIx64 "\n", ferry_sim_seed(w.sim),
-           w.bug ? " (--bug)" : "", len, trace ? trace_hash(trace, len) : 0);
-    if (status == 0 && failures == 0) {
-        printf("ok\n");
-    } else {
-        if (trace)
-            print_tail(trace, w.checked_at ? w.checked_at : len, 12);
-        printf("FAILED seed %" PRIu64 ": replay with FERRY_FUZZ=%s %s%s\n", ferry_sim_seed(w.sim),
-               getenv("FERRY_FUZZ"), argv[0], w.bug ? " --bug" : "");
-    }
-    ferry_sim_free(w.sim);
+    rc = report(argv[0], status, failures);
+    if (w.sim)
+        ferry_sim_free(w.sim);
     ferry_loop_free(loop);
-    return status == 0 && failures == 0 ? 0 : 1;
+    return rc;
 }
