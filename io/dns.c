@@ -33,6 +33,9 @@
  * (resolver_closing(), the closing hook of its part of the loop), frees
  * the evdns base, and polls once more for the callbacks that the base's
  * own probes may have left.
+ *
+ * A task of a simulated host (ferry/sim.h) is answered by the simulation
+ * (sim_route.h): its hosts' names and addresses, nothing else.
  */
 #include "loop_only.h"
 
@@ -48,6 +51,7 @@
 
 #include "dns_int.h"
 #include "loop_int.h"
+#include "sim_route.h"
 #include "wait_int.h"
 
 /* How long the second address family may take once the first has
@@ -452,6 +456,7 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
     struct ferry__resolver *r;
     struct ferry__dns_families f;
     struct addrinfo h;
+    ferry_sim_host *sim_host;
     ferry_task *self;
     size_t nkinds = 0;
     char name[256];
@@ -471,6 +476,10 @@ int ferry_getaddrinfo(const char *host, const char *service, const struct addrin
     rc = ferry__check_inline(self);
     if (rc)
         return rc;
+    /* A task of a simulated host asks the simulation's names. */
+    sim_host = host ? ferry__sim_route(self->loop) : NULL;
+    if (sim_host)
+        return ferry__sim_getaddrinfo(sim_host, host, service, &h, res);
     rc = resolver_of(self->loop, &r);
     if (rc)
         return rc;

@@ -353,7 +353,7 @@ struct ferry_sim_listener *ferry__sim_find_listener(struct ferry_sim *sim, const
 
     ferry__list_foreach(l, &sim->listeners) {
         struct ferry_sim_listener *li = ferry__container_of(l, struct ferry_sim_listener, link);
-        if (li->host == h && li->port == port)
+        if (li->host == h && li->port == port && !li->down)
             return li;
     }
     return NULL;

@@ -54,8 +54,12 @@ struct sim_end {
 
 struct ferry_sim_host {
     struct ferry__link link; /* in sim->hosts */
+    struct ferry_sim *sim;   /* the simulation it is part of */
+    uint32_t addr;           /* its address, 10.0.0.0 plus this */
     int side;                /* 1 or 2: its set in the partition, 0 none */
     bool crashed;            /* connections to it are refused */
+    int (*boot_fn)(void *);  /* its boot task (ferry_sim_boot()), or NULL */
+    void *boot_arg;          /* the boot task's argument */
     char name[];             /* its name */
 };
 
@@ -72,13 +76,20 @@ struct ferry_sim_listener {
     ferry_sim_host *host;       /* where it listens */
     int port;                   /* on which port */
     bool closed;                /* closed: freed when nobody is inside */
+    bool down;                  /* taken down by a crash: takes nothing */
+    bool owned;                 /* a ferry_listener wraps it: freed only
+                                 * once its owner closes it too */
     unsigned inside;            /* tasks inside ferry_sim_accept() */
     struct ferry__link pending; /* server ends not yet accepted */
     struct ferry__waitq q;      /* tasks accepting */
 };
 
 struct ferry_sim {
+    struct ferry__loop_part part;   /* in the loop's parts: how its tasks' calls find it */
     ferry_loop *loop;               /* the loop it runs on */
+    uint64_t seed;                  /* the seed it was made with */
+    uint32_t nhosts;                /* hosts made so far */
+    int next_port;                  /* where the search for a free port starts */
     uint64_t rng;                   /* the generator's state, from the seed */
     int64_t start;                  /* the loop's time when made */
     int64_t latency, jitter;        /* the links' default settings */
@@ -99,6 +110,9 @@ struct ferry_sim {
     size_t tlen, tcap;              /* its length and room */
     bool trace_lost;                /* an append ran out of memory */
 };
+
+/* The loop part a simulation is (sim_host.c). */
+extern const struct ferry__part_ops ferry__sim_part_ops;
 
 /* The transport of a simulated stream. */
 extern const struct ferry__stream_io ferry__sim_io;
@@ -133,6 +147,13 @@ struct ferry_sim_listener *ferry__sim_find_listener(struct ferry_sim *sim, const
 /* Arm the next random reset if random faults are on, connections are
  * open and none is armed yet. */
 void ferry__sim_chaos_arm(struct ferry_sim *sim);
+
+/* Free a listener closed by its simulation once nobody is inside and
+ * its owner is done with it. */
+void ferry__sim_listener_put(struct ferry_sim_listener *li);
+
+/* Cancel every task of `host` (sim_host.c). */
+void ferry__sim_host_cancel(struct ferry_sim *sim, const ferry_sim_host *host);
 
 /* The timer of a partition that has lasted the stall time. */
 void ferry__sim_stall_fire(struct ferry__hnode *n);

@@ -32,10 +32,14 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
         return rc;
     if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0))
         return -EINVAL;
+    /* Its hosts' tasks find it as the loop's part: one a loop. */
+    if (ferry__loop_part_find(loop, &ferry__sim_part_ops))
+        return -EBUSY;
     sim = ferry__calloc(1, sizeof *sim);
     if (!sim)
         return -ENOMEM;
     sim->loop = loop;
+    sim->seed = seed;
     sim->rng = seed;
     sim->start = ferry__loop_now(loop);
     sim->latency = opts && opts->latency ? opts->latency : 1000000;
@@ -43,6 +47,7 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
     sim->stall_node.fire = ferry__sim_stall_fire;
     sim->reset_every = opts ? opts->reset_every : 0;
+    ferry__loop_part_add(loop, &sim->part, &ferry__sim_part_ops);
     *out = sim;
     return 0;
 }
@@ -55,21 +60,34 @@ static void free_list(struct ferry__link *list, size_t off)
         ferry__free((char *)l - off);
 }
 
-static void listener_free(struct ferry_sim_listener *li)
+void ferry__sim_listener_put(struct ferry_sim_listener *li)
+{
+    if (li->closed && !li->inside && !li->owned)
+        ferry__free(li);
+}
+
+/* Take the listener down: its connections not yet accepted go, its
+ * accepting tasks get -EBADF, its port is free. */
+static void listener_down(struct ferry_sim_listener *li)
 {
     struct ferry__link *l;
 
-    if (ferry__link_linked(&li->link))
-        ferry__list_remove(&li->link);
     while ((l = ferry__list_pop_front(&li->pending)) != NULL) {
         struct sim_end *e = ferry__container_of(l, struct sim_end, plink);
         ferry__sim_end_reset(e, -ECONNRESET);
         ferry__stream_destroy(e->s);
     }
-    li->closed = true;
+    li->down = true;
     ferry__waitq_grant_all(&li->q, -EBADF);
-    if (!li->inside)
-        ferry__free(li);
+}
+
+static void listener_free(struct ferry_sim_listener *li)
+{
+    if (ferry__link_linked(&li->link))
+        ferry__list_remove(&li->link);
+    listener_down(li);
+    li->closed = true;
+    ferry__sim_listener_put(li);
 }
 
 void ferry_sim_free(ferry_sim *sim)
@@ -100,6 +118,7 @@ void ferry_sim_free(ferry_sim *sim)
     free_list(&sim->links, offsetof(struct sim_link, link));
     free_list(&sim->hosts, offsetof(struct ferry_sim_host, link));
     ferry__loop_timers_changed(sim->loop);
+    ferry__loop_part_del(&sim->part);
     ferry__free(sim->trace);
     ferry__free(sim);
 }
@@ -127,6 +146,8 @@ int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out)
     if (!h)
         return -ENOMEM;
     memcpy(h->name, name, len + 1);
+    h->sim = sim;
+    h->addr = ++sim->nhosts;
     ferry__list_push_back(&sim->hosts, &h->link);
     *out = h;
     return 0;
@@ -223,25 +244,25 @@ int ferry_sim_accept(ferry_sim_listener *li, ferry_stream **out)
     if (rc)
         return rc;
     li->inside++;
-    while (!li->closed && ferry__list_empty(&li->pending)) {
+    while (!li->closed && !li->down && ferry__list_empty(&li->pending)) {
         ferry__waiter_init(&w, self, "sim accept", li);
         rc = ferry__wait(&li->q, &w, FERRY_NEVER);
         if (rc) {
             /* A connection granted to this task goes to the next one. */
             struct ferry__waiter *next = ferry__first_waiting(&li->q);
-            if (w.state == FERRY__W_GRANTED && next && !li->closed)
+            if (w.state == FERRY__W_GRANTED && next && !li->closed && !li->down)
                 ferry__grant(next, 0);
             break;
         }
     }
-    if (!rc && li->closed)
+    if (!rc && (li->closed || li->down))
         rc = -EBADF;
     if (!rc) {
         l = ferry__list_pop_front(&li->pending);
         *out = ferry__container_of(l, struct sim_end, plink)->s;
     }
-    if (--li->inside == 0 && li->closed)
-        ferry__free(li);
+    li->inside--;
+    ferry__sim_listener_put(li);
     return rc;
 }
 
@@ -420,9 +441,23 @@ void ferry_sim_crash(ferry_sim *sim, ferry_sim_host *host)
 
     if (!sim || !host)
         return;
+    if (host->crashed)
+        return;
     host->crashed = true;
     ferry__sim_trace(sim, "%lld %s crash\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
                      host->name);
+    ferry__sim_host_cancel(sim, host);
+    ferry__list_foreach(l, &sim->listeners) {
+        struct ferry_sim_listener *li = ferry__container_of(l, struct ferry_sim_listener, link);
+        if (li->host == host && !li->down) {
+            struct ferry__link *p;
+
+            ferry__list_foreach(p, &li->pending)
+                ferry__sim_conn_reset(ferry__container_of(p, struct sim_end, plink), -ECONNRESET,
+                                      "crash");
+            listener_down(li);
+        }
+    }
     ferry__list_foreach(l, &sim->ends) {
         struct sim_end *e = ferry__container_of(l, struct sim_end, link);
         if (e->host == host)
@@ -432,9 +467,17 @@ void ferry_sim_crash(ferry_sim *sim, ferry_sim_host *host)
 
 void ferry_sim_restart(ferry_sim *sim, ferry_sim_host *host)
 {
-    if (!sim || !host)
+    int rc;
+
+    if (!sim || !host || !host->crashed)
         return;
     host->crashed = false;
     ferry__sim_trace(sim, "%lld %s restart\n", (long long)(ferry__loop_now(sim->loop) - sim->start),
                      host->name);
+    if (host->boot_fn) {
+        rc = ferry_sim_spawn(host, NULL, host->boot_fn, host->boot_arg);
+        if (rc)
+            ferry__sim_trace(sim, "%lld %s boot failed %d\n",
+                             (long long)(ferry__loop_now(sim->loop) - sim->start), host->name, rc);
+    }
 }

@@ -17,6 +17,10 @@
  * Connecting suspends the task until the kernel says the connection is
  * made or failed (the socket becomes writable; SO_ERROR tells which).  A
  * host's addresses are tried in turn within the caller's deadline.
+ *
+ * A task of a simulated host (ferry/sim.h) listens and connects on the
+ * simulation instead (sim_route.h): its listener wraps the simulation's,
+ * with no descriptor, and its connections are simulated streams.
  */
 #include "loop_only.h"
 
@@ -32,6 +36,7 @@
 
 #include "ferry/resolve.h"
 #include "loop_int.h"
+#include "sim_route.h"
 #include "stream_int.h"
 
 int64_t ferry__connect_attempt_min = FERRY_SEC(2);
@@ -44,6 +49,7 @@ struct ferry_listener {
     unsigned inside;         /* tasks inside accept: freed at 0 once closed */
     char *path;              /* socket file to remove at close, or NULL */
     ferry_stream_opts sopts; /* for accepted streams */
+    ferry_sim_listener *sim; /* a simulated host's listener it wraps, or NULL */
 };
 
 static int open_spare(void)
@@ -123,9 +129,15 @@ static void listener_shut(ferry_listener *l)
 {
     ferry__ioobj_del(&l->obj);
     ferry__ioreg_close(&l->reg);
+    if (l->sim) {
+        ferry__sim_listener_drop(l->sim);
+        l->sim = NULL;
+        return;
+    }
     if (l->path)
         unlink(l->path);
-    close(l->reg.fd);
+    if (l->reg.fd >= 0)
+        close(l->reg.fd);
     l->reg.fd = -1;
     if (l->spare >= 0)
         close(l->spare);
@@ -227,10 +239,40 @@ err_free:
     return rc;
 }
 
+/* A listener of the simulated host `h` on `port` (0: a free one). */
+static int listen_sim(ferry_listener **out, ferry_loop *loop, ferry_sim_host *h, int port,
+                      const ferry_listen_opts *opts)
+{
+    ferry_listener *l;
+    int rc;
+
+    l = ferry__calloc(1, sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->spare = -1;
+    if (opts)
+        l->sopts = opts->stream;
+    rc = ferry__ioreg_open(&l->reg, loop, -1, 0);
+    if (rc)
+        goto err_free;
+    rc = ferry__sim_listen_owned(h, port, &l->sim, &l->port);
+    if (rc)
+        goto err_free;
+    l->obj.destroy = listener_destroy_obj;
+    ferry__ioobj_add(loop, &l->obj);
+    *out = l;
+    return 0;
+
+err_free:
+    listener_free(l);
+    return rc;
+}
+
 int ferry_tcp_listen(ferry_listener **out, ferry_loop *loop, const char *host, int port,
                      const ferry_listen_opts *opts)
 {
     struct addrinfo *ai;
+    ferry_sim_host *sh;
     int rc;
 
     if (!out)
@@ -244,6 +286,11 @@ int ferry_tcp_listen(ferry_listener **out, ferry_loop *loop, const char *host, i
     rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
+    /* A simulated host listens on every address it has, whatever the
+     * caller names. */
+    sh = ferry__sim_route(loop);
+    if (sh)
+        return listen_sim(out, loop, sh, port, opts);
     if (!host) {
         struct sockaddr_in6 any6;
         struct sockaddr_in any4;
@@ -306,7 +353,9 @@ int ferry_listener_fd(const ferry_listener *l)
 {
     if (!l)
         return -EINVAL;
-    return l->reg.closed ? -EBADF : l->reg.fd;
+    if (l->reg.closed)
+        return -EBADF;
+    return l->sim ? -ENOTSOCK : l->reg.fd;
 }
 
 int ferry_listener_close(ferry_listener *l)
@@ -376,6 +425,21 @@ static bool retry_accept(int err)
     }
 }
 
+/* ferry_listener_accept() on a simulated host's listener. */
+static int accept_sim(ferry_listener *l, ferry_stream **out, struct sockaddr_storage *peer)
+{
+    ferry_sim_listener *li = l->sim;
+    int rc;
+
+    l->inside++;
+    rc = ferry_sim_accept(li, out);
+    if (rc == 0 && peer)
+        ferry__sim_peer_addr(*out, peer);
+    if (--l->inside == 0 && l->reg.closed)
+        listener_free(l);
+    return rc;
+}
+
 int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr_storage *peer)
 {
     struct sockaddr_storage ss;
@@ -397,6 +461,8 @@ int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr
     rc = ferry__check_inline(self);
     if (rc)
         return rc;
+    if (l->sim)
+        return accept_sim(l, out, peer);
     l->inside++;
     for (;;) {
         if (l->reg.ready & FERRY_READ) {
@@ -540,6 +606,7 @@ int ferry__connect_list(ferry_stream **out, ferry_task *self, const struct addri
 int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferry_stream_opts *opts)
 {
     struct addrinfo hints, *ai;
+    ferry_sim_host *sh;
     char serv[8];
     ferry_task *self;
     int rc;
@@ -555,6 +622,9 @@ int ferry_tcp_connect(ferry_stream **out, const char *host, int port, const ferr
     rc = ferry__check_inline(self);
     if (rc)
         return rc;
+    sh = ferry__sim_route(self->loop);
+    if (sh)
+        return ferry__sim_connect_name(sh, host, port, out);
     /* Names and numeric hosts alike go through the task's resolver (a
      * numeric host is answered at once, with no lookup); the caller's
      * deadline covers the lookup and the attempts after it. */

@@ -99,6 +99,37 @@ int ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out)
     return 0;
 }
 
+int ferry__locals_put(struct ferry__local **list, const ferry_task_key *key, void *value)
+{
+    struct ferry__local *l;
+
+    for (l = *list; l; l = l->next) {
+        if (l->key == key) {
+            /* The inherited copy is replaced: it is not the task's any more. */
+            if (l->value && key->destructor)
+                key->destructor(l->value);
+            l->value = value;
+            return 0;
+        }
+    }
+    l = ferry__malloc(sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->key = key;
+    l->value = value;
+    l->next = *list;
+    *list = l;
+    return 0;
+}
+
+void *ferry__task_local_of(const ferry_task *t, const ferry_task_key *key)
+{
+    for (struct ferry__local *l = t->locals; l; l = l->next)
+        if (l->key == key)
+            return l->value;
+    return NULL;
+}
+
 void ferry__locals_free(struct ferry__local *list)
 {
     free_list(list);

@@ -410,6 +410,18 @@ struct ferry__local;
 int ferry__locals_inherit(const ferry_task *parent, struct ferry__local **out /* OUT */);
 /* Destroy a list ferry__locals_inherit() made (a spawn that failed). */
 void ferry__locals_free(struct ferry__local *list);
+/* Set key's value in `list` (replacing an inherited one): a layer above
+ * gives a new task a value of its own before it runs.
+ * Returns: 0; -ENOMEM (the list unchanged). */
+int ferry__locals_put(struct ferry__local **list, const ferry_task_key *key, void *value);
+/* Task `t`'s value for `key`, or NULL: a layer above reads the values of
+ * tasks other than the running one (to find the tasks that carry one). */
+void *ferry__task_local_of(const ferry_task *t, const ferry_task_key *key);
+/* ferry__task_spawn(), the new task starting with its value for `key`
+ * set to `value` (over what it inherits).  Allocates before the task is
+ * made: on an error nothing is. */
+int ferry__task_spawn_with(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                           const ferry_task_opts *opts, const ferry_task_key *key, void *value);
 /* A task ended: run the destructors of its values and free them. */
 void ferry__locals_end(ferry_task *t);
 /* Run a task until it suspends or ends (scheduler side). */

@@ -135,8 +135,11 @@ static inline ferry_task *task_init(struct ferry__stack *s, ferry_loop *loop, fe
     return t;
 }
 
-int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
-                      const ferry_task_opts *opts, ferry_group *group, unsigned gflags)
+/* ferry__task_spawn(), with `key` (if not NULL) set to `value` in the
+ * new task's values. */
+static int spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                 const ferry_task_opts *opts, ferry_group *group, unsigned gflags,
+                 const ferry_task_key *key, void *value)
 {
     struct ferry__stack *s;
     ferry_task *t;
@@ -156,6 +159,13 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
         rc = ferry__locals_inherit(self, &locals);
         if (rc)
             return rc;
+    }
+    if (key) {
+        rc = ferry__locals_put(&locals, key, value);
+        if (rc) {
+            ferry__locals_free(locals);
+            return rc;
+        }
     }
     rc = ferry__stack_get(loop, opts && opts->stack_size ? opts->stack_size : 0, &s);
     if (rc) {
@@ -185,6 +195,18 @@ int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void
     }
     ferry__task_ready(t);
     return 0;
+}
+
+int ferry__task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                      const ferry_task_opts *opts, ferry_group *group, unsigned gflags)
+{
+    return spawn(out, loop, fn, arg, opts, group, gflags, NULL, NULL);
+}
+
+int ferry__task_spawn_with(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,
+                           const ferry_task_opts *opts, const ferry_task_key *key, void *value)
+{
+    return spawn(out, loop, fn, arg, opts, NULL, 0, key, value);
 }
 
 int ferry_task_spawn(ferry_task **out, ferry_loop *loop, ferry_task_fn fn, void *arg,

@@ -2108,6 +2108,54 @@ static void undo_sim(int rc)
     g_sim_c = g_sim_s = NULL;
 }
 
+/* A task of host b listens through the ordinary call and closes. */
+static int sim_host_body(void *arg)
+{
+    ferry_listener *l;
+    int rc;
+
+    (void)arg;
+    rc = ferry_tcp_listen(&l, NULL, NULL, 0, NULL);
+    if (!rc && ferry_listener_fd(l) != -ENOTSOCK)
+        rc = -1001;
+    if (!rc)
+        ferry_listener_close(l);
+    return rc;
+}
+
+/* A host's task spawned and listening on the host, armed. */
+static int sim_host_task(void *arg)
+{
+    ferry_sim_host *b = NULL;
+    ferry_task *t;
+    int rc, st = 0;
+
+    (void)arg;
+    g_sim = NULL;
+    g_sim_c = g_sim_s = NULL;
+    g_sim_connect_rc = 1;
+    if (ferry_sim_new(&g_sim, NULL, 1, NULL) != 0 || ferry_sim_find_host(g_sim, "b", &b) != 0)
+        return -1002;
+    sweep_arm();
+    rc = ferry_sim_spawn(b, &t, sim_host_body, NULL);
+    if (!rc)
+        rc = ferry_task_join(t, &st);
+    sweep_disarm();
+    return rc ? rc : st;
+}
+
+static int op_sim_host(void)
+{
+    return in_task(tu_loop, sim_host_task, NULL);
+}
+
+static void undo_sim_host(int rc)
+{
+    if (rc < -1000)
+        FAILF("sim host: check %d failed", rc);
+    undo_sim(rc);
+}
+
 /* ---- name resolution --------------------------------------------------------- */
 
 /* A hosts file with one name, made once; the fake DNS server, started by
@@ -2523,6 +2571,7 @@ static const struct sweep sweeps[] = {
     /* The trace of deliveries is written in timer callbacks: it is marked
      * lost instead of failing anyone. */
     { "sim",                 NULL,             op_sim,            undo_sim,         "ferry__sim_trace", true },
+    { "sim host",            NULL,             op_sim_host,       undo_sim_host,    NULL, true },
     { "loop_set_resolver",   setup_resolver_loop, op_set_resolver, undo_set_resolver, NULL },
     /* evdns_base_new() goes on without its lock (evdns is used by one
      * thread only) or without its table of requests in flight (ferry makes

@@ -418,6 +418,9 @@ struct fault {
     int rc[2];
     int again;        /* a connect after the crash, then after a restart */
     int after;
+    int relisten;     /* listening again on the crashed listener's port */
+    int fresh;        /* a connect to that new listener */
+    int old_accept;   /* an accept on the crashed listener */
 };
 
 static int fault_main(void *arg)
@@ -437,11 +440,23 @@ static int fault_main(void *arg)
     ferry_task_join(t[0], &f->rc[0]);
     ferry_task_join(t[1], &f->rc[1]);
     if (f->crash) {
+        ferry_sim_listener *l2;
+
         f->again = ferry_sim_connect(w->sim, w->cli[0], w->srv, 7, &s);
         ferry_sim_restart(w->sim, w->srv);
+        /* The crash took the listener down: its port is free, and only a
+         * new listener takes connections on it. */
         f->after = ferry_sim_connect(w->sim, w->cli[0], w->srv, 7, &s);
         if (!f->after)
             ferry_stream_close(s);
+        f->old_accept = ferry_sim_accept(w->l, &s);
+        f->relisten = ferry_sim_listen(w->sim, w->srv, 7, &l2);
+        if (!f->relisten) {
+            f->fresh = ferry_sim_connect(w->sim, w->cli[0], w->srv, 7, &s);
+            if (!f->fresh)
+                ferry_stream_close(s);
+            ferry_sim_listener_close(l2);
+        }
     }
     return 0;
 }
@@ -471,7 +486,10 @@ T(sim, crashed_host_resets_and_refuses_until_restart)
     cr_assert_eq(f.rc[0], -ECONNRESET);
     cr_assert_eq(f.rc[1], -ECONNRESET);
     cr_assert_eq(f.again, -ECONNREFUSED);
-    cr_assert_eq(f.after, 0);
+    cr_assert_eq(f.after, -ECONNREFUSED);
+    cr_assert_eq(f.old_accept, -EBADF);
+    cr_assert_eq(f.relisten, 0);
+    cr_assert_eq(f.fresh, 0);
     pair_free(&p);
 }
 

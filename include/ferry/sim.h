@@ -84,12 +84,15 @@ typedef struct ferry_sim_opts {
  * logged with the variable that replays it, and ferry_sim_seed() returns it.
  * Thread: loop.  Suspends: no.  Owns: the caller; free with ferry_sim_free()
  * before the loop is freed.
- * Returns: 0; -ENOMEM; -EINVAL (out NULL, a negative setting); -EPERM.
+ * Returns: 0; -ENOMEM; -EINVAL (out NULL, a negative setting); -EBUSY
+ * (the loop has a simulation: one a loop, which its hosts' tasks find);
+ * -EPERM.
  */
 int ferry_sim_new(ferry_sim **out /* OUT */, ferry_loop *loop, uint64_t seed,
                   const ferry_sim_opts *opts);
 
-/* The seed the simulation draws from.  Thread: any.  Suspends: no. */
+/* Thread: any.  Suspends: no.
+ * Returns: the seed the simulation draws from (0 for NULL). */
 uint64_t ferry_sim_seed(const ferry_sim *sim);
 
 /*
@@ -109,7 +112,8 @@ void ferry_sim_free(ferry_sim *sim);
  */
 int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out /* OUT */);
 
-/* The host's name.  Thread: loop.  Suspends: no. */
+/* Thread: loop.  Suspends: no.
+ * Returns: the host's name (NULL for NULL). */
 const char *ferry_sim_host_name(const ferry_sim_host *host);
 
 /*
@@ -120,12 +124,16 @@ const char *ferry_sim_host_name(const ferry_sim_host *host);
  * ferry_listener_close() work on that listener, ferry_tcp_connect()
  * connects from the host, and ferry_getaddrinfo() answers the
  * simulation's host names with their addresses (10.0.0.1 for the first
- * host made, and so on) and -FERRY_EAI_NONAME for other names.  The
- * streams are simulated (ferry_stream_fd() is -ENOTSOCK); everything else
- * a service does is unchanged.  Tasks a task of a host spawns belong to
- * the host too.
+ * host made, and so on, or those addresses written out) and
+ * FERRY_EAI_NONAME for other names and addresses: a host's task does not
+ * reach the real network (Unix sockets excepted).  The streams and
+ * listeners are simulated (ferry_stream_fd() and ferry_listener_fd() are
+ * -ENOTSOCK); everything else a service does is unchanged.  Tasks a task
+ * of a host spawns belong to the host too.  A task that is not a host's
+ * uses the real network, on the same loop.
  * Thread: loop.  Suspends: no.  Owns: *out as ferry_task_spawn()'s.
- * Returns: as ferry_task_spawn(); -EINVAL (NULL host or fn).
+ * Returns: as ferry_task_spawn(); -EINVAL (NULL host or fn); -EHOSTDOWN
+ * (the host crashed and is not restarted yet).
  */
 int ferry_sim_spawn(ferry_sim_host *host, ferry_task **out /* OUT, optional */,
                     int (*fn)(void *), void *arg);
@@ -138,8 +146,9 @@ int ferry_sim_spawn(ferry_sim_host *host, ferry_task **out /* OUT, optional */,
  */
 int ferry_sim_boot(ferry_sim_host *host, int (*fn)(void *), void *arg);
 
-/* The host of the calling task, or NULL (not a host's task, or another
- * thread).  Thread: any.  Suspends: no. */
+/* Thread: any.  Suspends: no.
+ * Returns: the host of the calling task, or NULL (not a host's task, or
+ * another thread). */
 ferry_sim_host *ferry_sim_current_host(void);
 
 /*
