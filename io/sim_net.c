@@ -12,12 +12,50 @@
  */
 #include "loop_only.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
+#include "log.h"
 #include "sim_int.h"
 #include "sync_int.h"
 
 /* ---- the simulation --------------------------------------------------------- */
+
+/*
+ * The seed of a simulation made with seed 0: FERRY_FUZZ's (so that the
+ * one number ferry-fuzz prints replays the schedule and the network),
+ * else FERRY_SIM_SEED, else 1.  Logged with the variable that replays it,
+ * since a run that fails must say how to run it again.
+ */
+static uint64_t env_seed(void)
+{
+    struct ferry__fuzz f;
+    const char *s = getenv("FERRY_SIM_SEED");
+    unsigned long long v;
+    char *end;
+
+    if (ferry__fuzz_env(&f)) {
+        ferry__log(FERRY_LOG_WARN,
+                   "simulation seed %llu, FERRY_FUZZ's (FERRY_FUZZ=%llu replays the schedule "
+                   "and the network)",
+                   (unsigned long long)f.seed, (unsigned long long)f.seed);
+        return f.seed;
+    }
+    if (s && *s) {
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (!errno && end != s && !*end && v && *s != '-') {
+            ferry__log(FERRY_LOG_WARN, "simulation seed %llu (FERRY_SIM_SEED=%llu replays it)", v,
+                       v);
+            return v;
+        }
+        ferry__log(FERRY_LOG_WARN, "FERRY_SIM_SEED=%s ignored: expected 1 to 2^64-1", s);
+    }
+    ferry__log(FERRY_LOG_WARN, "simulation seed 1 (FERRY_SIM_SEED=N runs another)");
+    return 1;
+}
 
 int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_sim_opts *opts)
 {
@@ -39,8 +77,8 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     if (!sim)
         return -ENOMEM;
     sim->loop = loop;
-    sim->seed = seed;
-    sim->rng = seed;
+    sim->seed = seed ? seed : env_seed();
+    sim->rng = sim->seed;
     sim->start = ferry__loop_now(loop);
     sim->latency = opts && opts->latency ? opts->latency : 1000000;
     sim->jitter = opts ? opts->jitter : 0;

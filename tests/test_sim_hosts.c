@@ -5,7 +5,8 @@
  * their host; ferry_getaddrinfo() answered with the hosts' names and
  * addresses; port 0 picking free ports; a task that is not a host's on
  * the same loop still on real TCP; a service host crashed mid-request and
- * restarted by its boot task; argument checks.
+ * restarted by its boot task; seed 0 read from the environment and
+ * logged; argument checks.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
@@ -15,6 +16,7 @@
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -578,4 +580,87 @@ T(sim_hosts, crashed_service_restarts_and_serves_again)
     cr_assert_eq(c.served, 1);
     cr_assert_eq(c.accept_rc[1], -ECANCELED);
     ferry_sim_free(n.sim);
+}
+
+/* ---- the seed from the environment -------------------------------------------------- */
+
+static char g_log[512];
+
+static void log_keep(int level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    (void)level;
+    strncat(g_log, msg, sizeof g_log - strlen(g_log) - 2);
+    strcat(g_log, "\n");
+}
+
+/* The seed a simulation made with seed 0 takes, and what it logged. */
+static uint64_t seed_from_env(void)
+{
+    ferry_sim *sim;
+    uint64_t seed;
+
+    g_log[0] = '\0';
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 0, NULL), 0);
+    seed = ferry_sim_seed(sim);
+    ferry_sim_free(sim);
+    return seed;
+}
+
+/* The trace of the line service with jitter, under seed `seed`. */
+static char *jitter_trace(uint64_t seed)
+{
+    struct net n;
+    const char *t;
+    char *copy;
+
+    memset(&n, 0, sizeof n);
+    cr_assert_eq(ferry_sim_new(&n.sim, tu_loop, seed,
+                               &(ferry_sim_opts){ .latency = LAT, .jitter = FERRY_MSEC(20) }),
+                 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "server", &n.srv), 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "client", &n.cli), 0);
+    cr_assert_eq(tu_run(service_main, &n), 0);
+    cr_assert_eq(n.client_rc, 0);
+    t = ferry_sim_trace(n.sim, NULL);
+    cr_assert_not_null(t);
+    copy = strdup(t);
+    ferry_sim_free(n.sim);
+    return copy;
+}
+
+T(sim_hosts, seed_zero_reads_the_environment)
+{
+    char *a, *b, *c;
+
+    ferry_set_log(log_keep, NULL);
+    unsetenv("FERRY_FUZZ");
+    unsetenv("FERRY_SIM_SEED");
+    cr_assert_eq(seed_from_env(), 1);
+    cr_assert_not_null(strstr(g_log, "simulation seed 1 (FERRY_SIM_SEED=N"), "%s", g_log);
+    setenv("FERRY_SIM_SEED", "1234", 1);
+    cr_assert_eq(seed_from_env(), 1234);
+    cr_assert_not_null(strstr(g_log, "FERRY_SIM_SEED=1234 replays"), "%s", g_log);
+    /* FERRY_FUZZ wins: ferry-fuzz's one number replays both. */
+    setenv("FERRY_FUZZ", "77,0.5", 1);
+    cr_assert_eq(seed_from_env(), 77);
+    cr_assert_not_null(strstr(g_log, "FERRY_FUZZ=77 replays"), "%s", g_log);
+    unsetenv("FERRY_FUZZ");
+    setenv("FERRY_SIM_SEED", "x1", 1);
+    cr_assert_eq(seed_from_env(), 1);
+    cr_assert_not_null(strstr(g_log, "FERRY_SIM_SEED=x1 ignored"), "%s", g_log);
+    /* An explicit seed is used as it is, without a word. */
+    setenv("FERRY_SIM_SEED", "1234", 1);
+    g_log[0] = '\0';
+    a = jitter_trace(1234);
+    cr_assert_str_eq(g_log, "");
+    b = jitter_trace(0);
+    c = jitter_trace(99);
+    cr_assert_str_eq(a, b, "FERRY_SIM_SEED=1234 replays seed 1234");
+    cr_assert_str_neq(a, c);
+    free(a);
+    free(b);
+    free(c);
+    unsetenv("FERRY_SIM_SEED");
+    ferry_set_log(NULL, NULL);
 }
