@@ -56,7 +56,7 @@
 #include "ferry/sim.h"
 
 #define NCLIENTS 3
-#define MAXOPS   512 /* writes one client makes at most in a run */
+#define MAXOPS   1024 /* writes one client makes at most in a run */
 #define KEYLEN   24
 #define LINE     64
 #define DISK     (NCLIENTS * MAXOPS)
@@ -111,8 +111,10 @@ struct client {
     int last_acked;           /* the last acknowledged write's, or -1 */
     bool acked[MAXOPS];       /* which writes were acknowledged */
     int64_t acked_at[MAXOPS]; /* when, for the report */
-    int acks, gave_up, failovers;
-    int missing; /* last acknowledged writes the replica lacked */
+    int acks;                 /* writes acknowledged */
+    int gave_up;              /* writes neither server acknowledged */
+    int failovers;            /* writes that went to the replica */
+    int missing;              /* last acknowledged writes the replica lacked */
 };
 
 static struct {
@@ -122,9 +124,9 @@ static struct {
     int running;       /* boot tasks running */
     size_t checked_at; /* the trace's length when the checker ran */
     int64_t start;     /* ferry_now() when the run began */
-    ferry_sim *sim;
+    ferry_sim *sim;    /* NULL with --real */
     struct node primary, replica;
-    struct client cl[NCLIENTS];
+    struct client cl[NCLIENTS]; /* what each client saw */
 } w;
 
 static double secs(int64_t t)
