@@ -46,7 +46,7 @@
 #define DEADLINE_MS 5000
 
 struct request {
-    char   line[MAXLINE];
+    char   line[MAXLINE + 1];     /* a request, NUL-terminated for sscanf() */
     size_t len;                   /* of the request, then of the answer */
 };
 
@@ -85,6 +85,7 @@ static int serve(void *arg)
     while (ferry_select(next, 2, FERRY_SELECT_PRIORITY) == 1 &&
            !(rc = ferry_stream_read_until(s, "\n", 1, r.line, MAXLINE, &r.len)) &&
            !ferry_event_is_set(&srv.stop)) {
+        r.line[r.len] = '\0';
         srv.busy++;
         ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(DEADLINE_MS), 0);
         if ((rc = ferry_sem_acquire(&srv.slots)) == 0) {
