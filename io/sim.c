@@ -479,6 +479,17 @@ static void chaos_fire(struct ferry__hnode *n)
     ferry__sim_chaos_arm(sim);
 }
 
+bool ferry__sim_any_live(struct ferry_sim *sim)
+{
+    struct ferry__link *l;
+
+    ferry__list_foreach(l, &sim->ends) {
+        if (live(ferry__container_of(l, struct sim_end, link)))
+            return true;
+    }
+    return false;
+}
+
 void ferry__sim_chaos_arm(struct ferry_sim *sim)
 {
     struct ferry__link *l;

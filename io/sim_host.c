@@ -40,6 +40,7 @@ static const ferry_task_key host_key = { NULL, host_inherit };
 int ferry_sim_spawn(ferry_sim_host *host, ferry_task **out, int (*fn)(void *), void *arg)
 {
     ferry_task_opts opts = { 0 };
+    int rc;
 
     if (out)
         *out = NULL;
@@ -48,7 +49,10 @@ int ferry_sim_spawn(ferry_sim_host *host, ferry_task **out, int (*fn)(void *), v
     if (host->crashed)
         return -EHOSTDOWN;
     opts.name = host->name;
-    return ferry__task_spawn_with(out, host->sim->loop, fn, arg, &opts, &host_key, host);
+    rc = ferry__task_spawn_with(out, host->sim->loop, fn, arg, &opts, &host_key, host);
+    if (!rc)
+        ferry__sim_faults_arm(host->sim);
+    return rc;
 }
 
 int ferry_sim_boot(ferry_sim_host *host, int (*fn)(void *), void *arg)
@@ -82,6 +86,17 @@ const char *ferry_sim_host_name(const ferry_sim_host *host)
 uint64_t ferry_sim_seed(const ferry_sim *sim)
 {
     return sim ? sim->seed : 0;
+}
+
+bool ferry__sim_host_busy(struct ferry_sim *sim, const ferry_sim_host *h)
+{
+    struct ferry__link *l;
+
+    ferry__list_foreach(l, &sim->loop->tasks) {
+        if (ferry__task_local_of(ferry__container_of(l, ferry_task, all), &host_key) == h)
+            return true;
+    }
+    return false;
 }
 
 void ferry__sim_host_cancel(struct ferry_sim *sim, const ferry_sim_host *host)

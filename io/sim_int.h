@@ -100,6 +100,14 @@ struct ferry_sim {
     struct ferry__hnode stall_node; /* fires when the partition stalls */
     int64_t reset_every;            /* mean time between random resets, or 0 */
     struct ferry__hnode chaos_node; /* the next random reset */
+    int64_t partition_every;        /* mean time between random partitions, or 0 */
+    int64_t partition_for;          /* their mean length */
+    struct ferry__hnode part_node;  /* the next random partition, or its heal */
+    bool part_random;               /* the partition in place is random: part_node heals it */
+    int64_t crash_every;            /* mean time between random crashes, or 0 */
+    int64_t crash_for;              /* their mean length */
+    struct ferry__hnode crash_node; /* the next random crash, or its restart */
+    ferry_sim_host *crash_down;     /* the host crashed at random, or NULL */
     struct ferry__link hosts;       /* ferry_sim_host */
     struct ferry__link links;       /* struct sim_link */
     struct ferry__link listeners;   /* open listeners */
@@ -154,6 +162,26 @@ void ferry__sim_listener_put(struct ferry_sim_listener *li);
 
 /* Cancel every task of `host` (sim_host.c). */
 void ferry__sim_host_cancel(struct ferry_sim *sim, const ferry_sim_host *host);
+
+/* Some connection is open and not reset. */
+bool ferry__sim_any_live(struct ferry_sim *sim);
+
+/* The partition ends (by command or at random): held segments go on. */
+void ferry__sim_heal_now(struct ferry_sim *sim);
+
+/* The hosts' sides are set: the partition is in place, traced with `why`
+ * ("" on command), its stall timer armed. */
+void ferry__sim_parted(struct ferry_sim *sim, const char *why);
+
+/* A partition or heal on command replaces a random partition: its heal
+ * is not due any more (sim_fault.c). */
+void ferry__sim_part_forget(struct ferry_sim *sim);
+
+/* Arm the random faults that can hit something now and are not armed. */
+void ferry__sim_faults_arm(struct ferry_sim *sim);
+
+/* `h` has tasks (sim_host.c). */
+bool ferry__sim_host_busy(struct ferry_sim *sim, const ferry_sim_host *h);
 
 /* The timer of a partition that has lasted the stall time. */
 void ferry__sim_stall_fire(struct ferry__hnode *n);

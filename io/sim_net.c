@@ -68,7 +68,10 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     rc = ferry__loop_arg(&loop);
     if (rc)
         return rc;
-    if (opts && (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0))
+    if (opts &&
+        (opts->latency < 0 || opts->jitter < 0 || opts->stall < 0 || opts->reset_every < 0 ||
+         opts->bandwidth < 0 || opts->partition_every < 0 || opts->partition_for < 0 ||
+         opts->crash_every < 0 || opts->crash_for < 0 || opts->loss_ppm > 1000000))
         return -EINVAL;
     /* Its hosts' tasks find it as the loop's part: one a loop. */
     if (ferry__loop_part_find(loop, &ferry__sim_part_ops))
@@ -85,6 +88,10 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
     sim->stall_node.fire = ferry__sim_stall_fire;
     sim->reset_every = opts ? opts->reset_every : 0;
+    sim->partition_every = opts ? opts->partition_every : 0;
+    sim->partition_for = opts && opts->partition_for ? opts->partition_for : 1000000000;
+    sim->crash_every = opts ? opts->crash_every : 0;
+    sim->crash_for = opts && opts->crash_for ? opts->crash_for : 1000000000;
     ferry__loop_part_add(loop, &sim->part, &ferry__sim_part_ops);
     *out = sim;
     return 0;
@@ -138,6 +145,10 @@ void ferry_sim_free(ferry_sim *sim)
         ferry__heap_remove(&sim->loop->timers, &sim->stall_node);
     if (sim->chaos_node.linked)
         ferry__heap_remove(&sim->loop->timers, &sim->chaos_node);
+    if (sim->part_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->part_node);
+    if (sim->crash_node.linked)
+        ferry__heap_remove(&sim->loop->timers, &sim->crash_node);
     ferry__list_foreach(l, &sim->segs) {
         struct sim_seg *g = ferry__container_of(l, struct sim_seg, link);
         ferry__heap_remove(&sim->loop->timers, &g->node);
@@ -388,7 +399,7 @@ int ferry_sim_connect(ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, 
     ferry__waiter_init(&w, self, "sim connect", sim);
     cli->connw = &w;
     ferry__sim_seg_send(syn, cli);
-    ferry__sim_chaos_arm(sim);
+    ferry__sim_faults_arm(sim);
     rc = ferry__wait(NULL, &w, FERRY_NEVER);
     cli->connw = NULL;
     if (rc == 0 && cli->err)
@@ -421,24 +432,40 @@ int ferry_sim_partition(ferry_sim *sim, ferry_sim_host *const *a, size_t na,
             if (a[i] == b[j])
                 return -EINVAL;
     }
-    ferry_sim_heal(sim);
+    ferry__sim_part_forget(sim);
+    ferry__sim_heal_now(sim);
     for (size_t i = 0; i < na; i++)
         a[i]->side = 1;
     for (size_t j = 0; j < nb; j++)
         b[j]->side = 2;
+    ferry__sim_parted(sim, "");
+    return 0;
+}
+
+void ferry__sim_parted(struct ferry_sim *sim, const char *why)
+{
     sim->parted = true;
-    ferry__sim_trace(sim, "%lld partition\n", (long long)(ferry__loop_now(sim->loop) - sim->start));
+    ferry__sim_trace(sim, "%lld partition%s%s\n",
+                     (long long)(ferry__loop_now(sim->loop) - sim->start), *why ? " " : "", why);
     ferry__heap_insert(&sim->loop->timers, &sim->stall_node,
                        ferry__loop_now(sim->loop) + sim->stall);
     ferry__loop_timers_changed(sim->loop);
-    return 0;
 }
 
 void ferry_sim_heal(ferry_sim *sim)
 {
+    if (!sim)
+        return;
+    ferry__sim_part_forget(sim);
+    ferry__sim_heal_now(sim);
+    ferry__sim_faults_arm(sim);
+}
+
+void ferry__sim_heal_now(struct ferry_sim *sim)
+{
     struct ferry__link held, *l;
 
-    if (!sim || !sim->parted)
+    if (!sim->parted)
         return;
     ferry__list_foreach(l, &sim->hosts)
         ferry__container_of(l, ferry_sim_host, link)->side = 0;

@@ -1,0 +1,263 @@
+/* test_sim_faults.c - the random faults of the simulated network
+ * (ferry/sim.h) drawn from the seed: partitions and crashes, each giving
+ * the same trace twice under one seed and another under another seed,
+ * and none armed while nothing can be hit; loss (stalls, then a reset),
+ * bandwidth and the window that makes a writer wait.
+ *
+ * No cr_assert inside task bodies: tasks record what they saw into
+ * variables, and the test asserts on the main stack after tu_run().
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testutil.h"
+#include "ferry/net.h"
+#include "ferry/sim.h"
+
+static void vc_setup(void)
+{
+    tu_alloc_setup();
+    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
+    ferry_loop_set_slow_threshold(tu_loop, 0);
+}
+
+#define T(suite, name) \
+    Test(suite, name, .init = vc_setup, .fini = tu_loop_teardown, .timeout = 30.)
+
+#define LAT FERRY_MSEC(5)
+
+/* ---- a service and its clients, restarted by their boot tasks ---------------- */
+
+struct scen {
+    ferry_sim *sim;
+    ferry_sim_host *srv, *cli[3];
+    bool stop;       /* the scenario is over: boot tasks return at once */
+    int answers;     /* answers the clients read */
+    int failures;    /* requests that failed (reset, refused, timed out) */
+    int cancelled;   /* host tasks that saw -ECANCELED */
+};
+
+static struct scen *g;
+
+static int echo_conn(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[64];
+    size_t n;
+    int rc;
+
+    while ((rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &n)) == 0)
+        if ((rc = ferry_stream_write(s, line, n, NULL)) != 0)
+            break;
+    g->cancelled += rc == -ECANCELED;
+    ferry_stream_close(s);
+    return rc;
+}
+
+static int service(void *arg)
+{
+    ferry_listener *l;
+    ferry_stream *s;
+    int rc;
+
+    (void)arg;
+    if (g->stop)
+        return 0;
+    rc = ferry_tcp_listen(&l, NULL, NULL, 7, NULL);
+    if (rc)
+        return rc;
+    while ((rc = ferry_listener_accept(l, &s, NULL)) == 0)
+        if (ferry_task_spawn(NULL, NULL, echo_conn, s, NULL) != 0)
+            ferry_stream_close(s);
+    g->cancelled += rc == -ECANCELED;
+    ferry_listener_close(l);
+    return rc;
+}
+
+/* Lines asked and read back on `s` until a failure or the end. */
+static int converse(ferry_stream *s, int *k)
+{
+    char line[64], got[64];
+    size_t n;
+    int rc = 0;
+
+    while (!rc && !g->stop) {
+        int len = snprintf(line, sizeof line, "%s-%d\n",
+                           ferry_sim_host_name(ferry_sim_current_host()), (*k)++);
+
+        rc = ferry_stream_write(s, line, (size_t)len, NULL);
+        if (!rc)
+            rc = ferry_stream_read_until(s, "\n", 1, got, sizeof got, &n);
+        if (!rc) {
+            g->answers++;
+            rc = ferry_sleep(FERRY_MSEC(50));
+        }
+    }
+    return rc;
+}
+
+/* Connect, converse, and after a failure wait and connect again, until
+ * the end or a crash of the host. */
+static int client(void *arg)
+{
+    ferry_stream *s;
+    int rc, k = 0;
+
+    (void)arg;
+    while (!g->stop) {
+        rc = ferry_tcp_connect(&s, "server", 7, NULL);
+        if (!rc) {
+            rc = converse(s, &k);
+            ferry_stream_close(s);
+        }
+        if (rc && rc != -ECANCELED) {
+            g->failures++;
+            rc = ferry_sleep(FERRY_MSEC(100));
+        }
+        if (rc == -ECANCELED) {
+            g->cancelled++;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int scen_main(void *arg)
+{
+    struct scen *sc = arg;
+
+    if (ferry_sim_boot(sc->srv, service, NULL) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (ferry_sim_boot(sc->cli[i], client, NULL) != 0)
+            return -2;
+    ferry_sleep(FERRY_SEC(10));
+    sc->stop = true;
+    /* The end: every host's tasks go as at a crash, and boot tasks that a
+     * random restart runs return at once. */
+    ferry_sim_crash(sc->sim, sc->srv);
+    for (int i = 0; i < 3; i++)
+        ferry_sim_crash(sc->sim, sc->cli[i]);
+    ferry_sleep(FERRY_SEC(10));
+    return 0;
+}
+
+/* Run the scenario under `seed` with `opts`; the trace, the caller's to
+ * free. */
+static char *scen_trace(uint64_t seed, const ferry_sim_opts *opts, struct scen *sc)
+{
+    char name[16];
+    const char *t;
+    char *copy;
+
+    memset(sc, 0, sizeof *sc);
+    g = sc;
+    cr_assert_eq(ferry_sim_new(&sc->sim, tu_loop, seed, opts), 0);
+    cr_assert_eq(ferry_sim_find_host(sc->sim, "server", &sc->srv), 0);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "c%d", i);
+        cr_assert_eq(ferry_sim_find_host(sc->sim, name, &sc->cli[i]), 0);
+    }
+    cr_assert_eq(tu_run(scen_main, sc), 0);
+    t = ferry_sim_trace(sc->sim, NULL);
+    cr_assert_not_null(t);
+    copy = strdup(t);
+    ferry_sim_free(sc->sim);
+    return copy;
+}
+
+static const ferry_sim_opts faults = {
+    .latency = LAT,
+    .jitter = FERRY_MSEC(2),
+    .stall = FERRY_SEC(2),
+    .partition_every = FERRY_SEC(2),
+    .partition_for = FERRY_MSEC(500),
+};
+
+T(sim_faults, random_partitions_replay_by_seed)
+{
+    struct scen a, b, c;
+    char *ta = scen_trace(5, &faults, &a);
+    char *tb = scen_trace(5, &faults, &b);
+    char *tc = scen_trace(6, &faults, &c);
+
+    cr_assert_not_null(strstr(ta, "partition random"), "%s", ta);
+    cr_assert_not_null(strstr(ta, " heal\n"));
+    cr_assert_null(strstr(ta, "crash random"));
+    cr_assert_str_eq(ta, tb, "the same seed gives the same trace");
+    cr_assert_str_neq(ta, tc, "another seed another");
+    cr_assert_eq(a.answers, b.answers);
+    cr_assert_gt(a.answers, 0);
+    free(ta);
+    free(tb);
+    free(tc);
+}
+
+static const ferry_sim_opts crashes = {
+    .latency = LAT,
+    .jitter = FERRY_MSEC(2),
+    .crash_every = FERRY_SEC(1),
+    .crash_for = FERRY_MSEC(300),
+};
+
+T(sim_faults, random_crashes_replay_by_seed)
+{
+    struct scen a, b, c;
+    char *ta = scen_trace(5, &crashes, &a);
+    char *tb = scen_trace(5, &crashes, &b);
+    char *tc = scen_trace(6, &crashes, &c);
+
+    cr_assert_not_null(strstr(ta, "crash random"), "%s", ta);
+    cr_assert_not_null(strstr(ta, "restart random"), "%s", ta);
+    cr_assert_null(strstr(ta, "partition"));
+    cr_assert_str_eq(ta, tb, "the same seed gives the same trace");
+    cr_assert_str_neq(ta, tc, "another seed another");
+    cr_assert_gt(a.cancelled, 0, "crashed hosts' tasks saw -ECANCELED");
+    cr_assert_gt(a.answers, 0);
+    free(ta);
+    free(tb);
+    free(tc);
+}
+
+/* A boot task that ends at once. */
+static int boot_done(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+T(sim_faults, idle_simulation_arms_nothing)
+{
+    ferry_sim *sim;
+    ferry_sim_host *h, *k;
+    ferry_sim_opts o = faults;
+
+    o.crash_every = FERRY_SEC(1);
+    o.reset_every = FERRY_SEC(1);
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 3, &o), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "a", &h), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "b", &k), 0);
+    cr_assert_eq(ferry_sim_boot(h, boot_done, NULL), 0);
+    /* Would not return if a fault kept re-arming with nothing to hit. */
+    cr_assert_eq(ferry_loop_run(tu_loop, 0), 0);
+    cr_assert_null(strstr(ferry_sim_trace(sim, NULL), "random"), "%s",
+                   ferry_sim_trace(sim, NULL));
+    ferry_sim_free(sim);
+}
+
+T(sim_faults, negative_settings_are_refused)
+{
+    ferry_sim *sim;
+
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .partition_every = -1 }),
+                 -EINVAL);
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .crash_for = -1 }), -EINVAL);
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .bandwidth = -1 }), -EINVAL);
+    cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .loss_ppm = 1000001 }),
+                 -EINVAL);
+}
