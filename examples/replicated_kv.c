@@ -37,7 +37,7 @@
  * replica, every write a client saw acknowledged must be on the replica,
  * and no client may have found its last acknowledged write missing there.
  *
- *     replicated_kv [--bug] [SEED]    SEED, else FERRY_FUZZ's, else 1
+ *     replicated_kv [--bug] [--trace] [SEED]    SEED, else FERRY_FUZZ's, else 1
  *     replicated_kv --real [--bug]
  *     ferry-fuzz -n 500 -- replicated_kv --bug
  *
@@ -119,6 +119,7 @@ struct client {
 
 static struct {
     bool bug;          /* --bug */
+    bool trace;        /* --trace: print the whole trace */
     bool stop;         /* clients stop before their next write */
     bool over;         /* boot tasks return at once */
     int running;       /* boot tasks running */
@@ -593,15 +594,36 @@ static uint64_t trace_hash(const char *t, size_t len)
     return h;
 }
 
-/* The last `n` lines of the trace's first `len` bytes. */
-static void print_tail(const char *t, size_t len, int n)
+/* Is this line of the trace a fault (a partition, a heal, a crash, a
+ * restart) rather than a connection's event ("TIME cN ...")? */
+static bool is_fault(const char *line)
 {
-    size_t i = len;
+    const char *p = strchr(line, ' ');
 
-    while (i > 0 && n >= 0)
-        if (t[--i] == '\n')
+    return p && !(p[1] == 'c' && p[2] >= '0' && p[2] <= '9');
+}
+
+/* The last `n` faults of the trace's first `len` bytes: what happened to
+ * the hosts before the checker looked. */
+static void print_faults(const char *t, size_t len, int n)
+{
+    size_t i = len, end = len;
+
+    printf("the last faults before the check:\n");
+    while (i > 0 && n > 0) {
+        for (i = end - 1; i > 0 && t[i - 1] != '\n'; i--)
+            ;
+        if (is_fault(t + i))
             n--;
-    printf("the trace before the check:\n%.*s", (int)(len - (i ? i + 1 : 0)), t + (i ? i + 1 : 0));
+        end = i;
+    }
+    for (; i < len; i = end) {
+        const char *nl = memchr(t + i, '\n', len - i);
+
+        end = nl ? (size_t)(nl - t) + 1 : len;
+        if (is_fault(t + i))
+            printf("    %.*s", (int)(end - i), t + i);
+    }
 }
 
 static const ferry_sim_opts faults = {
@@ -625,6 +647,8 @@ static int report(const char *argv0, int status, int failures)
         printf("the scenario ended with %s\n", strerror(-status));
     if (w.sim) {
         trace = ferry_sim_trace(w.sim, &len);
+        if (w.trace && trace)
+            fwrite(trace, 1, len, stdout);
         printf("seed %" PRIu64 "%s: trace of %zu bytes, hash %016" PRIx64 "\n",
                ferry_sim_seed(w.sim), w.bug ? " (--bug)" : "", len,
                trace ? trace_hash(trace, len) : 0);
@@ -636,7 +660,7 @@ static int report(const char *argv0, int status, int failures)
     if (!w.sim)
         return 1;
     if (trace)
-        print_tail(trace, w.checked_at ? w.checked_at : len, 12);
+        print_faults(trace, w.checked_at ? w.checked_at : len, 8);
     printf("FAILED seed %" PRIu64 ": replay with FERRY_FUZZ=%s %s%s\n", ferry_sim_seed(w.sim),
            getenv("FERRY_FUZZ"), argv0, w.bug ? " --bug" : "");
     return 1;
@@ -654,6 +678,8 @@ int main(int argc, char **argv)
             w.bug = true;
         else if (strcmp(argv[a], "--real") == 0)
             real = true;
+        else if (strcmp(argv[a], "--trace") == 0)
+            w.trace = true;
     }
     if (a < argc)
         setenv("FERRY_FUZZ", argv[a], 1); /* one number replays the network and the schedule */
