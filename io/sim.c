@@ -40,7 +40,11 @@
 #include "sim_int.h"
 #include "sync_int.h"
 
-static const char *const kind_names[] = { "syn", "synack", "refused", "data", "fin" };
+static const char *const kind_names[] = { "syn", "synack", "refused", "data", "fin", "rst" };
+
+/* The first retransmission timeout of a lost segment; it doubles at each
+ * loss in a row, as TCP's does. */
+#define RTO_MIN ((int64_t)200000000)
 
 
 /* ---- the trace ------------------------------------------------------------ */
@@ -94,19 +98,44 @@ static bool cut(const ferry_sim_host *a, const ferry_sim_host *b)
     return a->side && b->side && a->side != b->side;
 }
 
-/* The one-way delay of the next segment from a to b. */
-static int64_t delay(struct ferry_sim *sim, const ferry_sim_host *a, const ferry_sim_host *b)
+static struct sim_link *find_link(struct ferry_sim *sim, const ferry_sim_host *a,
+                                  const ferry_sim_host *b)
 {
-    int64_t lat = sim->latency, jit = sim->jitter;
     struct ferry__link *l;
 
     ferry__list_foreach(l, &sim->links) {
         struct sim_link *k = ferry__container_of(l, struct sim_link, link);
-        if ((k->a == a && k->b == b) || (k->a == b && k->b == a)) {
-            lat = k->latency;
-            jit = k->jitter;
-            break;
-        }
+        if ((k->a == a && k->b == b) || (k->a == b && k->b == a))
+            return k;
+    }
+    return NULL;
+}
+
+int ferry__sim_link_get(struct ferry_sim *sim, ferry_sim_host *a, ferry_sim_host *b,
+                        struct sim_link **out)
+{
+    struct sim_link *k = find_link(sim, a, b);
+
+    if (!k) {
+        k = ferry__calloc(1, sizeof *k);
+        if (!k)
+            return -ENOMEM;
+        k->a = a;
+        k->b = b;
+        ferry__list_push_back(&sim->links, &k->link);
+    }
+    *out = k;
+    return 0;
+}
+
+/* The one-way delay of the next segment on link `k` (NULL: defaults). */
+static int64_t delay(struct ferry_sim *sim, const struct sim_link *k)
+{
+    int64_t lat = sim->latency, jit = sim->jitter;
+
+    if (k && k->own) {
+        lat = k->latency;
+        jit = k->jitter;
     }
     if (jit > 0)
         lat += (int64_t)(ferry__rand_next(&sim->rng) % ((uint64_t)jit + 1));
@@ -126,12 +155,67 @@ struct sim_seg *ferry__sim_seg_new(struct ferry_sim *sim, size_t len)
     return g;
 }
 
+/*
+ * When the link `k` has sent segment `g` (with a bandwidth, it waits for
+ * the segments before it on that way of the link, then takes len /
+ * bandwidth).
+ */
+static int64_t occupy(struct ferry_sim *sim, struct sim_link *k, const struct sim_seg *g,
+                      int64_t now)
+{
+    int64_t *busy, start;
+
+    if (!sim->bandwidth || !k)
+        return now;
+    busy = &k->busy[k->a == g->src ? 0 : 1];
+    start = *busy > now ? *busy : now;
+    *busy = start + (int64_t)((uint64_t)g->len * 1000000000u / (uint64_t)sim->bandwidth);
+    return *busy;
+}
+
+/*
+ * The time losses add to segment `g`, drawn from the seed: each loss
+ * sends it again a retransmission timeout later, doubling.  Once the
+ * losses in a row last the stall time the segment is doomed: it resets
+ * its connection when that time has passed.
+ */
+static int64_t losses(struct ferry_sim *sim, struct sim_seg *g)
+{
+    int64_t wait = 0, rto = RTO_MIN;
+    unsigned n = 0;
+
+    if (!sim->loss_ppm)
+        return 0;
+    while (ferry__rand_below(&sim->rng, 1000000) < sim->loss_ppm) {
+        n++;
+        wait += rto;
+        rto *= 2;
+        if (wait >= sim->stall) {
+            g->doomed = true;
+            wait = sim->stall;
+            break;
+        }
+    }
+    if (n)
+        ferry__sim_trace(sim, "%lld c%llu %s>%s lost %s %zu x%u\n",
+                         (long long)(ferry__loop_now(sim->loop) - sim->start),
+                         (unsigned long long)g->conn, g->src->name, g->dst->name,
+                         kind_names[g->kind], g->len, n);
+    return wait;
+}
+
 /* Put segment `g`, sent by end `from`, on its way. */
 void ferry__sim_seg_send(struct sim_seg *g, struct sim_end *from)
 {
     struct ferry_sim *sim = g->sim;
-    int64_t at = ferry__loop_now(sim->loop) + delay(sim, g->src, g->dst);
+    struct sim_link *k = find_link(sim, g->src, g->dst);
+    int64_t at = occupy(sim, k, g, ferry__loop_now(sim->loop));
 
+    g->from = from;
+    g->doomed = false;
+    at += losses(sim, g);
+    if (!g->doomed)
+        at += delay(sim, k);
     if (from) {
         if (at < from->tx_last)
             at = from->tx_last;
@@ -190,6 +274,8 @@ static void forget(struct ferry__link *list, const struct sim_end *e)
             g->to = NULL;
         if (g->back == e)
             g->back = NULL;
+        if (g->from == e)
+            g->from = NULL;
     }
 }
 
@@ -259,26 +345,35 @@ static ssize_t sim_send(ferry_stream *s, const struct iovec *iov, int n, int *wa
 {
     struct sim_end *e = s->io_ctx;
     struct sim_seg *g;
-    size_t len = 0, off = 0;
+    size_t len = 0, off = 0, room;
 
-    (void)want;
     if (e->err)
         return e->err;
     if (!e->sim)
         return -ECONNRESET;
     if (e->fin_out)
         return -EPIPE;
+    /* The window is full: wait as for a full socket buffer, until an
+     * arrival makes room. */
+    if (e->inflight >= e->sim->window) {
+        *want = FERRY_WRITE;
+        return -EAGAIN;
+    }
+    room = e->sim->window - e->inflight;
     for (int i = 0; i < n; i++)
         len += iov[i].iov_len;
-    if (len > SSIZE_MAX)
-        return -EINVAL;
+    if (len > room)
+        len = room;
     g = ferry__sim_seg_new(e->sim, len);
     if (!g)
         return -ENOMEM;
-    for (int i = 0; i < n; i++) {
-        memcpy(g->data + off, iov[i].iov_base, iov[i].iov_len);
-        off += iov[i].iov_len;
+    for (int i = 0; i < n && off < len; i++) {
+        size_t k = iov[i].iov_len < len - off ? iov[i].iov_len : len - off;
+
+        memcpy(g->data + off, iov[i].iov_base, k);
+        off += k;
     }
+    e->inflight += len;
     g->kind = SEG_DATA;
     g->len = len;
     g->conn = e->conn;
@@ -388,6 +483,48 @@ static void deliver_syn(struct sim_seg *g)
     ferry__sim_seg_send(g, srv);
 }
 
+/* DATA segment `g` arrived (or is dropped): its bytes are not on their
+ * way any more, which may make room in its sender's window. */
+static void arrived(struct sim_seg *g)
+{
+    struct sim_end *f = g->from;
+
+    if (!f)
+        return;
+    f->inflight -= g->len;
+    if (f->inflight < g->sim->window && !f->s->reg.closed)
+        ferry__ioreg_ready(&f->s->reg, FERRY_WRITE);
+}
+
+/* Segment `g` was lost until the stall time: its connection is reset
+ * (-ETIMEDOUT to a task connecting).  A SYN takes the server's end, which
+ * it owns, down with it. */
+static void seg_doomed(struct sim_seg *g)
+{
+    struct sim_end *e = g->to ? g->to : g->from;
+
+    trace_seg(g->sim, g, "drop");
+    if (e)
+        ferry__sim_conn_reset(e, -ETIMEDOUT, "loss");
+    if (g->kind == SEG_SYN && g->to)
+        ferry__stream_destroy(g->to->s);
+    ferry__free(g);
+}
+
+/* Turn DATA segment `g`, which reached a closed end, into a reset back
+ * to its sender. */
+static void send_rst(struct sim_seg *g)
+{
+    ferry_sim_host *h = g->src;
+
+    g->kind = SEG_RST;
+    g->len = 0;
+    g->to = g->from;
+    g->src = g->dst;
+    g->dst = h;
+    ferry__sim_seg_send(g, NULL);
+}
+
 /* The timer of segment `g` fired: it reaches its end, or is held by the
  * partition, or is dropped (its end is gone or was reset). */
 static void seg_fire(struct ferry__hnode *n)
@@ -404,8 +541,20 @@ static void seg_fire(struct ferry__hnode *n)
             ferry__sim_conn_reset(to, -ETIMEDOUT, "stall");
         return;
     }
+    if (g->kind == SEG_DATA)
+        arrived(g);
+    if (g->doomed) {
+        seg_doomed(g);
+        return;
+    }
     if (!to || (to->err && g->kind != SEG_SYN)) {
         trace_seg(sim, g, "drop");
+        /* Bytes reaching a closed end: a reset goes back, as a kernel
+         * answers them. */
+        if (!to && g->kind == SEG_DATA && g->from && !g->from->err) {
+            send_rst(g);
+            return;
+        }
         ferry__free(g);
         return;
     }
@@ -427,6 +576,9 @@ static void seg_fire(struct ferry__hnode *n)
     case SEG_FIN:
         to->fin_in = true;
         ferry__ioreg_ready(&to->s->reg, FERRY_READ);
+        break;
+    case SEG_RST:
+        ferry__sim_conn_reset(to, -ECONNRESET, "rst");
         break;
     }
     ferry__free(g);

@@ -14,7 +14,7 @@
 #include "stream_int.h"
 #include "ferry/sim.h"
 
-enum seg_kind { SEG_SYN, SEG_SYNACK, SEG_REFUSED, SEG_DATA, SEG_FIN };
+enum seg_kind { SEG_SYN, SEG_SYNACK, SEG_REFUSED, SEG_DATA, SEG_FIN, SEG_RST };
 
 struct sim_end;
 
@@ -25,9 +25,11 @@ struct sim_seg {
     struct ferry_sim *sim;     /* the simulation */
     struct sim_end *to;        /* receiving end, NULL once it is gone */
     struct sim_end *back;      /* SYN: the connecting end, or NULL */
+    struct sim_end *from;      /* the sending end, NULL once it is gone */
     ferry_sim_host *src, *dst; /* hosts it goes from and to */
     uint64_t conn;             /* connection number, for the trace */
     enum seg_kind kind;        /* what it carries */
+    bool doomed;               /* lost until the stall time: resets its connection */
     size_t len;                /* DATA: bytes in data[] */
     size_t off;                /* DATA at an end: bytes already read */
     char data[];               /* DATA: the bytes */
@@ -46,6 +48,7 @@ struct sim_end {
     struct sim_seg *fin;         /* the FIN, kept ready until it is sent */
     struct ferry__waiter *connw; /* the task connecting, or NULL */
     int64_t tx_last;             /* latest arrival scheduled from here */
+    size_t inflight;             /* bytes sent from here, not yet arrived */
     uint64_t conn;               /* connection number */
     int err;                     /* -ECONNRESET, -ETIMEDOUT once reset */
     bool fin_in;                 /* the peer's FIN arrived */
@@ -63,11 +66,14 @@ struct ferry_sim_host {
     char name[];             /* its name */
 };
 
-/* A link with settings of its own. */
+/* A link between two hosts: settings of its own (ferry_sim_link()), or
+ * only the time its two ways are busy until (with a bandwidth). */
 struct sim_link {
     struct ferry__link link; /* in sim->links */
     ferry_sim_host *a, *b;   /* its two hosts */
-    int64_t latency, jitter; /* its settings */
+    bool own;                /* latency and jitter are its own */
+    int64_t latency, jitter; /* its settings, if own */
+    int64_t busy[2];         /* a to b, b to a: busy until then */
 };
 
 struct ferry_sim_listener {
@@ -94,6 +100,9 @@ struct ferry_sim {
     int64_t start;                  /* the loop's time when made */
     int64_t latency, jitter;        /* the links' default settings */
     int64_t stall;                  /* how long a partition holds bytes */
+    int64_t bandwidth;              /* bytes per second each way of a link, or 0 */
+    size_t window;                  /* bytes of one direction on their way at most */
+    uint32_t loss_ppm;              /* segments lost, per million */
     uint64_t conns;                 /* connections made so far */
     bool parted;                    /* a partition is in place */
     bool stalled;                   /* it has lasted the stall time */
@@ -147,6 +156,10 @@ void ferry__sim_conn_reset(struct sim_end *e, int err, const char *why);
  * Returns: 0; -ENOMEM. */
 int ferry__sim_end_new(struct ferry_sim *sim, ferry_sim_host *host, uint64_t conn,
                        struct sim_end **out);
+
+/* The link between a and b, made if there is none.  Returns: 0; -ENOMEM. */
+int ferry__sim_link_get(struct ferry_sim *sim, ferry_sim_host *a, ferry_sim_host *b,
+                        struct sim_link **out);
 
 /* The open listener on `port` of `h`, or NULL. */
 struct ferry_sim_listener *ferry__sim_find_listener(struct ferry_sim *sim, const ferry_sim_host *h,

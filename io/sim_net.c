@@ -88,6 +88,9 @@ int ferry_sim_new(ferry_sim **out, ferry_loop *loop, uint64_t seed, const ferry_
     sim->stall = opts && opts->stall ? opts->stall : 10 * (int64_t)1000000000;
     sim->stall_node.fire = ferry__sim_stall_fire;
     sim->reset_every = opts ? opts->reset_every : 0;
+    sim->bandwidth = opts ? opts->bandwidth : 0;
+    sim->window = opts && opts->window ? opts->window : 64 * 1024;
+    sim->loss_ppm = opts ? opts->loss_ppm : 0;
     sim->partition_every = opts ? opts->partition_every : 0;
     sim->partition_for = opts && opts->partition_for ? opts->partition_for : 1000000000;
     sim->crash_every = opts ? opts->crash_every : 0;
@@ -205,27 +208,17 @@ int ferry_sim_find_host(ferry_sim *sim, const char *name, ferry_sim_host **out)
 int ferry_sim_link(ferry_sim *sim, ferry_sim_host *a, ferry_sim_host *b, int64_t latency,
                    int64_t jitter)
 {
-    struct ferry__link *l;
     struct sim_link *k;
+    int rc;
 
     if (!sim || !a || !b || latency <= 0 || jitter < 0)
         return -EINVAL;
-    ferry__list_foreach(l, &sim->links) {
-        k = ferry__container_of(l, struct sim_link, link);
-        if ((k->a == a && k->b == b) || (k->a == b && k->b == a)) {
-            k->latency = latency;
-            k->jitter = jitter;
-            return 0;
-        }
-    }
-    k = ferry__calloc(1, sizeof *k);
-    if (!k)
-        return -ENOMEM;
-    k->a = a;
-    k->b = b;
+    rc = ferry__sim_link_get(sim, a, b, &k);
+    if (rc)
+        return rc;
+    k->own = true;
     k->latency = latency;
     k->jitter = jitter;
-    ferry__list_push_back(&sim->links, &k->link);
     return 0;
 }
 
@@ -320,9 +313,17 @@ static int conn_new(struct ferry_sim *sim, ferry_sim_host *from, ferry_sim_host 
                     struct sim_end **cli, struct sim_seg **syn)
 {
     struct sim_end *srv;
+    struct sim_link *k;
     uint64_t id = sim->conns + 1;
     int rc;
 
+    /* With a bandwidth, the link keeps the time each way is busy until:
+     * made now, so that no send allocates it. */
+    if (sim->bandwidth) {
+        rc = ferry__sim_link_get(sim, from, to, &k);
+        if (rc)
+            return rc;
+    }
     *syn = ferry__sim_seg_new(sim, 0);
     if (!*syn)
         return -ENOMEM;

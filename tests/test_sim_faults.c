@@ -261,3 +261,262 @@ T(sim_faults, negative_settings_are_refused)
     cr_assert_eq(ferry_sim_new(&sim, tu_loop, 1, &(ferry_sim_opts){ .loss_ppm = 1000001 }),
                  -EINVAL);
 }
+
+/* ---- loss, bandwidth, window ------------------------------------------------------ */
+
+/* A connection made with the simulation's own calls: c the client's end,
+ * s the server's. */
+struct link2 {
+    ferry_sim *sim;
+    ferry_sim_host *a, *b;
+    ferry_sim_listener *l;
+    ferry_stream *c, *s;
+    int rc;          /* what the scenario's task saw */
+    int rc2;
+    size_t n;        /* bytes moved */
+    int64_t t, t2;   /* when things happened, since the start */
+    int64_t start;
+};
+
+static void link2_init(struct link2 *k, uint64_t seed, const ferry_sim_opts *opts)
+{
+    memset(k, 0, sizeof *k);
+    cr_assert_eq(ferry_sim_new(&k->sim, tu_loop, seed, opts), 0);
+    cr_assert_eq(ferry_sim_find_host(k->sim, "a", &k->a), 0);
+    cr_assert_eq(ferry_sim_find_host(k->sim, "b", &k->b), 0);
+    cr_assert_eq(ferry_sim_listen(k->sim, k->b, 7, &k->l), 0);
+}
+
+/* Connect and accept; the time of the end of the set-up in k->start. */
+static int link2_connect(struct link2 *k)
+{
+    int rc = ferry_sim_connect(k->sim, k->a, k->b, 7, &k->c);
+
+    if (!rc)
+        rc = ferry_sim_accept(k->l, &k->s);
+    k->start = ferry_now();
+    return rc;
+}
+
+static void link2_free(struct link2 *k)
+{
+    if (k->c)
+        ferry_stream_close(k->c);
+    if (k->s)
+        ferry_stream_close(k->s);
+    ferry_sim_listener_close(k->l);
+    ferry_sim_free(k->sim);
+}
+
+/* 40 lines one way and their echo, each read back in order. */
+static int lossy_echo(void *arg)
+{
+    struct link2 *k = arg;
+    char line[32], got[32];
+    size_t n;
+    int rc = link2_connect(k);
+
+    for (int i = 0; i < 40 && !rc; i++) {
+        int len = snprintf(line, sizeof line, "line-%d\n", i);
+
+        rc = ferry_stream_write(k->c, line, (size_t)len, NULL);
+        if (!rc)
+            rc = ferry_stream_read_until(k->s, "\n", 1, got, sizeof got, &n);
+        if (!rc && (n != (size_t)len || memcmp(got, line, n) != 0))
+            rc = -EPROTO;
+        if (!rc)
+            k->n++;
+    }
+    k->rc = rc;
+    k->t = ferry_now() - k->start;
+    return 0;
+}
+
+static char *lossy_trace(uint64_t seed, struct link2 *k)
+{
+    char *t;
+
+    link2_init(k, seed,
+               &(ferry_sim_opts){ .latency = LAT, .loss_ppm = 200000, .stall = FERRY_SEC(30) });
+    cr_assert_eq(tu_run(lossy_echo, k), 0);
+    t = strdup(ferry_sim_trace(k->sim, NULL));
+    link2_free(k);
+    return t;
+}
+
+T(sim_faults, loss_stalls_and_keeps_order)
+{
+    struct link2 a, b, c;
+    char *ta = lossy_trace(11, &a), *tb = lossy_trace(11, &b), *tc = lossy_trace(12, &c);
+
+    cr_assert_eq(a.rc, 0, "%d", a.rc);
+    cr_assert_eq(a.n, 40, "every line, in order");
+    cr_assert_not_null(strstr(ta, " lost data "), "%s", ta);
+    /* Without loss: 40 one-way trips.  Each loss adds a retransmission
+     * timeout of 200 ms at least. */
+    cr_assert_gt(a.t, 40 * LAT + FERRY_MSEC(200));
+    cr_assert_str_eq(ta, tb, "the same seed gives the same losses");
+    cr_assert_str_neq(ta, tc);
+    free(ta);
+    free(tb);
+    free(tc);
+}
+
+static int connect_lossy(void *arg)
+{
+    struct link2 *k = arg;
+    int64_t t0 = ferry_now();
+
+    k->rc = ferry_sim_connect(k->sim, k->a, k->b, 7, &k->c);
+    k->t = ferry_now() - t0;
+    return 0;
+}
+
+T(sim_faults, losses_in_a_row_for_the_stall_time_time_out)
+{
+    struct link2 k;
+
+    link2_init(&k, 1, &(ferry_sim_opts){ .latency = LAT, .loss_ppm = 1000000,
+                                         .stall = FERRY_SEC(2) });
+    cr_assert_eq(tu_run(connect_lossy, &k), 0);
+    cr_assert_eq(k.rc, -ETIMEDOUT, "%d", k.rc);
+    cr_assert_eq(k.t, FERRY_SEC(2), "gave up after the stall time: %lld", (long long)k.t);
+    cr_assert_not_null(strstr(ferry_sim_trace(k.sim, NULL), "reset loss"));
+    k.c = NULL;
+    link2_free(&k);
+}
+
+/* 500 bytes, twice, at 1000 bytes a second. */
+static int slow_link(void *arg)
+{
+    struct link2 *k = arg;
+    static char buf[500];
+    char got[500];
+    size_t n;
+    int rc = link2_connect(k);
+
+    if (!rc)
+        rc = ferry_stream_write(k->c, buf, sizeof buf, NULL);
+    if (!rc)
+        rc = ferry_stream_write(k->c, buf, sizeof buf, NULL);
+    if (!rc)
+        rc = ferry_stream_read_exactly(k->s, got, sizeof got, &n);
+    k->t = ferry_now() - k->start;
+    if (!rc)
+        rc = ferry_stream_read_exactly(k->s, got, sizeof got, &n);
+    k->t2 = ferry_now() - k->start;
+    k->rc = rc;
+    return 0;
+}
+
+T(sim_faults, bandwidth_spaces_the_segments)
+{
+    struct link2 k;
+
+    link2_init(&k, 1, &(ferry_sim_opts){ .latency = LAT, .bandwidth = 1000 });
+    cr_assert_eq(tu_run(slow_link, &k), 0);
+    cr_assert_eq(k.rc, 0, "%d", k.rc);
+    cr_assert_eq(k.t, FERRY_MSEC(500) + LAT, "%lld", (long long)k.t);
+    cr_assert_eq(k.t2, FERRY_MSEC(1000) + LAT, "%lld", (long long)k.t2);
+    link2_free(&k);
+}
+
+/* 3000 bytes through a window of 1000 on a link of 100 ms. */
+static int windowed(void *arg)
+{
+    struct link2 *k = arg;
+    static char buf[3000];
+    int rc = link2_connect(k);
+
+    if (!rc)
+        rc = ferry_stream_write(k->c, buf, sizeof buf, &k->n);
+    k->t = ferry_now() - k->start;
+    k->rc = rc;
+    return 0;
+}
+
+T(sim_faults, a_full_window_makes_the_writer_wait)
+{
+    struct link2 k;
+
+    link2_init(&k, 1, &(ferry_sim_opts){ .latency = FERRY_MSEC(100), .window = 1000 });
+    cr_assert_eq(tu_run(windowed, &k), 0);
+    cr_assert_eq(k.rc, 0);
+    cr_assert_eq(k.n, 3000);
+    /* 1000 bytes at once, 1000 when they arrive, the last 1000 when
+     * those do. */
+    cr_assert_eq(k.t, FERRY_MSEC(200), "%lld", (long long)k.t);
+    link2_free(&k);
+}
+
+static int window_writer(void *arg)
+{
+    struct link2 *k = arg;
+    static char buf[3000];
+
+    k->rc = ferry_stream_write(k->c, buf, sizeof buf, &k->n);
+    return 0;
+}
+
+static int window_cancel(void *arg)
+{
+    struct link2 *k = arg;
+    static char buf[1000];
+    char got[3000];
+    ferry_task *t;
+    size_t n = 0;
+    int rc = link2_connect(k);
+
+    if (rc)
+        return rc;
+    ferry_task_spawn(&t, NULL, window_writer, k, NULL);
+    ferry_sleep(FERRY_MSEC(50));
+    ferry_task_cancel(t);
+    ferry_task_join(t, NULL);
+    /* The stream goes on: what was taken arrives, and a new write. */
+    k->rc2 = ferry_stream_write(k->c, buf, sizeof buf, NULL);
+    if (!k->rc2)
+        k->rc2 = ferry_stream_read_exactly(k->s, got, k->n + sizeof buf, &n);
+    return 0;
+}
+
+T(sim_faults, a_writer_waiting_for_the_window_cancels_cleanly)
+{
+    struct link2 k;
+
+    link2_init(&k, 1, &(ferry_sim_opts){ .latency = FERRY_MSEC(100), .window = 1000 });
+    cr_assert_eq(tu_run(window_cancel, &k), 0);
+    cr_assert_eq(k.rc, -ECANCELED);
+    cr_assert_eq(k.n, 1000, "the bytes the window took count as written");
+    cr_assert_eq(k.rc2, 0);
+    link2_free(&k);
+}
+
+/* The server's end closes; bytes sent to it then come back as a reset. */
+static int to_closed(void *arg)
+{
+    struct link2 *k = arg;
+    int rc = link2_connect(k);
+
+    if (rc)
+        return rc;
+    ferry_stream_close(k->s);
+    k->s = NULL;
+    ferry_sleep(FERRY_MSEC(100));
+    k->rc = ferry_stream_write(k->c, "x", 1, NULL);
+    ferry_sleep(FERRY_MSEC(100));
+    k->rc2 = ferry_stream_write(k->c, "y", 1, NULL);
+    return 0;
+}
+
+T(sim_faults, bytes_to_a_closed_end_bring_a_reset_back)
+{
+    struct link2 k;
+
+    link2_init(&k, 1, &(ferry_sim_opts){ .latency = LAT });
+    cr_assert_eq(tu_run(to_closed, &k), 0);
+    cr_assert_eq(k.rc, 0);
+    cr_assert_eq(k.rc2, -ECONNRESET, "%d", k.rc2);
+    cr_assert_not_null(strstr(ferry_sim_trace(k.sim, NULL), "deliver rst"));
+    link2_free(&k);
+}

@@ -6,7 +6,7 @@
  * addresses; port 0 picking free ports; a task that is not a host's on
  * the same loop still on real TCP; a service host crashed mid-request and
  * restarted by its boot task; seed 0 read from the environment and
- * logged; argument checks.
+ * logged; a pool job holding the virtual clock; argument checks.
  *
  * No cr_assert inside task bodies: tasks record what they saw into
  * variables, and the test asserts on the main stack after tu_run().
@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
 #include "testutil.h"
+#include "ferry/bridge.h"
 #include "ferry/net.h"
 #include "ferry/resolve.h"
 #include "ferry/sim.h"
@@ -417,6 +419,15 @@ T(sim_hosts, argument_checks)
     cr_assert_eq(ferry_sim_boot(h, boot_nothing, NULL), -EBUSY);
     cr_assert_null(ferry_sim_current_host());
     cr_assert_eq(ferry_sim_seed(sim), 1);
+    cr_assert_eq(ferry_sim_seed(NULL), 0);
+    cr_assert_null(ferry_sim_host_name(NULL));
+    /* A restart of a host that is up, and a second crash, change nothing. */
+    ferry_sim_restart(sim, h);
+    ferry_sim_crash(sim, h);
+    ferry_sim_crash(sim, h);
+    cr_assert_eq(ferry_sim_spawn(h, NULL, boot_nothing, NULL), -EHOSTDOWN);
+    ferry_sim_restart(sim, h);
+    cr_assert_eq(ferry_sim_spawn(h, NULL, boot_nothing, NULL), 0);
     cr_assert_eq(ferry_loop_run(tu_loop, 0), 0);
     ferry_sim_free(sim);
 }
@@ -662,4 +673,269 @@ T(sim_hosts, seed_zero_reads_the_environment)
     free(c);
     unsetenv("FERRY_SIM_SEED");
     ferry_set_log(NULL, NULL);
+}
+
+/* ---- more of the names, boot on a crashed host, the loop freed first ------------- */
+
+struct names2 {
+    int rc_mapped, rc_canon;
+    char mapped[64], canon[32];
+};
+
+static int lookups2(void *arg)
+{
+    struct names2 *m = arg;
+    struct addrinfo hints, *ai;
+
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET6;
+    hints.ai_flags = AI_V4MAPPED;
+    hints.ai_socktype = SOCK_STREAM;
+    m->rc_mapped = ferry_getaddrinfo("client", "80", &hints, &ai);
+    if (!m->rc_mapped) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr, m->mapped,
+                  sizeof m->mapped);
+        ferry_freeaddrinfo(ai);
+    }
+    memset(&hints, 0, sizeof hints);
+    hints.ai_flags = AI_CANONNAME;
+    m->rc_canon = ferry_getaddrinfo("10.0.0.1", NULL, &hints, &ai);
+    if (!m->rc_canon) {
+        snprintf(m->canon, sizeof m->canon, "%s", ai->ai_canonname ? ai->ai_canonname : "");
+        ferry_freeaddrinfo(ai);
+    }
+    return 0;
+}
+
+struct boot_count {
+    struct net *n;
+    struct names2 m;
+    int runs;
+    int sleep_rc;  /* a task of the crashed host, asleep at the crash */
+    int listen_rc; /* its listen afterwards */
+};
+
+static int late_listen(void *arg)
+{
+    struct boot_count *b = arg;
+    ferry_listener *l;
+
+    b->sleep_rc = ferry_sleep(FERRY_SEC(1));
+    b->listen_rc = ferry_tcp_listen(&l, NULL, NULL, 80, NULL);
+    if (!b->listen_rc)
+        ferry_listener_close(l);
+    return 0;
+}
+
+static int count_boot(void *arg)
+{
+    struct boot_count *b = arg;
+
+    b->runs++;
+    return 0;
+}
+
+static int names2_main(void *arg)
+{
+    struct boot_count *b = arg;
+    ferry_task *t;
+
+    if (ferry_sim_spawn(b->n->srv, &t, lookups2, &b->m) != 0)
+        return -1;
+    ferry_task_join(t, NULL);
+    if (ferry_sim_spawn(b->n->cli, NULL, late_listen, b) != 0)
+        return -4;
+    ferry_sleep(FERRY_MSEC(1));
+    /* A boot task given to a crashed host waits for its restart. */
+    ferry_sim_crash(b->n->sim, b->n->cli);
+    if (ferry_sim_boot(b->n->cli, count_boot, b) != 0)
+        return -2;
+    ferry_sleep(FERRY_MSEC(10));
+    if (b->runs != 0)
+        return -3;
+    ferry_sim_restart(b->n->sim, b->n->cli);
+    ferry_sleep(FERRY_MSEC(10));
+    return 0;
+}
+
+T(sim_hosts, mapped_and_canonical_names_and_a_boot_after_a_crash)
+{
+    struct net n;
+    struct boot_count b = { .n = &n };
+
+    net_init(&n, NULL);
+    cr_assert_eq(tu_run(names2_main, &b), 0);
+    cr_assert_eq(b.m.rc_mapped, 0);
+    cr_assert_str_eq(b.m.mapped, "::ffff:10.0.0.2");
+    cr_assert_eq(b.m.rc_canon, 0);
+    cr_assert_str_eq(b.m.canon, "server");
+    cr_assert_eq(b.runs, 1, "the boot task ran once, at the restart");
+    cr_assert_eq(b.sleep_rc, -ECANCELED);
+    cr_assert_eq(b.listen_rc, -EHOSTDOWN, "a crashed host listens on nothing");
+    ferry_sim_free(n.sim);
+}
+
+/* A service and a client left running when the loop is freed. */
+static int left_client(void *arg)
+{
+    ferry_stream *s;
+    char buf[8];
+    size_t n;
+
+    (void)arg;
+    if (ferry_tcp_connect(&s, "server", 7, NULL) != 0)
+        return -1;
+    ferry_stream_read(s, buf, sizeof buf, &n); /* until the loop ends */
+    ferry_stream_close(s);
+    return 0;
+}
+
+static int left_service(void *arg)
+{
+    ferry_listener *l;
+    ferry_stream *s;
+
+    (void)arg;
+    if (ferry_tcp_listen(&l, NULL, NULL, 7, NULL) != 0)
+        return -1;
+    /* The accepted stream is left open: the loop's end closes it. */
+    while (ferry_listener_accept(l, &s, NULL) == 0)
+        ;
+    return 0; /* the listener too */
+}
+
+/* Let the scenario run a while, then stop the loop with its tasks still
+ * waiting. */
+static int sleep_100ms(void *arg)
+{
+    int rc = ferry_sleep(FERRY_MSEC(100));
+
+    ferry_loop_stop(arg);
+    return rc;
+}
+
+Test(sim_hosts, loop_freed_first_frees_the_simulation, .init = tu_alloc_setup,
+     .fini = tu_loop_teardown, .timeout = 20.)
+{
+    ferry_loop *loop;
+    ferry_sim *sim;
+    ferry_sim_host *srv, *cli;
+
+    cr_assert_eq(ferry_loop_new(&loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
+    cr_assert_eq(ferry_sim_new(&sim, loop, 1, NULL), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "server", &srv), 0);
+    cr_assert_eq(ferry_sim_find_host(sim, "client", &cli), 0);
+    cr_assert_eq(ferry_sim_boot(srv, left_service, NULL), 0);
+    cr_assert_eq(ferry_sim_spawn(cli, NULL, left_client, NULL), 0);
+    cr_assert_eq(tu_run_on(loop, sleep_100ms, loop), 0);
+    /* The tasks are cancelled, then the simulation goes with the loop;
+     * the teardown checks that nothing was left allocated. */
+    ferry_loop_free(loop);
+}
+
+/* ---- pool jobs in a simulation ---------------------------------------------------- */
+
+static ferry_pool *g_pool;
+
+/* Real work on a real thread: real time passes. */
+static int real_work(void *arg)
+{
+    struct timespec ts = { 0, 2000000 };
+
+    (void)arg;
+    nanosleep(&ts, NULL);
+    return 7;
+}
+
+/* Echo each line after a pool job. */
+static int pool_conn(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[64];
+    size_t len;
+    int rc;
+
+    while ((rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &len)) == 0) {
+        if (g_pool && ferry_to_thread(g_pool, real_work, NULL) != 7) {
+            rc = -EPROTO;
+            break;
+        }
+        if ((rc = ferry_stream_write(s, line, len, NULL)) != 0)
+            break;
+    }
+    ferry_stream_close(s);
+    return rc;
+}
+
+static int pool_service(void *arg)
+{
+    struct net *n = arg;
+    ferry_stream *s;
+
+    n->listen_rc = ferry_tcp_listen(&n->l, NULL, NULL, 7, NULL);
+    if (n->listen_rc)
+        return n->listen_rc;
+    while ((n->accept_rc = ferry_listener_accept(n->l, &s, NULL)) == 0)
+        if (ferry_task_spawn(NULL, NULL, pool_conn, s, NULL) != 0)
+            ferry_stream_close(s);
+    ferry_listener_close(n->l);
+    return 0;
+}
+
+static int pool_main(void *arg)
+{
+    struct net *n = arg;
+    ferry_task *srv, *cli;
+
+    if (ferry_sim_spawn(n->srv, &srv, pool_service, n) != 0)
+        return -1;
+    if (ferry_sim_spawn(n->cli, &cli, line_client, n) != 0)
+        return -2;
+    ferry_task_join(cli, NULL);
+    ferry_task_cancel(srv);
+    ferry_task_join(srv, NULL);
+    return 0;
+}
+
+/* The trace of a line through a service that does a pool job for it,
+ * over links with jitter. */
+static char *pool_trace(uint64_t seed, int64_t *took)
+{
+    struct net n;
+    char *t;
+
+    memset(&n, 0, sizeof n);
+    cr_assert_eq(ferry_sim_new(&n.sim, tu_loop, seed,
+                               &(ferry_sim_opts){ .latency = LAT, .jitter = FERRY_MSEC(3) }),
+                 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "server", &n.srv), 0);
+    cr_assert_eq(ferry_sim_find_host(n.sim, "client", &n.cli), 0);
+    cr_assert_eq(tu_run(pool_main, &n), 0);
+    cr_assert_eq(n.client_rc, 0, "%d", n.client_rc);
+    *took = n.took;
+    t = strdup(ferry_sim_trace(n.sim, NULL));
+    ferry_sim_free(n.sim);
+    return t;
+}
+
+T(sim_hosts, a_pool_job_holds_the_virtual_clock)
+{
+    int64_t t1, t2, t3;
+    char *a, *b, *c;
+
+    cr_assert_eq(ferry_pool_new(&g_pool, &(ferry_pool_opts){ .threads = 1 }), 0);
+    a = pool_trace(3, &t1);
+    b = pool_trace(3, &t2);
+    ferry_pool_free(g_pool);
+    g_pool = NULL;
+    c = pool_trace(3, &t3);
+    /* The job's real milliseconds are no simulated time: the answer
+     * takes the simulated round trips only, the same each run. */
+    cr_assert_eq(t1, t2);
+    cr_assert_eq(t1, t3);
+    cr_assert_str_eq(a, b, "one job at a time replays");
+    cr_assert_str_eq(a, c, "as a service without a pool job");
+    free(a);
+    free(b);
+    free(c);
 }

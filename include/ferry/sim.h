@@ -83,7 +83,8 @@ typedef struct ferry_sim_opts {
  * schedule and the network), else FERRY_SIM_SEED, else 1; the seed used is
  * logged with the variable that replays it, and ferry_sim_seed() returns it.
  * Thread: loop.  Suspends: no.  Owns: the caller; free with ferry_sim_free()
- * before the loop is freed.
+ * before the loop is freed (a loop freed first frees it, its streams
+ * reporting -ECONNRESET).
  * Returns: 0; -ENOMEM; -EINVAL (out NULL, a negative setting); -EBUSY
  * (the loop has a simulation: one a loop, which its hosts' tasks find);
  * -EPERM.
@@ -191,8 +192,8 @@ void ferry_sim_listener_close(ferry_sim_listener *l);
  * Thread: loop, in a task.  Suspends: yes.  Owns: the stream is the
  * caller's (ferry_stream_close()).
  * Returns: 0; -ECONNREFUSED (nobody listens, or `to` crashed);
- * -ETIMEDOUT (a partition held the set-up for the stall time, or a
- * deadline); -ECANCELED; -ENOMEM; -EINVAL; -EPERM.
+ * -ETIMEDOUT (a partition or losses held the set-up for the stall time,
+ * or a deadline); -ECANCELED; -ENOMEM; -EINVAL; -EPERM.
  */
 int ferry_sim_connect(ferry_sim *sim, ferry_sim_host *from, ferry_sim_host *to, int port,
                       ferry_stream **out /* OUT */);
