@@ -118,14 +118,15 @@ struct client {
 };
 
 static struct {
-    bool bug;          /* --bug */
-    bool trace;        /* --trace: print the whole trace */
-    bool stop;         /* clients stop before their next write */
-    bool over;         /* boot tasks return at once */
-    int running;       /* boot tasks running */
-    size_t checked_at; /* the trace's length when the checker ran */
-    int64_t start;     /* ferry_now() when the run began */
-    ferry_sim *sim;    /* NULL with --real */
+    bool bug;           /* --bug */
+    bool trace;         /* --trace: print the whole trace */
+    bool stop;          /* clients stop before their next write */
+    bool over;          /* boot tasks return at once */
+    int running;        /* boot tasks running */
+    size_t checked_at;  /* the trace's length when the checker ran */
+    int64_t start;      /* ferry_now() when the run began */
+    int64_t first_loss; /* when the first lost write was acknowledged, or 0 */
+    ferry_sim *sim;     /* NULL with --real */
     struct node primary, replica;
     struct client cl[NCLIENTS]; /* what each client saw */
 } w;
@@ -133,6 +134,14 @@ static struct {
 static double secs(int64_t t)
 {
     return (double)(t - w.start) / 1e9;
+}
+
+/* A lost write acknowledged at `t`: the report shows the faults around
+ * the first one. */
+static void note_loss(int64_t t)
+{
+    if (!w.first_loss || t < w.first_loss)
+        w.first_loss = t;
 }
 
 /* ---- the disk ------------------------------------------------------------ */
@@ -388,6 +397,7 @@ static int check_last(struct client *c, ferry_stream *s)
         return rc;
     if (answer_is(ans, "none", key)) {
         c->missing++;
+        note_loss(c->acked_at[c->last_acked]);
         printf("%8.3f s  client %d: write %s acknowledged at %.3f s is not on the replica\n",
                secs(ferry_now()), c->id, key, secs(c->acked_at[c->last_acked]));
     }
@@ -489,6 +499,7 @@ static int check(void)
             snprintf(key, sizeof key, "c%d-%d", i, n);
             if (!c->acked[n] || disk_find(&w.replica.disk, key) >= 0)
                 continue;
+            note_loss(c->acked_at[n]);
             if (lost++ < 5)
                 printf("lost: %s, acknowledged at %.3f s, is not on the replica\n", key,
                        secs(c->acked_at[n]));
@@ -603,25 +614,21 @@ static bool is_fault(const char *line)
     return p && !(p[1] == 'c' && p[2] >= '0' && p[2] <= '9');
 }
 
-/* The last `n` faults of the trace's first `len` bytes: what happened to
- * the hosts before the checker looked. */
-static void print_faults(const char *t, size_t len, int n)
+/* The faults of the trace's first `len` bytes from 2 s before to 2 s
+ * after `at`: what happened to the hosts around a lost write.  A line
+ * starts with its time since the simulation was made, as `at - w.start`. */
+static void print_faults(const char *t, size_t len, int64_t at)
 {
-    size_t i = len, end = len;
+    int64_t from = at - w.start - FERRY_SEC(2), to = at - w.start + FERRY_SEC(2), when;
+    size_t end;
 
-    printf("the last faults before the check:\n");
-    while (i > 0 && n > 0) {
-        for (i = end - 1; i > 0 && t[i - 1] != '\n'; i--)
-            ;
-        if (is_fault(t + i))
-            n--;
-        end = i;
-    }
-    for (; i < len; i = end) {
+    printf("faults from 2 s before to 2 s after %.3f s:\n", secs(at));
+    for (size_t i = 0; i < len; i = end) {
         const char *nl = memchr(t + i, '\n', len - i);
 
         end = nl ? (size_t)(nl - t) + 1 : len;
-        if (is_fault(t + i))
+        when = strtoll(t + i, NULL, 10);
+        if (is_fault(t + i) && when >= from && when <= to)
             printf("    %.*s", (int)(end - i), t + i);
     }
 }
@@ -660,7 +667,8 @@ static int report(const char *argv0, int status, int failures)
     if (!w.sim)
         return 1;
     if (trace)
-        print_faults(trace, w.checked_at ? w.checked_at : len, 8);
+        print_faults(trace, w.checked_at ? w.checked_at : len,
+                     w.first_loss ? w.first_loss : ferry_now());
     printf("FAILED seed %" PRIu64 ": replay with FERRY_FUZZ=%s %s%s\n", ferry_sim_seed(w.sim),
            getenv("FERRY_FUZZ"), argv0, w.bug ? " --bug" : "");
     return 1;
