@@ -27,11 +27,12 @@
  * primary answers "ok" all the same and keeps the write in memory for a
  * task that sends it on later (a slow replica should not slow the writes
  * down; it will catch up).  A replica that is down refuses the connection
- * at once, which is an error as before.  So plain runs, crashes and
- * single lost segments never show the bug; only a partition between the
- * primary and the replica during a write makes the primary acknowledge a
- * write the replica lacks, and only a crash of the primary before the
- * partition heals loses it.
+ * at once, which is an error as before, and a lost segment is sent again
+ * in time.  So plain runs and crashes never show the bug; only a partition
+ * between the primary and the replica during a write makes the primary
+ * acknowledge a write the replica lacks, and a crash of the primary before
+ * the partition heals loses it (or a client that fails over before the
+ * write reaches the replica finds it missing).
  *
  * The checker: once the run is over and nothing is left to send to the
  * replica, every write a client saw acknowledged must be on the replica,
