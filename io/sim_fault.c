@@ -78,6 +78,12 @@ static void part_fire(struct ferry__hnode *n)
         ferry__sim_faults_arm(sim);
         return;
     }
+    if (sim->parted) {
+        /* A partition on command is in place: it stays until healed on
+         * command; draw the next random one. */
+        ferry__sim_faults_arm(sim);
+        return;
+    }
     if (cut_at_random(sim)) {
         sim->part_random = true;
         arm(sim, &sim->part_node, draw(sim, sim->partition_for));

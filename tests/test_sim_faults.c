@@ -520,3 +520,56 @@ T(sim_faults, bytes_to_a_closed_end_bring_a_reset_back)
     cr_assert_not_null(strstr(ferry_sim_trace(k.sim, NULL), "deliver rst"));
     link2_free(&k);
 }
+
+/* A partition on command, made while random ones come and go, holds a
+ * byte until it is healed on command. */
+static int reader(void *arg)
+{
+    struct link2 *k = arg;
+    char x;
+    size_t n;
+
+    k->rc2 = ferry_stream_read_exactly(k->s, &x, 1, &n);
+    k->t2 = ferry_now() - k->start;
+    return 0;
+}
+
+static int command_over_random(void *arg)
+{
+    struct link2 *k = arg;
+    ferry_task *t;
+    int rc = link2_connect(k);
+
+    if (rc)
+        return rc;
+    ferry_sleep(FERRY_SEC(3));
+    ferry_sim_partition(k->sim, &k->a, 1, &k->b, 1);
+    k->t = ferry_now() - k->start;
+    ferry_task_spawn(&t, NULL, reader, k, NULL);
+    k->rc = ferry_stream_write(k->c, "x", 1, NULL);
+    ferry_sleep(FERRY_SEC(10));
+    ferry_sim_heal(k->sim);
+    ferry_task_join(t, NULL);
+    /* Random partitions stay armed while a connection is open. */
+    ferry_stream_close(k->c);
+    ferry_stream_close(k->s);
+    k->c = k->s = NULL;
+    return 0;
+}
+
+T(sim_faults, a_partition_on_command_outlasts_random_ones)
+{
+    struct link2 k;
+
+    link2_init(&k, 4, &(ferry_sim_opts){ .latency = LAT, .stall = FERRY_SEC(100),
+                                         .partition_every = FERRY_MSEC(200),
+                                         .partition_for = FERRY_MSEC(300) });
+    cr_assert_eq(tu_run(command_over_random, &k), 0);
+    cr_assert_not_null(strstr(ferry_sim_trace(k.sim, NULL), "partition random"));
+    cr_assert_eq(k.rc, 0);
+    cr_assert_eq(k.rc2, 0);
+    /* The byte came after the heal on command, 10 s after the partition. */
+    cr_assert_geq(k.t2, k.t + FERRY_SEC(10), "arrived at %lld, partition at %lld",
+                  (long long)k.t2, (long long)k.t);
+    link2_free(&k);
+}
