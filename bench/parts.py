@@ -27,7 +27,10 @@ Parts:
   curl   bench/run-curl.sh's lines: a row per system, its median requests
          a second and p99 latency, and ferry's median over that system's.
   sim    bench/run-sim.sh's lines: the median ns per one-byte round trip
-         on the simulated network and over loopback TCP, and their ratio.
+         on the simulated network and over loopback TCP, and their ratio;
+         then, for the lines with seeds_per_s, the median seeds a second of
+         a whole simulated scenario under ferry-fuzz, and its real time per
+         seed.
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -54,7 +57,7 @@ SYSTEMS = {
     "xloop": ["ferry", "eventfd-pingpong", "go"],
     "pq": ["ferry", "libpq-threads", "libpq-blocking", "asyncpg"],
     "curl": ["ferry", "threads", "go"],
-    "sim": ["simulated", "loopback-tcp"],
+    "sim": ["simulated", "loopback-tcp", "jobs-1", "jobs-2"],
     "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
 }
 
@@ -198,7 +201,10 @@ def sim_table(runs, order):
     out = ["| workload | system | ns per round trip | / simulated |",
            "| --- | --- | ---: | ---: |"]
     systems = systems_of(runs, "sim")
+    seeds = [w for w in order if any("seeds_per_s" in f for s in systems for f in runs.get((w, s), []))]
     for w in order:
+        if w in seeds:
+            continue
         base = runs.get((w, "simulated"))
         bmed = figure(base, "ns_per_op")[0] if base else None
         for s in systems:
@@ -208,6 +214,17 @@ def sim_table(runs, order):
             med, text = figure(fs, "ns_per_op")
             ratio = "-" if s == "simulated" or bmed is None else "%.1f" % (med / bmed)
             out.append("| %s | %s | %s | %s |" % (w, s, text, ratio))
+    if seeds:
+        out += ["", "| scenario | runs at a time | seeds a second | ms per seed |",
+                "| --- | --- | ---: | ---: |"]
+    for w in seeds:
+        for s in systems:
+            fs = runs.get((w, s))
+            if not fs:
+                continue
+            med, text = figure(fs, "seeds_per_s")
+            per = "%.1f" % (1000.0 * int(s.split("-")[-1]) / med) if s.startswith("jobs-") else "-"
+            out.append("| %s | %s | %s | %s |" % (w, s, text, per))
     return out
 
 

@@ -25,6 +25,11 @@
  * closes the connections that wait for a request, lets the others finish
  * theirs, prints what it served and returns 0.  examples/line_load drives
  * it (test_line_server.sh).
+ *
+ * Built with LINE_SERVER_NO_MAIN, the file leaves out main() and gives the
+ * service to a program of its own as line_server_service(&port):
+ * tests/test_sim_line.c runs it, unchanged, as the boot task of a host of
+ * the simulated network (ferry/sim.h).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -41,7 +46,7 @@
 #define DEADLINE_MS 5000
 
 struct request {
-    char   line[MAXLINE];
+    char   line[MAXLINE + 1];     /* a request, NUL-terminated for sscanf() */
     size_t len;                   /* of the request, then of the answer */
 };
 
@@ -80,6 +85,7 @@ static int serve(void *arg)
     while (ferry_select(next, 2, FERRY_SELECT_PRIORITY) == 1 &&
            !(rc = ferry_stream_read_until(s, "\n", 1, r.line, MAXLINE, &r.len)) &&
            !ferry_event_is_set(&srv.stop)) {
+        r.line[r.len] = '\0';
         srv.busy++;
         ferry_scope_enter(&sc, ferry_now() + FERRY_MSEC(DEADLINE_MS), 0);
         if ((rc = ferry_sem_acquire(&srv.slots)) == 0) {
@@ -107,10 +113,13 @@ static int acceptor(void *arg)    /* its group holds the connections */
 {
     ferry_group conns;
     ferry_stream *s;
+    int rc;
 
     ferry_group_init(&conns);
-    while (ferry_listener_accept(srv.lis, &s, NULL) != -EBADF)
-        if (s && ferry_group_spawn(&conns, serve, s, NULL))
+    /* A cancelled accept fails at once every time: it ends the loop, as a
+     * closed listener does (the group then cancels the connections). */
+    while ((rc = ferry_listener_accept(srv.lis, &s, NULL)) != -EBADF && rc != -ECANCELED)
+        if (rc == 0 && ferry_group_spawn(&conns, serve, s, NULL))
             ferry_stream_close(s);  /* out of memory: drop the connection */
     return ferry_group_wait(&conns);
 }
@@ -139,6 +148,14 @@ static int service(void *arg)
     return rc;
 }
 
+#ifdef LINE_SERVER_NO_MAIN
+int line_server_service(void *port);
+
+int line_server_service(void *port)
+{
+    return service(port);
+}
+#else
 int main(int argc, char **argv)
 {
     int port = argc > 1 ? atoi(argv[1]) : 0, rc = ferry_run(service, &port);
@@ -148,3 +165,4 @@ int main(int argc, char **argv)
            srv.ended_by_drain, srv.served);
     return rc == 0 ? 0 : 1;
 }
+#endif
