@@ -42,6 +42,7 @@ struct ferry_listener {
     int spare;               /* descriptor kept for EMFILE, or -1 */
     int port;                /* bound TCP port, or -1 for a Unix socket */
     unsigned inside;         /* tasks inside accept: freed at 0 once closed */
+    struct ferry__uacc *acc; /* the io_uring accept queue (uring.c), or NULL */
     char *path;              /* socket file to remove at close, or NULL */
     ferry_stream_opts sopts; /* for accepted streams */
 };
@@ -123,6 +124,9 @@ static void listener_shut(ferry_listener *l)
 {
     ferry__ioobj_del(&l->obj);
     ferry__ioreg_close(&l->reg);
+    if (l->acc)
+        ferry__uring_listen_close(l->acc);
+    l->acc = NULL;
     if (l->path)
         unlink(l->path);
     close(l->reg.fd);
@@ -205,7 +209,12 @@ static int listen_on(ferry_listener **out, ferry_loop *loop, int family, const s
         l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     }
-    rc = ferry__ioreg_open(&l->reg, loop, fd, FERRY_READ);
+    rc = ferry__ioreg_open_ring(&l->reg, loop, fd, FERRY_READ);
+    if (rc == 1) {
+        rc = ferry__uring_listen(&l->acc, &l->reg);
+        if (rc)
+            ferry__ioreg_close(&l->reg);
+    }
     if (rc)
         goto err_unlink;
     /* Without its reserve the listener still works; it only cannot clear
@@ -376,6 +385,24 @@ static bool retry_accept(int err)
     }
 }
 
+/* accept4() through the loop's io_uring: the next queued descriptor (and
+ * its peer's address), or -1 with errno as accept4() leaves it;
+ * -ENOMEM when no accept could be queued. */
+static int accept_ring(ferry_listener *l, struct sockaddr_storage *ss, socklen_t *sl)
+{
+    int fd = ferry__uring_accept(l->acc);
+
+    if (fd == -ENOMEM)
+        return fd;
+    if (fd < 0) {
+        errno = -fd;
+        return -1;
+    }
+    if (getpeername(fd, (struct sockaddr *)ss, sl) != 0)
+        *sl = 0;
+    return fd;
+}
+
 int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr_storage *peer)
 {
     struct sockaddr_storage ss;
@@ -401,7 +428,15 @@ int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr
     for (;;) {
         if (l->reg.ready & FERRY_READ) {
             sl = sizeof ss;
-            fd = accept4(l->reg.fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (l->acc) {
+                fd = accept_ring(l, &ss, &sl);
+                if (fd == -ENOMEM) {
+                    rc = -ENOMEM;
+                    break;
+                }
+            } else {
+                fd = accept4(l->reg.fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            }
             if (fd >= 0) {
                 if (l->port >= 0)
                     set_nodelay(fd, &l->sopts);
@@ -483,6 +518,8 @@ static int connect_addr(ferry_stream **out, ferry_task *self, const struct socka
             rc = -errno;
         else if (rc == 0 && err)
             rc = -err;
+        if (rc == 0)
+            rc = ferry__stream_to_ring(s);
         if (rc) {
             ferry__stream_destroy(s);
             return rc;
