@@ -426,7 +426,9 @@ int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr
         return rc;
     l->inside++;
     for (;;) {
-        if (l->reg.ready & FERRY_READ) {
+        /* Through io_uring the queue is the readiness, and asking it is
+         * what arms the next accept. */
+        if ((l->reg.ready & FERRY_READ) || l->acc) {
             sl = sizeof ss;
             if (l->acc) {
                 fd = accept_ring(l, &ss, &sl);

@@ -65,6 +65,10 @@ enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_MASK = 7 };
 #define RING_ENTRIES 256         /* submission queue entries */
 #define CQ_ENTRIES   4096        /* completion queue entries */
 #define NO_BUF       0xffff      /* end of a stream's buffer queue */
+/* An accept's flag (kernel 6.10): wait for a connection before taking a
+ * descriptor, so that running out of descriptors is reported only with a
+ * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
+#define ACCEPT_POLL_FIRST (1U << 2)
 
 struct ferry__uring {
     struct io_uring ring;         /* the ring */
@@ -73,6 +77,7 @@ struct ferry__uring {
     bool ev_added;                /* ev is added */
     bool defer;                   /* IORING_SETUP_DEFER_TASKRUN: completions
                                    * are posted only when asked for */
+    bool no_poll_first;           /* the kernel refused ACCEPT_POLL_FIRST */
     struct io_uring_buf_ring *br; /* the provided buffer ring (mapped) */
     size_t br_bytes;              /* its mapping's size */
     char *bufs;                   /* NBUFS buffers of BUFSZ */
@@ -758,6 +763,8 @@ static int accept_arm(struct ferry__uacc *a)
     if (!sqe)
         return -ENOMEM;
     io_uring_prep_accept(sqe, a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (!a->u->no_poll_first)
+        sqe->ioprio |= ACCEPT_POLL_FIRST;
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)a | OP_ACCEPT);
     a->armed = true;
     op_start(a->u, &a->o);
@@ -773,6 +780,8 @@ static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res)
             a->fds[(a->head + a->n++) % ACC_CAP] = res;
         else
             close(res);
+    } else if (res == -EINVAL && !u->no_poll_first) {
+        u->no_poll_first = true; /* an older kernel: armed again without */
     } else if (res != -ECANCELED && a->g) {
         a->err = res;
     }
