@@ -269,8 +269,7 @@ static void choose_backend(ferry_loop *loop, struct ferry__netloop *net)
 #endif
     loop->stats.io_fallback = why;
     loop->stats.io_fallback_err = err;
-    ferry__log(FERRY_LOG_WARN, "FERRY_IO=uring: %s (%s); the loop uses epoll", why,
-               strerror(err));
+    ferry__log(FERRY_LOG_WARN, "FERRY_IO=uring: %s (%s); the loop uses epoll", why, strerror(err));
 }
 
 struct ferry__uring *ferry__ioreg_uring(ferry_loop *loop)

@@ -114,6 +114,9 @@ struct ferry__uconn {
     char *sbuf;          /* bytes of the SEND in flight */
     size_t scap;         /* sbuf's size */
     size_t slen, soff;   /* bytes in sbuf, bytes the kernel took */
+    char *qbuf;          /* bytes written while a SEND is in flight: the
+                          * next SEND */
+    size_t qcap, qlen;   /* qbuf's size, bytes in it */
     bool sending;        /* a SEND is in flight */
     bool shut;           /* shutdown asked for while sending */
     int werr;            /* a send error for the next write, or 0 */
@@ -169,6 +172,12 @@ static void cancel(struct ferry__uring *u, uint64_t ud)
     io_uring_sqe_set_data64(sqe, 0);
 }
 
+static void conn_free_bufs(struct ferry__uconn *c)
+{
+    ferry__free(c->sbuf);
+    ferry__free(c->qbuf);
+}
+
 static void op_start(struct ferry__uring *u, struct uobj *o)
 {
     o->ops++;
@@ -183,7 +192,7 @@ static void op_end(struct ferry__uring *u, struct uobj *o)
     if (o->closed && !o->ops) {
         ferry__list_remove(&o->link);
         if (!o->is_acc)
-            ferry__free(((struct ferry__uconn *)(void *)o)->sbuf);
+            conn_free_bufs((struct ferry__uconn *)(void *)o);
         ferry__free(o);
     }
 }
@@ -319,6 +328,21 @@ static void send_done(struct ferry__uring *u, struct ferry__uconn *c, int res)
         c->werr = res == -ECANCELED ? -EPIPE : res;
     else if (res == 0)
         c->werr = -EPIPE;
+    if (!orphan && !c->werr && c->soff == c->slen && c->qlen) {
+        /* The bytes written meanwhile go next. */
+        char *p = c->sbuf;
+        size_t cap = c->scap;
+
+        c->sbuf = c->qbuf;
+        c->scap = c->qcap;
+        c->slen = c->qlen;
+        c->soff = 0;
+        c->qbuf = p;
+        c->qcap = cap;
+        c->qlen = 0;
+    }
+    if (c->werr)
+        c->qlen = 0;
     if (!orphan && !c->werr && c->soff < c->slen && send_sqe(c) != 0)
         c->werr = -ENOMEM;
     if (!orphan && !c->sending && c->shut)
@@ -560,7 +584,7 @@ void ferry__uring_free(struct ferry__uring *u)
         struct uobj *o = ferry__container_of(l, struct uobj, link);
 
         if (!o->is_acc)
-            ferry__free(((struct ferry__uconn *)(void *)o)->sbuf);
+            conn_free_bufs((struct ferry__uconn *)(void *)o);
         ferry__free(o);
     }
     if (u->ev_added)
@@ -625,45 +649,68 @@ static ssize_t send_direct(struct ferry__uconn *c, const struct iovec *iov, int 
     return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 }
 
+/* Copy up to `max` bytes of iov[0, n) to the end of *buf (of *cap bytes,
+ * *len used), growing it.  Returns: the count; -ENOMEM. */
+static ssize_t append(char **buf, size_t *cap, size_t *len, const struct iovec *iov, int n,
+                      size_t max)
+{
+    size_t total = 0, at = *len;
+
+    for (int i = 0; i < n && total < max; i++)
+        total += iov[i].iov_len < max - total ? iov[i].iov_len : max - total;
+    if (*cap < at + total) {
+        size_t want = at + total < 4096 ? 4096 : SEND_MAX;
+        char *p = ferry__realloc(*buf, want);
+
+        if (!p)
+            return -ENOMEM;
+        *buf = p;
+        *cap = want;
+    }
+    for (int i = 0; i < n && *len - at < total; i++) {
+        size_t left = total - (*len - at);
+        size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
+
+        memcpy(*buf + *len, iov[i].iov_base, k);
+        *len += k;
+    }
+    return (ssize_t)total;
+}
+
 static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
 {
     struct ferry__uconn *c = s->ring;
-    size_t total = 0, at = 0;
+    size_t total = 0;
+    ssize_t k;
     int rc;
 
     if (c->werr)
         return c->werr;
     if (c->sending) {
-        *want = FERRY_WRITE;
-        return -EAGAIN;
+        /* Behind the SEND in flight, up to one more buffer's worth, but
+         * not for a write call: its count must be of bytes the kernel
+         * took, should it be cancelled (a transport on top sending
+         * outside a write, TLS answering while it reads or shutting
+         * down, may queue them). */
+        if (c->qlen >= SEND_MAX || s->writing) {
+            *want = FERRY_WRITE;
+            return -EAGAIN;
+        }
+        return append(&c->qbuf, &c->qcap, &c->qlen, iov, n, SEND_MAX - c->qlen);
     }
     for (int i = 0; i < n; i++)
         total += iov[i].iov_len;
     if (total >= SEND_DIRECT) {
-        ssize_t k = send_direct(c, iov, n);
+        k = send_direct(c, iov, n);
         if (k != -EAGAIN)
             return k;
     }
-    if (total > SEND_MAX)
-        total = SEND_MAX;
-    if (c->scap < total) {
-        size_t cap = total < 4096 ? 4096 : SEND_MAX;
-        char *p = ferry__realloc(c->sbuf, cap);
-
-        if (!p)
-            return -ENOMEM;
-        c->sbuf = p;
-        c->scap = cap;
-    }
-    for (int i = 0; i < n && at < total; i++) {
-        size_t k = iov[i].iov_len < total - at ? iov[i].iov_len : total - at;
-        memcpy(c->sbuf + at, iov[i].iov_base, k);
-        at += k;
-    }
-    c->slen = total;
-    c->soff = 0;
+    c->slen = c->soff = 0;
+    k = append(&c->sbuf, &c->scap, &c->slen, iov, n, SEND_MAX);
+    if (k < 0)
+        return k;
     rc = send_sqe(c);
-    return rc ? rc : (ssize_t)total;
+    return rc ? rc : k;
 }
 
 static int conn_flush(ferry_stream *s, int *want)
@@ -719,7 +766,7 @@ static void conn_close(ferry_stream *s)
         submit(u);
     close(c->fd);
     if (!c->o.ops) {
-        ferry__free(c->sbuf);
+        conn_free_bufs(c);
         ferry__free(c);
         return;
     }
