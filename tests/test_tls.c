@@ -79,8 +79,8 @@ __attribute__((constructor)) static void hooks(void)
 /* ---- fixtures ---------------------------------------------------------------- */
 
 static struct tc_files F;
-static ferry_tls_ctx *SRV; /* server: localhost, signed by the test CA */
-static ferry_tls_ctx *CLI; /* client trusting the test CA */
+static ferry_tls_ctx *SRV;    /* server: localhost, signed by the test CA */
+static ferry_tls_ctx *CLI;    /* client trusting the test CA */
 
 static void setup(void)
 {
@@ -108,7 +108,7 @@ static void teardown(void)
     tu_loop_teardown();
 }
 
-/* The suite runs on the io_uring backend (ctest test_tls_uring). */
+/* The suite runs on the io_uring backend too (ctest test_tls_uring). */
 static bool on_uring(void)
 {
     const char *io = getenv("FERRY_IO");
@@ -119,7 +119,7 @@ static bool on_uring(void)
 #define T(name) Test(tls, name, .init = setup, .fini = teardown, .timeout = 60.)
 
 static int sp[2];
-static ferry_stream *A, *B; /* A: the client's end, B: the server's */
+static ferry_stream *A, *B;   /* A: the client's end, B: the server's */
 
 static void pair(void)
 {
@@ -130,16 +130,16 @@ static void pair(void)
 
 /* A handshake run as a task. */
 struct hs {
-    ferry_stream *s;
+    ferry_stream  *s;
     ferry_tls_ctx *ctx;
-    const char *host; /* client: the name checked */
-    bool server;
-    int64_t ms; /* a deadline for it, 0 for none */
-    int rc;
-    ferry_stream *out;
-    char why[200];
-    char sni[64];
-    char version[16];
+    const char    *host;     /* client: the name checked */
+    bool           server;
+    int64_t        ms;       /* a deadline for it, 0 for none */
+    int            rc;
+    ferry_stream  *out;
+    char           why[200];
+    char           sni[64];
+    char           version[16];
 };
 
 static int hs_task(void *arg)
@@ -205,7 +205,7 @@ static void close_ab(void)
 /* A conversation: the client sends lines in pieces, the server answers each
  * line, both read with the line reader. */
 struct talk {
-    int rc[8];
+    int  rc[8];
     char got[4][64];
     char reply[64];
 };
@@ -276,10 +276,10 @@ T(handshake_and_lines_over_a_socketpair)
  * checked against the certificate's IP addresses). */
 struct tcp {
     const char *host;
-    int rc[6];
-    char sni[64];
-    bool sni_null;
-    char echo[16];
+    int         rc[6];
+    char        sni[64];
+    bool        sni_null;
+    char        echo[16];
 };
 
 static int tcp_task(void *arg)
@@ -350,18 +350,18 @@ static unsigned char pattern(size_t i)
 
 struct bulk {
     unsigned char *src;
-    int wrc;
+    int    wrc;
     size_t written;
-    bool writer_done;
-    bool done_before_read; /* the writer finished before anyone read */
-    int rrc;
+    bool   writer_done;
+    bool   done_before_read;   /* the writer finished before anyone read */
+    int    rrc;
     size_t got;
-    size_t bad_at; /* first wrong byte + 1, 0 if none */
-    int lrc;       /* the long line, read with room for it */
-    int lrc2;      /* read first with too little room */
-    int lwrc;      /* its write */
+    size_t bad_at;            /* first wrong byte + 1, 0 if none */
+    int    lrc;              /* the long line, read with room for it */
+    int    lrc2;             /* read first with too little room */
+    int    lwrc;             /* its write */
     size_t line_len;
-    char *line;
+    char  *line;
 };
 
 static int line_writer(void *arg)
@@ -559,7 +559,7 @@ T(a_server_may_require_a_client_certificate)
  * and, if it succeeded (TLS 1.3: the client is done before the server has
  * checked its certificate), its first read's. */
 struct refused {
-    int rrc;
+    int  rrc;
     char rwhy[200];
 };
 
@@ -776,7 +776,7 @@ T(closing_wakes_a_task_in_the_handshake_or_a_read)
 
 /* A read that times out keeps what came; the retry gets the whole line. */
 struct keep {
-    int rc[4];
+    int  rc[4];
     char line[32];
 };
 
@@ -823,7 +823,7 @@ T(a_read_that_times_out_loses_nothing)
 /* A write that times out counts what it encrypted; those bytes, and no
  * others, reach the peer before the next write's. */
 struct partial {
-    int rc[4];
+    int    rc[4];
     size_t written;
     size_t got;
     size_t bad_at;
@@ -861,8 +861,7 @@ static int partial_task(void *arg)
             break;
         for (size_t i = 0; i < n && !k->bad_at; i++) {
             size_t at = k->got + i;
-            unsigned char want =
-                at < k->written ? pattern(at) : (unsigned char)"END\n"[at - k->written];
+            unsigned char want = at < k->written ? pattern(at) : (unsigned char)"END\n"[at - k->written];
             if (buf[i] != want)
                 k->bad_at = at + 1;
         }
@@ -903,10 +902,10 @@ T(a_write_that_times_out_counts_what_it_encrypted)
 /* ---- the end of the stream --------------------------------------------------------------- */
 
 struct ending {
-    bool dirty; /* the server ends without close_notify */
-    int rc[6];
+    bool   dirty;      /* the server ends without close_notify */
+    int    rc[6];
     size_t n;
-    char buf[32];
+    char   buf[32];
 };
 
 static int ending_task(void *arg)
@@ -921,7 +920,7 @@ static int ending_task(void *arg)
     ferry_scope_enter(&sc, ferry_now() + tu_ms(10000), 0);
     k->rc[0] = ferry_stream_write(B, "last\n", 5, NULL);
     if (k->dirty)
-        k->rc[1] = shutdown(ferry_stream_fd(B), SHUT_WR); /* under TLS's feet */
+        k->rc[1] = shutdown(ferry_stream_fd(B), SHUT_WR);    /* under TLS's feet */
     else
         k->rc[1] = ferry_stream_shutdown(B);
     k->rc[2] = ferry_stream_read_until(A, "\n", 1, k->buf, sizeof k->buf, &k->n);
@@ -987,12 +986,12 @@ static int bad_task(void *arg)
 
     r[i++] = ferry_tls_client(NULL, A, CLI, "localhost");
     r[i++] = ferry_tls_client(&o, NULL, CLI, "localhost");
-    r[i++] = o == (ferry_stream *)1 ? -EINVAL : 0; /* *out not written */
+    r[i++] = o == (ferry_stream *)1 ? -EINVAL : 0;    /* *out not written */
     r[i++] = ferry_tls_client(&o, A, NULL, "localhost");
-    r[i++] = ferry_tls_client(&o, A, SRV, "localhost"); /* a server context */
-    r[i++] = ferry_tls_client(&o, A, CLI, NULL);        /* verifying, no name */
+    r[i++] = ferry_tls_client(&o, A, SRV, "localhost");      /* a server context */
+    r[i++] = ferry_tls_client(&o, A, CLI, NULL);             /* verifying, no name */
     r[i++] = ferry_tls_client(&o, A, CLI, "");
-    r[i++] = ferry_tls_server(&o, B, CLI); /* a client context */
+    r[i++] = ferry_tls_server(&o, B, CLI);                   /* a client context */
     r[15] = i;
     return 0;
 }
@@ -1105,7 +1104,7 @@ T(a_task_of_another_loop_gets_eperm)
 /* Fail each of ferry's allocations in the handshake call, then each of
  * OpenSSL's: the call fails with a code (never crashes), and closing the
  * stream frees everything (ferry's count here, LeakSanitizer in its build). */
-static unsigned long enomem_nth; /* ferry's allocation to fail, or 0 */
+static unsigned long enomem_nth;    /* ferry's allocation to fail, or 0 */
 
 /* A handshake that closes its stream when it fails, so that the peer
  * sees the end at once instead of waiting for its deadline. */
@@ -1163,8 +1162,8 @@ T(allocation_failures_leave_nothing_behind)
             close_left();
             break;
         }
-        cr_assert(HC.rc == -ENOMEM || HS.rc == -ENOMEM, "fault %lu: client %d, server %d", i, HC.rc,
-                  HS.rc);
+        cr_assert(HC.rc == -ENOMEM || HS.rc == -ENOMEM, "fault %lu: client %d, server %d", i,
+                  HC.rc, HS.rc);
         /* The side that failed is still a plain stream. */
         close_left();
         failed++;
@@ -1199,7 +1198,7 @@ T(allocation_failures_leave_nothing_behind)
  * once: the write must wait until they are out, or the reader never gets
  * them. */
 struct smallbuf {
-    int wrc, rrc;
+    int    wrc, rrc;
     size_t got;
     unsigned char *src;
 };
@@ -1263,7 +1262,7 @@ T(a_write_returns_once_its_records_are_out)
 /* STARTTLS: the server's plain stream has read the client's first TLS
  * bytes along with the plain command; the handshake must take them. */
 struct starttls {
-    int rc[3];
+    int  rc[3];
     char cmd[16];
 };
 
@@ -1272,10 +1271,10 @@ static int starttls_server(void *arg)
     struct starttls *k = arg;
     size_t n;
 
-    ferry_sleep(tu_ms(50)); /* the client hello is there by now */
+    ferry_sleep(tu_ms(50));    /* the client hello is there by now */
     k->rc[0] = ferry_stream_read_until(B, "\n", 1, k->cmd, sizeof k->cmd - 1, &n);
     k->cmd[n] = 0;
-    k->rc[1] = (int)ferry_stream_buffered(B); /* the client hello, read early */
+    k->rc[1] = (int)ferry_stream_buffered(B);    /* the client hello, read early */
     hs_task(&HS);
     return 0;
 }
@@ -1313,7 +1312,7 @@ T(bytes_read_before_the_handshake_are_its_start)
 /* ---- a broken stream, a busy or cancelled start, a name OpenSSL refuses ---- */
 
 struct brk {
-    int rc[8];
+    int    rc[8];
     size_t n[2];
 };
 
@@ -1371,7 +1370,7 @@ static int start_refusals_task(void *arg)
     tu_settle();
     /* A task is inside a read on A. */
     r[0] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[1] = o == (ferry_stream *)1; /* *out not written */
+    r[1] = o == (ferry_stream *)1;    /* *out not written */
     ferry_task_cancel(t);
     r[2] = tu_join(t);
     /* A name longer than SNI allows: OpenSSL refuses it. */
@@ -1413,10 +1412,7 @@ T(a_start_is_ebusy_ebadf_or_einval_for_a_name_openssl_refuses_and_is_a_cancellat
     done();
 }
 
-struct shw {
-    int rc[4];
-    size_t n[2];
-};
+struct shw { int rc[4]; size_t n[2]; };
 
 static int shut_then_write_task(void *arg)
 {
@@ -1464,7 +1460,7 @@ static int reset_then_start_task(void *arg)
 
     r[0] = ferry_stream_read(A, buf, sizeof buf, &n);
     r[1] = ferry_tls_client(&o, A, CLI, "localhost");
-    r[2] = o == (ferry_stream *)1; /* *out not written */
+    r[2] = o == (ferry_stream *)1;    /* *out not written */
     return 0;
 }
 
@@ -1509,13 +1505,13 @@ static int open_fds(void)
 #define FLOOD 100
 
 struct flood {
-    int port;
-    int fds_before, fds_after; /* with the listener open, both times */
-    int accepted;
-    int eproto; /* handshakes that failed with -EPROTO */
-    int same;   /* ... that left s as it was */
-    int why;    /* ... whose s still had the reason */
-    int closed; /* ferry_stream_close(s) == 0 after it */
+    int  port;
+    int  fds_before, fds_after;   /* with the listener open, both times */
+    int  accepted;
+    int  eproto;                  /* handshakes that failed with -EPROTO */
+    int  same;                    /* ... that left s as it was */
+    int  why;                     /* ... whose s still had the reason */
+    int  closed;                  /* ferry_stream_close(s) == 0 after it */
     char first_why[200];
 };
 
@@ -1626,10 +1622,10 @@ T(the_in_place_form_keeps_the_stream_when_the_handshake_fails)
  * loop of its own on another thread, has finished its handshake and
  * written the line.
  */
-static struct ferry__stream_io hold_io; /* ferry__sock_io, with the two below */
-static bool hold_sent;                  /* the server sent (loop thread) */
-static bool hold_done;                  /* the hold happened (loop thread) */
-static atomic_int hold_client_wrote;    /* set by the client's thread */
+static struct ferry__stream_io hold_io;   /* ferry__sock_io, with the two below */
+static bool hold_sent;                    /* the server sent (loop thread) */
+static bool hold_done;                    /* the hold happened (loop thread) */
+static atomic_int hold_client_wrote;      /* set by the client's thread */
 
 static ssize_t hold_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
 {
@@ -1653,15 +1649,15 @@ static ssize_t hold_recv(ferry_stream *s, void *buf, size_t len, int *want)
 }
 
 struct late {
-    int fd;     /* the client's end of the socketpair */
-    int crc[4]; /* client: open, write, start, write */
-    int creply; /* client: the reply's read */
+    int  fd;              /* the client's end of the socketpair */
+    int  crc[4];          /* client: open, write, start, write */
+    int  creply;          /* client: the reply's read */
     char reply[16];
-    int cmd_rc; /* server: the plain read */
+    int  cmd_rc;          /* server: the plain read */
     char cmd[16];
-    bool cleared; /* the plain read left the readable bit clear */
-    int src;      /* server: the handshake */
-    int lrc;      /* server: the read of the line */
+    bool cleared;         /* the plain read left the readable bit clear */
+    int  src;             /* server: the handshake */
+    int  lrc;             /* server: the read of the line */
     char line[16];
 };
 
@@ -1788,16 +1784,16 @@ T(after_starttls_a_line_that_came_with_the_handshake_is_read_at_once)
  * greeting) is in the client's socket.
  */
 struct greet {
-    atomic_int port;      /* the server's, once it listens */
-    atomic_long srv_sent; /* bytes the server's transport sent */
-    atomic_int greeted;   /* the server's greeting was written */
-    long cli_got;         /* bytes the client's transport received */
-    bool cli_sent;        /* the client's transport sent */
-    int holds;            /* receives held so far */
-    int src, swrc, srrc;
-    char bye[16];
-    int crc[3];
-    char greeting[32];
+    atomic_int  port;          /* the server's, once it listens */
+    atomic_long srv_sent;      /* bytes the server's transport sent */
+    atomic_int  greeted;       /* the server's greeting was written */
+    long        cli_got;       /* bytes the client's transport received */
+    bool        cli_sent;      /* the client's transport sent */
+    int         holds;         /* receives held so far */
+    int         src, swrc, srrc;
+    char        bye[16];
+    int         crc[3];
+    char        greeting[32];
 };
 
 static struct greet *G;

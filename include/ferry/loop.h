@@ -56,11 +56,11 @@ int ferry_version_number(void);
 
 /* Monotonic nanoseconds.  Durations and deadlines are int64_t nanoseconds. */
 #define FERRY_NSEC(n) ((int64_t)(n))
-#define FERRY_USEC(n) ((int64_t)(n)*1000)
-#define FERRY_MSEC(n) ((int64_t)(n)*1000000)
-#define FERRY_SEC(n)  ((int64_t)(n)*1000000000)
+#define FERRY_USEC(n) ((int64_t)(n) * 1000)
+#define FERRY_MSEC(n) ((int64_t)(n) * 1000000)
+#define FERRY_SEC(n)  ((int64_t)(n) * 1000000000)
 /* A deadline that never passes. */
-#define FERRY_NEVER INT64_MAX
+#define FERRY_NEVER   INT64_MAX
 
 /*
  * The monotonic clock (CLOCK_MONOTONIC) in nanoseconds, or, on the thread
@@ -159,7 +159,7 @@ void ferry_loop_free(ferry_loop *loop);
 enum {
     FERRY_RUN_DEFAULT = 0, /* until stopped, or no task, callback, timer or reference is left */
     FERRY_RUN_FOREVER = 1, /* until ferry_loop_stop() */
-    FERRY_RUN_ONCE = 2,    /* one turn: run what is ready, poll I/O without blocking */
+    FERRY_RUN_ONCE    = 2, /* one turn: run what is ready, poll I/O without blocking */
 };
 
 /*
@@ -256,13 +256,13 @@ int ferry_loop_set_slow_threshold(ferry_loop *loop, int64_t threshold);
 
 /* Counters of one loop. */
 typedef struct ferry_loop_stats {
-    uint64_t turns;       /* scheduler turns run */
-    uint64_t steps;       /* task steps and callbacks run */
-    uint64_t polls;       /* I/O polls made */
-    uint64_t slow_steps;  /* steps over the slow threshold */
-    size_t live_tasks;    /* tasks not yet finished */
-    size_t stacks_cached; /* free stacks kept for reuse */
-    uint64_t handoffs;    /* of the steps, those begun without the scheduler:
+    uint64_t turns;        /* scheduler turns run */
+    uint64_t steps;        /* task steps and callbacks run */
+    uint64_t polls;        /* I/O polls made */
+    uint64_t slow_steps;   /* steps over the slow threshold */
+    size_t   live_tasks;   /* tasks not yet finished */
+    size_t   stacks_cached;/* free stacks kept for reuse */
+    uint64_t handoffs;     /* of the steps, those begun without the scheduler:
                             * a task handing the CPU straight to the next
                             * task of the turn, or a lone task going on after
                             * a yield.  Never while a stop is pending or the
@@ -274,10 +274,10 @@ typedef struct ferry_loop_stats {
     /* Why io_uring was asked for (FERRY_IO=uring) and the loop uses epoll:
      * a short reason, or NULL. */
     const char *io_fallback;
-    int io_fallback_err;     /* the errno of that reason, or 0 */
-    uint64_t io_submits;     /* io_uring: submission system calls made */
-    uint64_t io_completions; /* io_uring: completions reaped */
-    uint64_t io_buf_empty;   /* io_uring: receives that found no free
+    int      io_fallback_err;  /* the errno of that reason, or 0 */
+    uint64_t io_submits;       /* io_uring: submission system calls made */
+    uint64_t io_completions;   /* io_uring: completions reaped */
+    uint64_t io_buf_empty;     /* io_uring: receives that found no free
                                 * buffer in the loop's buffer ring */
 } ferry_loop_stats;
 
