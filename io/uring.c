@@ -1,5 +1,6 @@
 /* uring.c - the io_uring backend of a loop's streams and listeners
- * (FERRY_IO=uring, docs/io_uring.md).
+ * (FERRY_IO=uring, docs/io_uring.md): the ring, its submissions and
+ * completions, and listeners.  The stream transport is in uring_stream.c.
  * Loop thread only.
  *
  * One ring per loop, made with its first stream or listener (ioreg.c
@@ -9,33 +10,15 @@
  * io_prepoll hook hands the kernel what a turn queued, in one system call
  * for all streams, and takes in what completed.
  *
- * Receiving.  A stream's receive is a multishot recv that picks its
- * buffer from the loop's provided buffer ring when bytes arrive, so idle
- * connections hold no buffer.  Filled buffers queue on the stream (linked
- * through the loop's per-buffer `next`, so a completion allocates
- * nothing); the seam's recv copies out of them and gives each buffer back
- * at once.  A stream holding CONN_CAP unread buffers has its receive
- * cancelled until its reader drains it, so one busy peer cannot take every
- * buffer.  A receive that finds the ring empty (ENOBUFS) waits in the
- * loop's starved list until buffers come back.  The receive is armed by
- * the stream's first read, and again after it ended.
+ * Cancel safety.  The kernel hands bytes to the stream and descriptors to
+ * the listener, not to a waiting task: a read or accept that is cancelled
+ * leaves them queued for the next call, and the operation stays armed.
+ * Nothing the kernel has completed is lost or delivered twice.
  *
- * Cancel safety.  The kernel hands bytes to the stream, not to a reader:
- * a read that is cancelled leaves them queued for the next read, and the
- * receive stays armed.  Likewise accepted descriptors queue in the
- * listener.  Nothing the kernel has completed is lost or delivered twice.
- *
- * Sending.  The seam's send copies into the stream's own buffer and queues
- * one SEND; a short send resubmits the rest; flush says EAGAIN until the
- * kernel has taken every byte, so a write returns when its bytes are in
- * the socket, as with epoll.  A large write with nothing in flight is
- * tried with a direct send(2) first (the bulk rule, docs/io_uring.md).
- *
- * Closing.  A closed stream's receive and send are cancelled, its queued
- * buffers go back, and its descriptor is closed at once (the kernel holds
- * the file until its operations end).  The state stays, as an orphan,
- * until the kernel has answered every operation; the ring's end waits for
- * them.
+ * Objects with operations in flight.  A stream or listener that closes
+ * cancels its operations; its state stays, as an orphan, until the kernel
+ * has answered every one (struct uobj counts them), and the ring's end
+ * waits for them before the memory they point at goes.
  */
 /* Without loop_only.h: liburing's inline functions use <stdatomic.h> for
  * the rings it shares with the kernel, and the poison would reject them.
@@ -48,94 +31,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "loop_int.h"
-#include "stream_int.h"
-
-/* What a completion's user_data names, in the low bits of the object's
- * address (user_data 0: a cancel's own completion, ignored). */
-enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_MASK = 7 };
-
-#define NBUFS        512         /* receive buffers per loop: 2 MiB in all */
-#define BUFSZ        4096        /* bytes per receive buffer */
-#define BGID         0           /* the buffer group of the loop's ring */
-#define CONN_CAP     8           /* unread buffers a stream may hold */
-#define ACC_CAP      16          /* accepted descriptors a listener queues */
-#define SEND_MAX     (64 * 1024) /* bytes one SEND of a stream carries */
-#define SEND_DIRECT  (64 * 1024) /* a write this large tries send(2) first */
-#define RING_ENTRIES 256         /* submission queue entries */
-#define CQ_ENTRIES   4096        /* completion queue entries */
-#define NO_BUF       0xffff      /* end of a stream's buffer queue */
-/* An accept's flag (kernel 6.10): wait for a connection before taking a
- * descriptor, so that running out of descriptors is reported only with a
- * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
-#define ACCEPT_POLL_FIRST (1U << 2)
-
-struct ferry__uring {
-    struct io_uring ring;         /* the ring */
-    ferry_loop *loop;             /* its loop */
-    struct event ev;              /* the ring's descriptor in the base */
-    bool ev_added;                /* ev is added */
-    bool defer;                   /* IORING_SETUP_DEFER_TASKRUN: completions
-                                   * are posted only when asked for */
-    bool no_poll_first;           /* the kernel refused ACCEPT_POLL_FIRST */
-    struct io_uring_buf_ring *br; /* the provided buffer ring (mapped) */
-    size_t br_bytes;              /* its mapping's size */
-    char *bufs;                   /* NBUFS buffers of BUFSZ */
-    uint16_t next[NBUFS];         /* next buffer in a stream's queue */
-    uint32_t blen[NBUFS];         /* bytes in a queued buffer */
-    unsigned nadd;                /* buffers given back since the last advance */
-    unsigned pending;             /* prepared entries not yet submitted */
-    unsigned inflight;            /* operations the kernel has not ended */
-    struct ferry__link starved;   /* streams whose receive found no buffer */
-    struct ferry__link orphans;   /* closed objects with operations in flight */
-};
-
-/* What streams and listeners share: their operations in flight. */
-struct uobj {
-    struct ferry__link link; /* in starved (streams) or orphans */
-    unsigned ops;            /* operations in flight */
-    bool closed;             /* the stream or listener closed: an orphan */
-    bool is_acc;             /* a listener (struct ferry__uacc) */
-};
-
-struct ferry__uconn {
-    struct uobj o; /* first: user_data points here */
-    struct ferry__uring *u;
-    ferry_stream *s;     /* the stream, NULL once closed */
-    int fd;              /* the descriptor */
-    uint16_t head, tail; /* queued buffers, oldest first */
-    unsigned nq;         /* how many */
-    uint32_t off;        /* bytes of the head already read */
-    bool armed;          /* the multishot receive is in flight */
-    bool capped;         /* its cancel (the cap) is queued */
-    bool starved;        /* in u->starved */
-    bool eof;            /* the peer's end came after the queue */
-    int rerr;            /* a receive error after the queue, or 0 */
-    char *sbuf;          /* bytes of the SEND in flight */
-    size_t scap;         /* sbuf's size */
-    size_t slen, soff;   /* bytes in sbuf, bytes the kernel took */
-    char *qbuf;          /* bytes written while a SEND is in flight: the
-                          * next SEND */
-    size_t qcap, qlen;   /* qbuf's size, bytes in it */
-    bool sending;        /* a SEND is in flight */
-    bool shut;           /* shutdown asked for while sending */
-    int werr;            /* a send error for the next write, or 0 */
-};
-
-struct ferry__uacc {
-    struct uobj o; /* first: user_data points here */
-    struct ferry__uring *u;
-    struct ferry__ioreg *g; /* the listener's registration, NULL once closed */
-    int fd;                 /* the listening descriptor */
-    bool armed;             /* an ACCEPT is in flight */
-    int err;                /* an accept's error for the next call, or 0 */
-    int fds[ACC_CAP];       /* accepted descriptors, oldest at head */
-    unsigned head, n;       /* ring position and count */
-};
+#include "uring_int.h"
 
 /* ---- submission and completion ---------------------------------------------- */
 
-static void submit(struct ferry__uring *u)
+void ferry__uring_submit(struct ferry__uring *u)
 {
     int rc;
 
@@ -148,12 +48,12 @@ static void submit(struct ferry__uring *u)
 
 /* A submission queue entry; the queue is handed over first if it is full.
  * NULL only if the kernel took none of it. */
-static struct io_uring_sqe *sqe_get(struct ferry__uring *u)
+struct io_uring_sqe *ferry__uring_sqe(struct ferry__uring *u)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
 
     if (!sqe) {
-        submit(u);
+        ferry__uring_submit(u);
         sqe = io_uring_get_sqe(&u->ring);
     }
     if (sqe)
@@ -162,9 +62,9 @@ static struct io_uring_sqe *sqe_get(struct ferry__uring *u)
 }
 
 /* Queue a cancel of the operation `ud`; its own completion is ignored. */
-static void cancel(struct ferry__uring *u, uint64_t ud)
+void ferry__uring_cancel(struct ferry__uring *u, uint64_t ud)
 {
-    struct io_uring_sqe *sqe = sqe_get(u);
+    struct io_uring_sqe *sqe = ferry__uring_sqe(u);
 
     if (!sqe)
         return;
@@ -172,43 +72,41 @@ static void cancel(struct ferry__uring *u, uint64_t ud)
     io_uring_sqe_set_data64(sqe, 0);
 }
 
-static void conn_free_bufs(struct ferry__uconn *c)
+void ferry__uring_conn_free_bufs(struct ferry__uconn *c)
 {
     ferry__free(c->sbuf);
     ferry__free(c->qbuf);
 }
 
-static void op_start(struct ferry__uring *u, struct uobj *o)
+void ferry__uring_op_start(struct ferry__uring *u, struct uobj *o)
 {
     o->ops++;
     u->inflight++;
 }
 
 /* An operation of `o` ended: an orphan with none left is freed. */
-static void op_end(struct ferry__uring *u, struct uobj *o)
+void ferry__uring_op_end(struct ferry__uring *u, struct uobj *o)
 {
     o->ops--;
     u->inflight--;
     if (o->closed && !o->ops) {
         ferry__list_remove(&o->link);
         if (!o->is_acc)
-            conn_free_bufs((struct ferry__uconn *)(void *)o);
+            ferry__uring_conn_free_bufs((struct ferry__uconn *)(void *)o);
         ferry__free(o);
     }
 }
 
-/* Give buffer `bid` back to the ring (visible at buf_commit()). */
-static void buf_give(struct ferry__uring *u, uint16_t bid)
+/* Give buffer `bid` back to the ring (visible at ferry__uring_buf_commit()). */
+void ferry__uring_buf_give(struct ferry__uring *u, uint16_t bid)
 {
     io_uring_buf_ring_add(u->br, u->bufs + (size_t)bid * BUFSZ, BUFSZ, bid,
                           io_uring_buf_ring_mask(NBUFS), (int)u->nadd++);
 }
 
-static int recv_arm(struct ferry__uconn *c);
-
 /* Publish the buffers given back, and let starved streams receive again,
  * one per buffer. */
-static void buf_commit(struct ferry__uring *u)
+void ferry__uring_buf_commit(struct ferry__uring *u)
 {
     struct ferry__link *l;
     unsigned n = u->nadd;
@@ -221,141 +119,15 @@ static void buf_commit(struct ferry__uring *u)
         struct ferry__uconn *c = ferry__container_of(l, struct ferry__uconn, o.link);
 
         c->starved = false;
-        if (!c->armed && c->nq < CONN_CAP)
-            recv_arm(c);
+        if (!c->armed && !c->nq)
+            ferry__uring_recv_arm(c);
     }
 }
 
-/* The stream's multishot receive into the loop's buffer ring.
- * Returns: 0; -ENOMEM (no queue entry). */
-static int recv_arm(struct ferry__uconn *c)
-{
-    struct io_uring_sqe *sqe = sqe_get(c->u);
-
-    if (!sqe)
-        return -ENOMEM;
-    io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
-    sqe->flags |= IOSQE_BUFFER_SELECT;
-    sqe->buf_group = BGID;
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_RECV);
-    c->armed = true;
-    c->capped = false;
-    op_start(c->u, &c->o);
-    return 0;
-}
-
-static void recv_done(struct ferry__uring *u, struct ferry__uconn *c,
-                      const struct io_uring_cqe *cqe)
-{
-    int res = cqe->res;
-
-    if (res > 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
-        uint16_t bid = (uint16_t)(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-
-        if (!c->s) {
-            buf_give(u, bid);
-        } else {
-            u->blen[bid] = (uint32_t)res;
-            u->next[bid] = NO_BUF;
-            if (c->nq)
-                u->next[c->tail] = bid;
-            else
-                c->head = bid;
-            c->tail = bid;
-            c->nq++;
-            if (c->nq >= CONN_CAP && c->armed && !c->capped && (cqe->flags & IORING_CQE_F_MORE)) {
-                cancel(u, (uint64_t)(uintptr_t)c | OP_RECV);
-                c->capped = true;
-            }
-        }
-    } else if (res == 0) {
-        /* A reset that a send took first (its error is the socket's one
-         * pending error) ends the reads with the reset too, as the epoll
-         * backend's reader would have seen it. */
-        if (c->werr == -ECONNRESET)
-            c->rerr = -ECONNRESET;
-        else
-            c->eof = true;
-    } else if (res == -ENOBUFS) {
-        u->loop->stats.io_buf_empty++;
-        if (c->s && !c->starved) {
-            c->starved = true;
-            ferry__list_push_back(&u->starved, &c->o.link);
-        }
-    } else if (res < 0 && res != -ECANCELED) {
-        c->rerr = res;
-    }
-    if (cqe->flags & IORING_CQE_F_MORE)
-        goto out;
-    c->armed = false;
-    c->capped = false;
-    if (!c->s) {
-        op_end(u, &c->o);
-        return;
-    }
-    op_end(u, &c->o);
-    /* A receive that ended with room left (the kernel may end one at any
-     * time) goes on; a capped or starved one waits for its reader or for
-     * buffers. */
-    if (!c->eof && !c->rerr && !c->starved && c->nq < CONN_CAP)
-        recv_arm(c);
-out:
-    if (c->s)
-        ferry__ioreg_ready(&c->s->reg, FERRY_READ);
-}
-
-static int send_sqe(struct ferry__uconn *c)
-{
-    struct io_uring_sqe *sqe = sqe_get(c->u);
-
-    if (!sqe)
-        return -ENOMEM;
-    io_uring_prep_send(sqe, c->fd, c->sbuf + c->soff, c->slen - c->soff, MSG_NOSIGNAL);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_SEND);
-    c->sending = true;
-    op_start(c->u, &c->o);
-    return 0;
-}
-
-static void send_done(struct ferry__uring *u, struct ferry__uconn *c, int res)
-{
-    bool orphan = c->s == NULL;
-
-    c->sending = false;
-    if (res > 0)
-        c->soff += (size_t)res;
-    else if (res < 0 && !c->werr)
-        c->werr = res == -ECANCELED ? -EPIPE : res;
-    else if (res == 0)
-        c->werr = -EPIPE;
-    if (!orphan && !c->werr && c->soff == c->slen && c->qlen) {
-        /* The bytes written meanwhile go next. */
-        char *p = c->sbuf;
-        size_t cap = c->scap;
-
-        c->sbuf = c->qbuf;
-        c->scap = c->qcap;
-        c->slen = c->qlen;
-        c->soff = 0;
-        c->qbuf = p;
-        c->qcap = cap;
-        c->qlen = 0;
-    }
-    if (c->werr)
-        c->qlen = 0;
-    if (!orphan && !c->werr && c->soff < c->slen && send_sqe(c) != 0)
-        c->werr = -ENOMEM;
-    if (!orphan && !c->sending && c->shut)
-        shutdown(c->fd, SHUT_WR);
-    op_end(u, &c->o);
-    if (!orphan)
-        ferry__ioreg_ready(&c->s->reg, FERRY_WRITE);
-}
 
 static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res);
 
-/* Take in every completion posted. */
-static void reap(struct ferry__uring *u)
+void ferry__uring_reap(struct ferry__uring *u)
 {
     struct io_uring_cqe *cqe;
     unsigned head, n = 0;
@@ -368,10 +140,10 @@ static void reap(struct ferry__uring *u)
         n++;
         switch (ud & OP_MASK) {
         case OP_RECV:
-            recv_done(u, p, cqe);
+            ferry__uring_recv_done(u, p, cqe);
             break;
         case OP_SEND:
-            send_done(u, p, cqe->res);
+            ferry__uring_send_done(u, p, cqe->res);
             break;
         case OP_ACCEPT:
             accept_done(u, p, cqe->res);
@@ -382,7 +154,7 @@ static void reap(struct ferry__uring *u)
     }
     io_uring_cq_advance(&u->ring, n);
     u->loop->stats.io_completions += n;
-    buf_commit(u);
+    ferry__uring_buf_commit(u);
 }
 
 /* Before every poll of the loop (loop->io_prepoll): hand over what the
@@ -395,10 +167,10 @@ static void prepoll(ferry_loop *loop)
     if (!u)
         return;
     for (int i = 0; i < 4 && u->pending; i++) {
-        submit(u);
-        reap(u);
+        ferry__uring_submit(u);
+        ferry__uring_reap(u);
     }
-    reap(u);
+    ferry__uring_reap(u);
 }
 
 /* The ring's descriptor is readable: completions are posted, or (with
@@ -410,9 +182,10 @@ static void ring_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (u->defer || u->pending)
-        submit(u);
-    reap(u);
+        ferry__uring_submit(u);
+    ferry__uring_reap(u);
 }
+
 
 /* ---- the ring --------------------------------------------------------------- */
 
@@ -489,7 +262,7 @@ static int bufs_init(struct ferry__uring *u)
         return rc;
     io_uring_buf_ring_init(u->br);
     for (unsigned i = 0; i < NBUFS; i++)
-        buf_give(u, (uint16_t)i);
+        ferry__uring_buf_give(u, (uint16_t)i);
     io_uring_buf_ring_advance(u->br, (int)u->nadd);
     u->nadd = 0;
     return 0;
@@ -565,7 +338,7 @@ void ferry__uring_free(struct ferry__uring *u)
     /* Every stream and listener is closed: cancel what is left (sends to
      * peers that stopped reading) and wait for the kernel's answers, a
      * bounded time, before the buffers they point at go. */
-    sqe = sqe_get(u);
+    sqe = ferry__uring_sqe(u);
     if (sqe) {
         io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
         io_uring_sqe_set_data64(sqe, 0);
@@ -573,18 +346,18 @@ void ferry__uring_free(struct ferry__uring *u)
     for (int i = 0; i < 100 && u->inflight; i++) {
         struct io_uring_cqe *cqe;
 
-        submit(u);
-        reap(u);
+        ferry__uring_submit(u);
+        ferry__uring_reap(u);
         if (u->inflight)
             io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
     }
-    reap(u);
+    ferry__uring_reap(u);
     io_uring_queue_exit(&u->ring);
     while ((l = ferry__list_pop_front(&u->orphans)) != NULL) {
         struct uobj *o = ferry__container_of(l, struct uobj, link);
 
         if (!o->is_acc)
-            conn_free_bufs((struct ferry__uconn *)(void *)o);
+            ferry__uring_conn_free_bufs((struct ferry__uconn *)(void *)o);
         ferry__free(o);
     }
     if (u->ev_added)
@@ -595,217 +368,12 @@ void ferry__uring_free(struct ferry__uring *u)
     ferry__free(u);
 }
 
-/* ---- streams ---------------------------------------------------------------- */
-
-static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
-{
-    struct ferry__uconn *c = s->ring;
-    struct ferry__uring *u = c->u;
-    size_t got = 0;
-
-    while (got < len && c->nq) {
-        uint16_t bid = c->head;
-        size_t k = u->blen[bid] - c->off;
-
-        if (k > len - got)
-            k = len - got;
-        memcpy((char *)buf + got, u->bufs + (size_t)bid * BUFSZ + c->off, k);
-        got += k;
-        c->off += (uint32_t)k;
-        if (c->off == u->blen[bid]) {
-            c->head = u->next[bid];
-            c->nq--;
-            c->off = 0;
-            buf_give(u, bid);
-        }
-    }
-    buf_commit(u);
-    if (!c->armed && !c->capped && !c->starved && !c->eof && !c->rerr && c->nq < CONN_CAP &&
-        recv_arm(c) != 0 && !got)
-        return -ENOMEM;
-    if (got)
-        return (ssize_t)got;
-    if (c->eof)
-        return 0;
-    if (c->rerr)
-        return c->rerr;
-    *want = FERRY_READ;
-    return -EAGAIN;
-}
-
-/* A large write with nothing in flight: straight to the socket, as the
- * epoll backend does (the bulk rule).  Returns: the count, -EAGAIN (go
- * through the ring), or a negative errno. */
-static ssize_t send_direct(struct ferry__uconn *c, const struct iovec *iov, int n)
-{
-    struct msghdr m = { .msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)n };
-    ssize_t k;
-
-    do
-        k = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (k < 0 && errno == EINTR);
-    if (k >= 0)
-        return k > 0 ? k : -EAGAIN;
-    return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
-}
-
-/* Copy up to `max` bytes of iov[0, n) to the end of *buf (of *cap bytes,
- * *len used), growing it.  Returns: the count; -ENOMEM. */
-static ssize_t append(char **buf, size_t *cap, size_t *len, const struct iovec *iov, int n,
-                      size_t max)
-{
-    size_t total = 0, at = *len;
-
-    for (int i = 0; i < n && total < max; i++)
-        total += iov[i].iov_len < max - total ? iov[i].iov_len : max - total;
-    if (*cap < at + total) {
-        size_t want = at + total < 4096 ? 4096 : SEND_MAX;
-        char *p = ferry__realloc(*buf, want);
-
-        if (!p)
-            return -ENOMEM;
-        *buf = p;
-        *cap = want;
-    }
-    for (int i = 0; i < n && *len - at < total; i++) {
-        size_t left = total - (*len - at);
-        size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
-
-        memcpy(*buf + *len, iov[i].iov_base, k);
-        *len += k;
-    }
-    return (ssize_t)total;
-}
-
-static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *want)
-{
-    struct ferry__uconn *c = s->ring;
-    size_t total = 0;
-    ssize_t k;
-    int rc;
-
-    if (c->werr)
-        return c->werr;
-    if (c->sending) {
-        /* Behind the SEND in flight, up to one more buffer's worth, but
-         * not for a write call: its count must be of bytes the kernel
-         * took, should it be cancelled (a transport on top sending
-         * outside a write, TLS answering while it reads or shutting
-         * down, may queue them). */
-        if (c->qlen >= SEND_MAX || s->writing) {
-            *want = FERRY_WRITE;
-            return -EAGAIN;
-        }
-        return append(&c->qbuf, &c->qcap, &c->qlen, iov, n, SEND_MAX - c->qlen);
-    }
-    for (int i = 0; i < n; i++)
-        total += iov[i].iov_len;
-    if (total >= SEND_DIRECT) {
-        k = send_direct(c, iov, n);
-        if (k != -EAGAIN)
-            return k;
-    }
-    c->slen = c->soff = 0;
-    k = append(&c->sbuf, &c->scap, &c->slen, iov, n, SEND_MAX);
-    if (k < 0)
-        return k;
-    rc = send_sqe(c);
-    return rc ? rc : k;
-}
-
-static int conn_flush(ferry_stream *s, int *want)
-{
-    struct ferry__uconn *c = s->ring;
-
-    if (c->sending) {
-        *want = FERRY_WRITE;
-        return -EAGAIN;
-    }
-    return c->werr;
-}
-
-static int conn_shutdown(ferry_stream *s)
-{
-    struct ferry__uconn *c = s->ring;
-
-    /* After the bytes in flight, which a write under a transport of its
-     * own (TLS) may have left. */
-    if (c->sending) {
-        c->shut = true;
-        return 0;
-    }
-    return shutdown(c->fd, SHUT_WR) == 0 ? 0 : -errno;
-}
-
-static void conn_close(ferry_stream *s)
-{
-    struct ferry__uconn *c = s->ring;
-    struct ferry__uring *u = c->u;
-
-    s->ring = NULL;
-    c->s = NULL;
-    if (c->starved) {
-        ferry__list_remove(&c->o.link);
-        c->starved = false;
-    }
-    while (c->nq) {
-        buf_give(u, c->head);
-        c->head = u->next[c->head];
-        c->nq--;
-    }
-    buf_commit(u);
-    if (c->armed && !c->capped)
-        cancel(u, (uint64_t)(uintptr_t)c | OP_RECV);
-    if (c->sending)
-        cancel(u, (uint64_t)(uintptr_t)c | OP_SEND);
-    /* Hand over now what names the descriptor by its number, before the
-     * number goes: the kernel looks an entry's descriptor up when it takes
-     * it, and from then on holds the file itself until the operation
-     * ends, so the number may be closed and reused at once. */
-    if (u->pending)
-        submit(u);
-    close(c->fd);
-    if (!c->o.ops) {
-        conn_free_bufs(c);
-        ferry__free(c);
-        return;
-    }
-    c->o.closed = true;
-    ferry__list_push_back(&u->orphans, &c->o.link);
-    reap(u);
-}
-
-static const struct ferry__stream_io uring_io = {
-    .recv = conn_recv,
-    .send = conn_send,
-    .shutdown = conn_shutdown,
-    .close = conn_close,
-    .flush = conn_flush,
-    .drains = false,
-};
-
-int ferry__uring_stream_attach(ferry_stream *s)
-{
-    struct ferry__uconn *c;
-
-    if (ferry__fault_point("uring_conn"))
-        return -ENOMEM;
-    c = ferry__calloc(1, sizeof *c);
-    if (!c)
-        return -ENOMEM;
-    c->u = ferry__ioreg_uring(s->reg.loop);
-    c->s = s;
-    c->fd = s->reg.fd;
-    s->ring = c;
-    s->io = &uring_io;
-    return 0;
-}
 
 /* ---- listeners ---------------------------------------------------------------- */
 
 static int accept_arm(struct ferry__uacc *a)
 {
-    struct io_uring_sqe *sqe = sqe_get(a->u);
+    struct io_uring_sqe *sqe = ferry__uring_sqe(a->u);
 
     if (!sqe)
         return -ENOMEM;
@@ -814,7 +382,7 @@ static int accept_arm(struct ferry__uacc *a)
         sqe->ioprio |= ACCEPT_POLL_FIRST;
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)a | OP_ACCEPT);
     a->armed = true;
-    op_start(a->u, &a->o);
+    ferry__uring_op_start(a->u, &a->o);
     return 0;
 }
 
@@ -833,10 +401,10 @@ static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res)
         a->err = res;
     }
     if (!a->g) {
-        op_end(u, &a->o);
+        ferry__uring_op_end(u, &a->o);
         return;
     }
-    op_end(u, &a->o);
+    ferry__uring_op_end(u, &a->o);
     if (!a->err && a->n < ACC_CAP)
         accept_arm(a);
     ferry__ioreg_ready(a->g, FERRY_READ);
@@ -895,11 +463,11 @@ void ferry__uring_listen_close(struct ferry__uacc *a)
         ferry__free(a);
         return;
     }
-    cancel(u, (uint64_t)(uintptr_t)a | OP_ACCEPT);
+    ferry__uring_cancel(u, (uint64_t)(uintptr_t)a | OP_ACCEPT);
     a->o.closed = true;
     ferry__list_push_back(&u->orphans, &a->o.link);
     /* The kernel holds the listening socket until the accept's cancel has
      * run: the port is free again once this returns. */
-    submit(u);
-    reap(u);
+    ferry__uring_submit(u);
+    ferry__uring_reap(u);
 }
