@@ -261,11 +261,19 @@ static void choose_backend(ferry_loop *loop, struct ferry__netloop *net)
     if (!env || strcmp(env, "uring") != 0)
         return;
 #ifdef FERRY_HAVE_URING
+    /* The turn's queued work is handed over before the loop's own polls;
+     * an application's dispatch of its base makes none of those. */
+    if (!loop->own_base) {
+        why = "the loop runs on an application's event base";
+        err = ENOTSUP;
+        goto out;
+    }
     err = -ferry__uring_new(&net->uring, loop, &why);
     if (err == 0) {
         loop->stats.io_backend = "io_uring";
         return;
     }
+out:
 #endif
     loop->stats.io_fallback = why;
     loop->stats.io_fallback_err = err;
