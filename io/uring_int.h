@@ -68,6 +68,8 @@ struct ferry__uconn {
     bool armed;          /* a receive is in flight */
     bool more;           /* the last receive filled its buffer: read the
                           * socket directly next (recv_direct()) */
+    bool reads;          /* the stream has been read: a send arms its
+                          * receive too */
     bool starved;        /* in u->starved */
     bool eof;            /* the peer's end came after the queue */
     int rerr;            /* a receive error after the queue, or 0 */
