@@ -40,10 +40,12 @@ void ferry__uring_submit(struct ferry__uring *u)
     int rc;
 
     do
-        rc = u->defer ? io_uring_submit_and_get_events(&u->ring) : io_uring_submit(&u->ring);
+        rc = io_uring_submit(&u->ring);
     while (rc == -EINTR);
     u->loop->stats.io_submits++;
-    u->pending = 0;
+    /* What the kernel did not take (its completion queue overflowing)
+     * stays queued for the next submission. */
+    u->pending = io_uring_sq_ready(&u->ring);
 }
 
 /* A submission queue entry; the queue is handed over first if it is full.
@@ -124,7 +126,6 @@ void ferry__uring_buf_commit(struct ferry__uring *u)
     }
 }
 
-
 static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res);
 
 void ferry__uring_reap(struct ferry__uring *u)
@@ -173,19 +174,17 @@ static void prepoll(ferry_loop *loop)
     ferry__uring_reap(u);
 }
 
-/* The ring's descriptor is readable: completions are posted, or (with
- * deferred task running) waiting to be. */
+/* The ring's descriptor is readable: completions are posted. */
 static void ring_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct ferry__uring *u = arg;
 
     (void)fd;
     (void)what;
-    if (u->defer || u->pending)
+    if (u->pending)
         ferry__uring_submit(u);
     ferry__uring_reap(u);
 }
-
 
 /* ---- the ring --------------------------------------------------------------- */
 
@@ -213,7 +212,6 @@ static int ring_init(struct ferry__uring *u)
     }
     if (rc)
         return rc;
-    u->defer = (p.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
     if (!(p.features & IORING_FEAT_NODROP)) {
         io_uring_queue_exit(&u->ring);
         return -ENOTSUP;

@@ -34,8 +34,6 @@ struct ferry__uring {
     ferry_loop *loop;             /* its loop */
     struct event ev;              /* the ring's descriptor in the base */
     bool ev_added;                /* ev is added */
-    bool defer;                   /* IORING_SETUP_DEFER_TASKRUN: completions
-                                   * are posted only when asked for */
     bool no_poll_first;           /* the kernel refused ACCEPT_POLL_FIRST */
     struct io_uring_buf_ring *br; /* the provided buffer ring (mapped) */
     size_t br_bytes;              /* its mapping's size */
@@ -97,8 +95,7 @@ struct ferry__uacc {
 
 /* ---- uring.c ---- */
 
-/* Hand the kernel the queued entries (and, with deferred task running,
- * take in what it completed). */
+/* Hand the kernel the queued entries. */
 void ferry__uring_submit(struct ferry__uring *u);
 
 /* A submission queue entry, the queue handed over first if it is full;
