@@ -149,6 +149,9 @@ void ferry__uring_reap(struct ferry__uring *u)
         case OP_ACCEPT:
             accept_done(u, p, cqe->res);
             break;
+        case OP_POLL:
+            ferry__uring_poll_done(u, p);
+            break;
         default:
             break;
         }

@@ -13,7 +13,7 @@
 
 /* What a completion's user_data names, in the low bits of the object's
  * address (user_data 0: a cancel's own completion, ignored). */
-enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_MASK = 7 };
+enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
 
 #define NBUFS        512         /* receive buffers per loop: 2 MiB in all */
 #define BUFSZ        4096        /* bytes per receive buffer */
@@ -78,6 +78,7 @@ struct ferry__uconn {
                           * next SEND */
     size_t qcap, qlen;   /* qbuf's size, bytes in it */
     bool sending;        /* a SEND is in flight */
+    bool polling;        /* a wait for room (POLL_ADD) is in flight */
     bool shut;           /* shutdown asked for while sending */
     int werr;            /* a send error for the next write, or 0 */
 };
@@ -126,6 +127,7 @@ int ferry__uring_recv_arm(struct ferry__uconn *c);
 void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
                             const struct io_uring_cqe *cqe);
 void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int res);
+void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c);
 
 /* Free a stream state's send buffers. */
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c);

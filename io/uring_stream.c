@@ -21,8 +21,9 @@
  * Sending.  The seam's send copies into the stream's own buffer and queues
  * one SEND; a short send resubmits the rest; flush says EAGAIN until the
  * kernel has taken every byte, so a write returns when its bytes are in
- * the socket, as with epoll.  A large write with nothing in flight is
- * tried with a direct send(2) first (the bulk rule, docs/io_uring.md).
+ * the socket, as with epoll.  A large write goes straight to the socket
+ * with send(2), and waits for room through the ring when it is full,
+ * without copying (the bulk rule, docs/io_uring.md).
  *
  * Closing.  A closed stream's receive and send are cancelled, its queued
  * buffers go back, and its descriptor is closed at once (the kernel holds
@@ -33,6 +34,7 @@
  * This file itself uses neither atomics nor threads. */
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -220,6 +222,8 @@ static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
         k = recv_direct(c, (char *)buf + got, len - got);
         if (k > 0)
             got += (size_t)k;
+        else if (k == 0 && c->werr == -ECONNRESET)
+            c->rerr = -ECONNRESET;
         else if (k == 0)
             c->eof = true;
         else if (k != -EAGAIN)
@@ -255,6 +259,32 @@ static ssize_t send_direct(struct ferry__uconn *c, const struct iovec *iov, int 
     if (k >= 0)
         return k > 0 ? k : -EAGAIN;
     return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+}
+
+/* Wait for room in the socket (a bulk write found it full).  Returns: 0;
+ * -ENOMEM. */
+static int poll_out(struct ferry__uconn *c)
+{
+    struct io_uring_sqe *sqe = ferry__uring_sqe(c->u);
+
+    if (!sqe)
+        return -ENOMEM;
+    io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_POLL);
+    c->polling = true;
+    ferry__uring_op_start(c->u, &c->o);
+    return 0;
+}
+
+void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c)
+{
+    c->polling = false;
+    if (!c->s) {
+        ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
+        return;
+    }
+    ferry__uring_op_end(u, &c->o);
+    ferry__ioreg_ready(&c->s->reg, FERRY_WRITE);
 }
 
 /* Copy up to `max` bytes of iov[0, n) to the end of *buf (of *cap bytes,
@@ -309,9 +339,17 @@ static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *w
     for (int i = 0; i < n; i++)
         total += iov[i].iov_len;
     if (total >= SEND_DIRECT) {
-        k = send_direct(c, iov, n);
+        /* Bulk: the socket's own buffer is the send buffer, as with
+         * epoll; when it is full, wait for room rather than copy. */
+        k = c->polling ? -EAGAIN : send_direct(c, iov, n);
+        if (k == -ECONNRESET)
+            c->werr = (int)k; /* the reset is the reads' too (recv_done()) */
         if (k != -EAGAIN)
             return k;
+        if (!c->polling && poll_out(c) != 0)
+            return -ENOMEM;
+        *want = FERRY_WRITE;
+        return -EAGAIN;
     }
     c->slen = c->soff = 0;
     k = append(&c->sbuf, &c->scap, &c->slen, iov, n, SEND_MAX);
@@ -373,6 +411,8 @@ static void conn_close(ferry_stream *s)
         ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_RECV);
     if (c->sending)
         ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_SEND);
+    if (c->polling)
+        ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_POLL);
     /* Hand over now what names the descriptor by its number, before the
      * number goes: the kernel looks an entry's descriptor up when it takes
      * it, and from then on holds the file itself until the operation
