@@ -46,6 +46,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -55,6 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "loop_int.h"
 #include "stream_int.h"
 
@@ -96,6 +98,10 @@ static void netloop_free(struct ferry__loop_part *part)
         struct ferry__ioobj *o = ferry__container_of(l, struct ferry__ioobj, link);
         o->destroy(o);
     }
+#ifdef FERRY_HAVE_URING
+    if (net->uring)
+        ferry__uring_free(net->uring);
+#endif
     if (net->ev_added)
         event_del(&net->ev);
     if (net->epfd >= 0)
@@ -239,6 +245,96 @@ int ferry__ioreg_lt_update(struct ferry__ioreg *g, short extra)
     return 0;
 }
 
+/*
+ * The backend of a loop's streams and listeners, chosen when its netloop
+ * is made: io_uring when the environment asks for it (FERRY_IO=uring) and
+ * a ring can be set up, epoll otherwise.  A loop that asked and could not
+ * have it says why once, in the log and in its statistics, and goes on
+ * with epoll: nothing else changes.
+ */
+static void choose_backend(ferry_loop *loop, struct ferry__netloop *net)
+{
+    const char *env = getenv("FERRY_IO"), *why = "built without io_uring";
+    int err = ENOSYS;
+
+    loop->stats.io_backend = "epoll";
+    if (!env || strcmp(env, "uring") != 0)
+        return;
+#ifdef FERRY_HAVE_URING
+    /* The turn's queued work is handed over before the loop's own polls;
+     * an application's dispatch of its base makes none of those. */
+    if (!loop->own_base) {
+        why = "the loop runs on an application's event base";
+        err = ENOTSUP;
+        goto out;
+    }
+    err = -ferry__uring_new(&net->uring, loop, &why);
+    if (err == 0) {
+        loop->stats.io_backend = "io_uring";
+        return;
+    }
+out:
+#endif
+    loop->stats.io_fallback = why;
+    loop->stats.io_fallback_err = err;
+    ferry__log(FERRY_LOG_WARN, "FERRY_IO=uring: %s (%s); the loop uses epoll", why, strerror(err));
+}
+
+struct ferry__uring *ferry__ioreg_uring(ferry_loop *loop)
+{
+    struct ferry__netloop *net = netloop_of(loop);
+
+    return net ? net->uring : NULL;
+}
+
+/* The loop's netloop, made at its first registration.  Returns: it, or
+ * NULL (no memory). */
+static struct ferry__netloop *netloop_get(ferry_loop *loop)
+{
+    struct ferry__netloop *net = netloop_of(loop);
+
+    if (net)
+        return net;
+    net = ferry__calloc(1, sizeof *net);
+    if (!net)
+        return NULL;
+    net->epfd = -1;
+    ferry__loop_part_add(loop, &net->part, &netloop_ops);
+    choose_backend(loop, net);
+    return net;
+}
+
+int ferry__ioreg_open_ring(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready)
+{
+    struct ferry__netloop *net = netloop_get(loop);
+
+    if (!net)
+        return -ENOMEM;
+    if (!net->uring || fd < 0)
+        return ferry__ioreg_open(g, loop, fd, ready);
+    memset(g, 0, sizeof *g);
+    g->loop = loop;
+    g->fd = fd;
+    g->ready = ready;
+    g->mode = FERRY__IO_URING;
+    return 1;
+}
+
+bool ferry__ioreg_to_ring(struct ferry__ioreg *g)
+{
+    struct ferry__netloop *net = netloop_of(g->loop);
+
+    if (!net || !net->uring || g->mode != FERRY__IO_EPOLL)
+        return false;
+#ifdef __linux__
+    epoll_ctl(net->epfd, EPOLL_CTL_DEL, g->fd, NULL);
+#endif
+    g->mode = FERRY__IO_URING;
+    g->ready = FERRY_READ | FERRY_WRITE;
+    g->hup = false;
+    return true;
+}
+
 int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready)
 {
     struct ferry__netloop *net;
@@ -248,14 +344,9 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
     g->loop = loop;
     g->fd = fd;
     g->ready = ready;
-    net = netloop_of(loop);
-    if (!net) {
-        net = ferry__calloc(1, sizeof *net);
-        if (!net)
-            return -ENOMEM;
-        net->epfd = -1;
-        ferry__loop_part_add(loop, &net->part, &netloop_ops);
-    }
+    net = netloop_get(loop);
+    if (!net)
+        return -ENOMEM;
     if (fd < 0) {
         g->mode = FERRY__IO_NONE;
         return 0;

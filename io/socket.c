@@ -47,6 +47,7 @@ struct ferry_listener {
     int spare;               /* descriptor kept for EMFILE, or -1 */
     int port;                /* bound TCP port, or -1 for a Unix socket */
     unsigned inside;         /* tasks inside accept: freed at 0 once closed */
+    struct ferry__uacc *acc; /* the io_uring accept queue (uring.c), or NULL */
     char *path;              /* socket file to remove at close, or NULL */
     ferry_stream_opts sopts; /* for accepted streams */
     ferry_sim_listener *sim; /* a simulated host's listener it wraps, or NULL */
@@ -134,6 +135,9 @@ static void listener_shut(ferry_listener *l)
         l->sim = NULL;
         return;
     }
+    if (l->acc)
+        ferry__uring_listen_close(l->acc);
+    l->acc = NULL;
     if (l->path)
         unlink(l->path);
     if (l->reg.fd >= 0)
@@ -217,7 +221,12 @@ static int listen_on(ferry_listener **out, ferry_loop *loop, int family, const s
         l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     }
-    rc = ferry__ioreg_open(&l->reg, loop, fd, FERRY_READ);
+    rc = ferry__ioreg_open_ring(&l->reg, loop, fd, FERRY_READ);
+    if (rc == 1) {
+        rc = ferry__uring_listen(&l->acc, &l->reg);
+        if (rc)
+            ferry__ioreg_close(&l->reg);
+    }
     if (rc)
         goto err_unlink;
     /* Without its reserve the listener still works; it only cannot clear
@@ -440,6 +449,24 @@ static int accept_sim(ferry_listener *l, ferry_stream **out, struct sockaddr_sto
     return rc;
 }
 
+/* accept4() through the loop's io_uring: the next queued descriptor (and
+ * its peer's address), or -1 with errno as accept4() leaves it;
+ * -ENOMEM when no accept could be queued. */
+static int accept_ring(ferry_listener *l, struct sockaddr_storage *ss, socklen_t *sl)
+{
+    int fd = ferry__uring_accept(l->acc);
+
+    if (fd == -ENOMEM)
+        return fd;
+    if (fd < 0) {
+        errno = -fd;
+        return -1;
+    }
+    if (getpeername(fd, (struct sockaddr *)ss, sl) != 0)
+        *sl = 0;
+    return fd;
+}
+
 int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr_storage *peer)
 {
     struct sockaddr_storage ss;
@@ -465,9 +492,19 @@ int ferry_listener_accept(ferry_listener *l, ferry_stream **out, struct sockaddr
         return accept_sim(l, out, peer);
     l->inside++;
     for (;;) {
-        if (l->reg.ready & FERRY_READ) {
+        /* Through io_uring the queue is the readiness, and asking it is
+         * what arms the next accept. */
+        if ((l->reg.ready & FERRY_READ) || l->acc) {
             sl = sizeof ss;
-            fd = accept4(l->reg.fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (l->acc) {
+                fd = accept_ring(l, &ss, &sl);
+                if (fd == -ENOMEM) {
+                    rc = -ENOMEM;
+                    break;
+                }
+            } else {
+                fd = accept4(l->reg.fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            }
             if (fd >= 0) {
                 if (l->port >= 0)
                     set_nodelay(fd, &l->sopts);
@@ -549,6 +586,8 @@ static int connect_addr(ferry_stream **out, ferry_task *self, const struct socka
             rc = -errno;
         else if (rc == 0 && err)
             rc = -err;
+        if (rc == 0)
+            rc = ferry__stream_to_ring(s);
         if (rc) {
             ferry__stream_destroy(s);
             return rc;

@@ -86,7 +86,18 @@ int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
         return -ENOMEM;
     s->io = io;
     s->bufsize = opts && opts->read_buffer ? opts->read_buffer : FERRY_STREAM_BUFFER_DEFAULT;
-    rc = ferry__ioreg_open(&s->reg, loop, fd, ready);
+    /* A connected socket goes to the loop's io_uring if it has one; one
+     * still connecting waits for its connection on epoll first
+     * (ferry__stream_to_ring()). */
+    if (io == &ferry__sock_io && ready == (FERRY_READ | FERRY_WRITE))
+        rc = ferry__ioreg_open_ring(&s->reg, loop, fd, ready);
+    else
+        rc = ferry__ioreg_open(&s->reg, loop, fd, ready);
+    if (rc == 1) {
+        rc = ferry__uring_stream_attach(s);
+        if (rc)
+            ferry__ioreg_close(&s->reg);
+    }
     if (rc) {
         ferry__free(s);
         return rc;
@@ -95,6 +106,18 @@ int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
     ferry__ioobj_add(loop, &s->obj);
     *out = s;
     return 0;
+}
+
+int ferry__stream_to_ring(ferry_stream *s)
+{
+    int rc;
+
+    if (s->io != &ferry__sock_io || !ferry__ioreg_to_ring(&s->reg))
+        return 0;
+    rc = ferry__uring_stream_attach(s);
+    if (rc)
+        ferry__ioreg_close(&s->reg);
+    return rc;
 }
 
 int ferry_stream_open(ferry_stream **out, ferry_loop *loop, int fd, const ferry_stream_opts *opts)

@@ -32,12 +32,16 @@ struct ferry__ioobj {
 /* A loop's streams and listeners, and (on Linux) the epoll set their
  * descriptors are registered in (ioreg.c): made at the first
  * registration, freed with the loop. */
+struct ferry__uring;
+
 struct ferry__netloop {
     struct ferry__loop_part part; /* in the loop's parts (ioreg.c) */
     struct ferry__link ioobjs;    /* open streams and listeners */
     int epfd;                     /* the epoll set, or -1 */
     struct event ev;              /* epfd's registration with the base */
     bool ev_added;                /* ev is added */
+    struct ferry__uring *uring;   /* the loop's io_uring (uring.c), or NULL:
+                                   * streams and listeners use epoll */
 };
 
 /* Enter an open object into its loop's list (the loop has a netloop: its
@@ -119,6 +123,9 @@ enum {
     FERRY__IO_NONE,      /* no descriptor: the transport reports readiness
                           * itself (ferry__ioreg_ready(), the simulated
                           * network of sim.c) */
+    FERRY__IO_URING,     /* a descriptor whose I/O goes through the loop's
+                          * io_uring (uring.c): its completions report
+                          * readiness, as for FERRY__IO_NONE */
 };
 
 struct ferry__ioreg {
@@ -165,6 +172,21 @@ int ferry__ioreg_open(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t 
 int ferry__ioreg_wait(struct ferry__ioreg *g, ferry_task *self, struct ferry__waitq *q, int want,
                       const char *what, const void *obj);
 
+/*
+ * As ferry__ioreg_open(), but where the loop uses io_uring for its streams
+ * and listeners (FERRY_IO=uring, uring.c), register `fd` in mode
+ * FERRY__IO_URING instead; the caller then attaches it to the ring.
+ * Returns: 1 registered for io_uring; else as ferry__ioreg_open().
+ */
+int ferry__ioreg_open_ring(struct ferry__ioreg *g, ferry_loop *loop, int fd, uint8_t ready);
+
+/* Move a descriptor registered in the loop's epoll set to mode
+ * FERRY__IO_URING if the loop uses io_uring.  Returns: true if moved. */
+bool ferry__ioreg_to_ring(struct ferry__ioreg *g);
+
+/* The loop's io_uring, or NULL (epoll). */
+struct ferry__uring *ferry__ioreg_uring(ferry_loop *loop);
+
 /* Set readiness `bits` and wake the waiters for them: the loop's events
  * for a descriptor, the transport itself for FERRY__IO_NONE. */
 void ferry__ioreg_ready(struct ferry__ioreg *g, uint8_t bits);
@@ -195,6 +217,9 @@ struct ferry_stream {
     size_t bufsize;                    /* configured size of the buffer */
     const struct ferry__stream_io *io; /* how bytes move */
     void *io_ctx;                      /* the transport's own state */
+    struct ferry__uconn *ring;         /* the io_uring transport's state (uring.c),
+                                        * also under a transport on top (TLS),
+                                        * or NULL */
 };
 
 /*
@@ -206,6 +231,11 @@ struct ferry_stream {
 int ferry__stream_make(ferry_stream **out, ferry_loop *loop, int fd,
                        const struct ferry__stream_io *io, uint8_t ready,
                        const ferry_stream_opts *opts);
+
+/* A socket stream that was connecting is connected: move it to the
+ * loop's io_uring if it has one.  Returns: 0; -ENOMEM (the stream is
+ * closed then, and the caller destroys it). */
+int ferry__stream_to_ring(ferry_stream *s);
 
 /* Close and free a stream that no task is inside (error paths of socket.c). */
 void ferry__stream_destroy(ferry_stream *s);
@@ -247,5 +277,57 @@ extern int64_t ferry__connect_attempt_min;
 int ferry__stream_sel_poll(ferry_stream *s, struct ferry_task *self, int want);
 int ferry__stream_sel_arm(ferry_stream *s, struct ferry__waiter *w, int want);
 void ferry__stream_sel_disarm(ferry_stream *s, struct ferry__waiter *w);
+
+/* ---- The io_uring backend (uring.c) ------------------------------------------ */
+
+struct ferry__uacc;
+
+#ifdef FERRY_HAVE_URING
+/*
+ * Make the loop's ring (FERRY_IO=uring): 0 and *out, or a negative errno
+ * with *why saying what failed (the loop then uses epoll).
+ */
+int ferry__uring_new(struct ferry__uring **out, ferry_loop *loop, const char **why);
+
+/* Free the ring once every stream and listener is closed: waits for the
+ * kernel to answer what is still in flight. */
+void ferry__uring_free(struct ferry__uring *u);
+
+/* Give a socket stream registered in mode FERRY__IO_URING its transport.
+ * Returns: 0; -ENOMEM. */
+int ferry__uring_stream_attach(ferry_stream *s);
+
+/* Give a listener's descriptor, registered in mode FERRY__IO_URING, its
+ * accept queue.  Returns: 0; -ENOMEM. */
+int ferry__uring_listen(struct ferry__uacc **out, struct ferry__ioreg *g);
+
+/* The next accepted descriptor: >= 0, -EAGAIN (none yet: wait for
+ * FERRY_READ on the listener), or the kernel's error for an accept. */
+int ferry__uring_accept(struct ferry__uacc *a);
+
+/* The listener closes: cancel its accept, close the queued descriptors. */
+void ferry__uring_listen_close(struct ferry__uacc *a);
+#else
+static inline int ferry__uring_stream_attach(ferry_stream *s)
+{
+    (void)s;
+    return -ENOSYS;
+}
+static inline int ferry__uring_listen(struct ferry__uacc **out, struct ferry__ioreg *g)
+{
+    (void)out;
+    (void)g;
+    return -ENOSYS;
+}
+static inline int ferry__uring_accept(struct ferry__uacc *a)
+{
+    (void)a;
+    return -ENOSYS;
+}
+static inline void ferry__uring_listen_close(struct ferry__uacc *a)
+{
+    (void)a;
+}
+#endif
 
 #endif /* FERRY_STREAM_INT_H */

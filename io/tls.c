@@ -167,6 +167,10 @@ static int net_flush(ferry_stream *s, struct tls *t, int *want)
         int rc = t->lower->shutdown(s);
         if (rc && rc != -ENOTSOCK && rc != -ENOTCONN)
             return rc;
+    } else if (t->lower->flush) {
+        /* A transport below with buffers of its own (io_uring's sends):
+         * the records are sent once it has handed them to the kernel. */
+        return t->lower->flush(s, want);
     }
     return 0;
 }

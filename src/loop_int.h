@@ -336,6 +336,11 @@ struct ferry_loop {
 
     /* ---- the parts the I/O layer adds at their first use (loop.c) ---- */
     struct ferry__link parts; /* of struct ferry__loop_part, oldest first */
+    /* Set by the I/O layer when it queues work that the kernel takes in
+     * batches (the io_uring backend): called before every poll, to hand
+     * over what the turn queued and take in what completed.  NULL: nothing
+     * to do. */
+    void (*io_prepoll)(ferry_loop *loop);
 
     /* ---- the loop's random choices (select.c, and fuzzing's in sched.c
      * and task.c) ---- */

@@ -228,6 +228,8 @@ static void poll_io(ferry_loop *loop, bool block)
     int flags = EVLOOP_ONCE;
 
     ferry__timers_expire(loop);
+    if (loop->io_prepoll)
+        loop->io_prepoll(loop);
     if (!ferry__list_empty(&loop->runq) || loop->stop)
         block = false;
     ferry__stack_poll(loop, block);

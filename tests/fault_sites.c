@@ -1787,6 +1787,78 @@ static void undo_stream_open(int rc)
     pair_done();
 }
 
+#if FERRY_HAVE_URING
+/* The same on a fresh loop that asks for io_uring (FERRY_IO=uring): the
+ * first registration makes the ring.  A ring that cannot be made (its
+ * memory, or libevent's for its event) leaves the loop on epoll, the
+ * stream opened: absorbed by design. */
+static void setup_pair_uring_loop(void)
+{
+    setenv("FERRY_IO", "uring", 1);
+    setup_pair_fresh_loop();
+}
+
+static void undo_stream_open_uring(int rc)
+{
+    undo_stream_open(rc);
+    unsetenv("FERRY_IO");
+}
+
+/* A stream on a loop whose ring is made (not armed). */
+static void setup_stream_uring(void)
+{
+    setup_pair_uring_loop();
+    if (ferry_stream_open(&g_st, g_bl, g_sp[0], NULL) != 0)
+        FAILF("stream_open on the ring");
+}
+
+static int uring_write_task(void *arg)
+{
+    size_t n = 0;
+    int rc;
+
+    (void)arg;
+    sweep_arm();
+    rc = ferry_stream_write(g_st, "hello", 5, &n);
+    sweep_disarm();
+    return rc;
+}
+
+static int op_stream_write_uring(void)
+{
+    return in_task(g_bl, uring_write_task, NULL);
+}
+
+static void undo_stream_uring(int rc)
+{
+    (void)rc;
+    ferry_stream_close(g_st); /* closes g_sp[0] */
+    g_st = NULL;
+    g_sp[0] = -1;
+    ferry_loop_free(g_bl);
+    g_bl = NULL;
+    unsetenv("FERRY_IO");
+    pair_done();
+}
+
+static ferry_listener *g_ulis;
+
+static int op_tcp_listen_uring(void)
+{
+    return ferry_tcp_listen(&g_ulis, g_bl, "127.0.0.1", 0, NULL);
+}
+
+static void undo_listen_uring(int rc)
+{
+    if (rc != 0 && g_ulis)
+        FAILF("tcp_listen: failed but set *out");
+    if (g_ulis && ferry_listener_close(g_ulis) != 0)
+        FAILF("listener_close");
+    g_ulis = NULL;
+    undo_stream_uring(0);
+}
+#endif
+
 /* A stream over the pair (not armed), with a read buffer of `bufsize`. */
 static void setup_pair_stream(size_t bufsize)
 {
@@ -2563,6 +2635,13 @@ static const struct sweep sweeps[] = {
     { "loop_dump_on_signal", setup_dump_signal, op_dump_signal,  undo_dump_signal, NULL },
     { "wait_signal",         setup_sig_loop,   op_wait_signal,    undo_wait_signal, NULL, true },
     { "stream_open",         setup_pair_fresh_loop, op_stream_open, undo_stream_open, NULL },
+#if FERRY_HAVE_URING
+    { "stream_open (io_uring)", setup_pair_uring_loop, op_stream_open, undo_stream_open_uring,
+      "uring_setup|ferry__uring_new|bufs_init|ev_malloc" },
+    { "stream write (io_uring)", setup_stream_uring, op_stream_write_uring, undo_stream_uring,
+      NULL, true },
+    { "tcp_listen (io_uring)", setup_stream_uring, op_tcp_listen_uring, undo_listen_uring, NULL },
+#endif
     { "stream read",         setup_stream_read, op_stream_read,   undo_stream_read, NULL, true },
     { "stream read (growth)",setup_stream_grow, op_stream_grow,   undo_stream_read, NULL, true },
     { "unix_listen",         setup_listen,     op_unix_listen,    undo_listen,      NULL },

@@ -599,6 +599,15 @@ static void stats_add(ferry_runtime_stats *sum, const ferry_runtime_stats *one)
     sum->loop.live_tasks += one->loop.live_tasks;
     sum->loop.stacks_cached += one->loop.stacks_cached;
     sum->loop.handoffs += one->loop.handoffs;
+    sum->loop.io_submits += one->loop.io_submits;
+    sum->loop.io_completions += one->loop.io_completions;
+    sum->loop.io_buf_empty += one->loop.io_buf_empty;
+    if (!sum->loop.io_backend || (one->loop.io_backend && one->loop.io_fallback)) {
+        /* A fallback on any loop shows in the sum. */
+        sum->loop.io_backend = one->loop.io_backend;
+        sum->loop.io_fallback = one->loop.io_fallback;
+        sum->loop.io_fallback_err = one->loop.io_fallback_err;
+    }
     sum->calls_out += one->calls_out;
     sum->calls_in += one->calls_in;
     sum->calls_inline += one->calls_inline;

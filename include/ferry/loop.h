@@ -267,6 +267,18 @@ typedef struct ferry_loop_stats {
                             * task of the turn, or a lone task going on after
                             * a yield.  Never while a stop is pending or the
                             * blocked-loop detector times steps. */
+    /* How the loop's streams and listeners do their I/O (docs/io_uring.md):
+     * "epoll", "io_uring", or NULL before the loop's first stream or
+     * listener. */
+    const char *io_backend;
+    /* Why io_uring was asked for (FERRY_IO=uring) and the loop uses epoll:
+     * a short reason, or NULL. */
+    const char *io_fallback;
+    int      io_fallback_err;  /* the errno of that reason, or 0 */
+    uint64_t io_submits;       /* io_uring: submission system calls made */
+    uint64_t io_completions;   /* io_uring: completions reaped */
+    uint64_t io_buf_empty;     /* io_uring: receives that found no free
+                                * buffer in the loop's buffer ring */
 } ferry_loop_stats;
 
 /* Copy the loop's counters to *out.
