@@ -17,6 +17,10 @@
 # divided by the round trips (per MB for tcp_bulk) is added to the timed
 # run's line as srv_syscalls_per_op (srv_syscalls_per_mb), so the counting
 # does not slow the timed run.  The count includes the connections' setup.
+# Every line of a ferry server gets backend= (what the server said at
+# start: io_uring or epoll).  A ferry-uring server that fell back to epoll
+# at run time measures nothing of io_uring: its lines are left out, with a
+# note giving the reason; a build without the backend keeps them, noted.
 # Then the medians, and the ratios of ferry-uring to the two others.
 #
 #   ANCHORS=DIR bench/run-uring.sh           # 5 runs
@@ -37,7 +41,7 @@
 #            run's (the committed lines are bench/uring_results.txt: copy
 #            OUT's there)
 #
-# Until the backend exists, FERRY_IO=uring serves with epoll and the two
+# In a build without the backend, FERRY_IO=uring serves with epoll and the two
 # ferry rows measure the same code.  Needs perf for the system call counts
 # (the column is left out without it).
 set -euo pipefail
@@ -53,7 +57,7 @@ while getopts "a:n:C:b:o:wh" opt; do
         b) build=$OPTARG ;;
         o) out=$OPTARG ;;
         w) write=1 ;;
-        *) sed -n '2,45p' "$0"; exit 2 ;;
+        *) sed -n '2,49p' "$0"; exit 2 ;;
     esac
 done
 log() { printf 'run-uring: %s\n' "$*" >&2; }
@@ -80,8 +84,9 @@ client=$abuild/echo_client
 
 out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/ferry-uring.XXXXXX")}
 mkdir -p "$out"
-results=$out/results.txt
+results=$out/results.txt pending=$out/pending.txt
 : >"$results"
+: >"$pending"
 
 # The idle connections need a descriptor each, in the client and in the
 # server (started from here, so it inherits the limit).
@@ -99,7 +104,7 @@ else
     log "perf cannot count raw_syscalls:sys_enter here: no system call counts"
 fi
 
-srv="" port=""
+srv="" port="" starts=0 srvlog=""
 stop_server() {
     [ -n "$srv" ] || return 0
     kill -TERM "$srv" 2>/dev/null || true
@@ -118,7 +123,9 @@ start_server() {
         port=$((20000 + RANDOM % 12000))
         ss -Htan "sport = :$port" | grep -q . && continue
         cmd=${tpl//\{PORT\}/$port}
-        bash -c "exec $cmd" </dev/null >>"$out/server.$sys.log" 2>&1 &
+        starts=$((starts + 1))
+        srvlog=$out/server.$sys.$starts.log
+        bash -c "exec $cmd" </dev/null >"$srvlog" 2>&1 &
         srv=$!
         for _ in $(seq 1 200); do
             kill -0 "$srv" 2>/dev/null || break
@@ -127,7 +134,7 @@ start_server() {
         done
         stop_server
     done
-    log "$sys: the server did not start (see $out/server.$sys.log)"
+    log "$sys: the server did not start (see $srvlog)"
     return 1
 }
 
@@ -170,7 +177,31 @@ echo_run() {
             extra=$(awk -v c="$calls" -v n="$ncount" 'BEGIN { printf " srv_syscalls_per_op=%.2f", c / n }')
         fi
     fi
-    printf '%s%s\n' "$line" "$extra" >>"$results"
+    printf '%s%s\n' "$line" "$extra" >>"$pending"
+}
+
+# keep SYSTEM: stop the server and move its lines to the results, each
+# with backend= as the server said it (ferry's servers).  A ferry-uring
+# server that fell back to epoll does not measure io_uring: its lines are
+# kept out of the results and a note says why.
+keep() {
+    local sys=$1 backend why
+    stop_server
+    backend=$(sed -n 's/^ferry-bench: io backend \([a-z_]*\).*/\1/p' "$srvlog" | head -n 1)
+    why=$(sed -n 's/^ferry-bench: io backend .*, fallback: //p' "$srvlog" | head -n 1)
+    if [ "$sys" = ferry-uring ] && [ "$why" = "built without io_uring" ]; then
+        grep -q '^# ferry-uring: built without' "$results" ||
+            echo "# ferry-uring: built without io_uring: its rows measure epoll" >>"$results"
+        sed "s/\$/ backend=$backend/" "$pending" >>"$results"
+    elif [ "$sys" = ferry-uring ] && [ "$backend" != io_uring ]; then
+        log "ferry-uring served with ${backend:-an unknown backend}: ${why:-no reason given}; its lines left out"
+        echo "# ferry-uring, run $r: served with ${backend:-?} (${why:-no reason given}): left out" >>"$results"
+    elif [ -n "$backend" ]; then
+        sed "s/\$/ backend=$backend/" "$pending" >>"$results"
+    else
+        cat "$pending" >>"$results"
+    fi
+    : >"$pending"
 }
 
 # measure SYSTEM 'COMMAND {PORT}': every workload against one server, then
@@ -183,12 +214,12 @@ measure() {
     echo_run "$sys" tcp_echo_100 100 200000 40000
     echo_run "$sys" tcp_echo_300 300 200000 40000
     echo_run "$sys" tcp_bulk 1 268435456 67108864
-    stop_server
+    keep "$sys"
     [ "$conns_idle" -gt 0 ] || return 0
     start_server "$sys" "$tpl" || return 0
     "$idle" --port "$port" --server-pid "$srv" --conns "$conns_idle" --system "$sys" \
-        2>>"$out/client.err" | grep '^BENCH' >>"$results" || log "idle_conns $sys failed"
-    stop_server
+        2>>"$out/client.err" | grep '^BENCH' >>"$pending" || log "idle_conns $sys failed"
+    keep "$sys"
 }
 
 systems=(ferry-uring ferry-epoll echo_epoll)
@@ -199,7 +230,7 @@ declare -A cmds=(
 )
 {
     btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-    echo "# commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo "?"), ${btype:-unknown} build, $(nproc) cpus, $(uname -r)"
+    echo "# commit: $(git -C "$root" describe --always --dirty --abbrev=7 2>/dev/null || echo "?"), ${btype:-unknown} build, $(nproc) cpus, $(uname -r)"
     echo "# syscalls: counted by perf stat -e raw_syscalls:sys_enter in a second, shorter run against the same server"
 } >>"$results"
 for ((r = 1; r <= runs; r++)); do
