@@ -113,6 +113,7 @@
 #include <event2/event.h>
 
 #include <ferry/ferry.h>
+#include <ferry/features.h>
 
 #define SYS "ferry"
 #define POOL_THREADS 4
@@ -980,6 +981,25 @@ static int echo_acceptor(void *arg)
     }
 }
 
+/* Say on stderr how the loop's streams do their I/O, and why not with
+ * io_uring where FERRY_IO=uring asked for it: bench/run-uring.sh reads it
+ * to keep a server that fell back out of the io_uring rows. */
+static void print_io_backend(void)
+{
+#ifdef FERRY_HAVE_URING
+    ferry_loop_stats ls;
+
+    if (ferry_loop_stats_get(ferry_loop_current(), &ls) == 0 && ls.io_backend)
+        fprintf(stderr, "ferry-bench: io backend %s%s%s\n", ls.io_backend,
+                ls.io_fallback ? ", fallback: " : "", ls.io_fallback ? ls.io_fallback : "");
+#else
+    const char *io = getenv("FERRY_IO");
+
+    fprintf(stderr, "ferry-bench: io backend epoll%s\n",
+            io && strcmp(io, "uring") == 0 ? ", fallback: built without io_uring" : "");
+#endif
+}
+
 /* Serve until SIGTERM or SIGINT; then stop the loop (freeing it ends the
  * connections' tasks). */
 static int echo_main(void *arg)
@@ -996,6 +1016,7 @@ static int echo_main(void *arg)
         die("ferry_tcp_listen", rc);
     fprintf(stderr, "ferry-bench: echo server%s on 127.0.0.1:%d\n", a[1] ? " (bufferevent)" : "",
             ferry_listener_port(echo_listener));
+    print_io_backend();
     acc = spawn(echo_acceptor, (void *)(uintptr_t)(a[1] != NULL));
     ferry_sigsub_recv(sub, &sig);
     ferry_task_cancel(acc);

@@ -9,6 +9,7 @@
     python3 bench/parts.py rpc bench/rpc_results.txt
     python3 bench/parts.py curl bench/curl_results.txt
     python3 bench/parts.py sim bench/sim_results.txt
+    python3 bench/parts.py uring bench/uring_results.txt
 
 Parts:
   redis  ferry-redis-bench's lines: a row per workload and system, its
@@ -31,6 +32,11 @@ Parts:
          then, for the lines with seeds_per_s, the median seeds a second of
          a whole simulated scenario under ferry-fuzz, and its real time per
          seed.
+  uring  bench/run-uring.sh's lines: for each echo workload and server, the
+         median round trips/s (MB/s for tcp_bulk), server CPU per round trip
+         and the server's system calls per round trip (per MB), with
+         ferry-uring's median over that server's: CPU (lower is better) and
+         throughput; then the idle connections' RSS growth per connection.
 
 Input: BENCH lines in the contract's format (bench/README.md), from files or
 stdin; several lines of one (workload, system) are runs, and a figure is
@@ -59,6 +65,7 @@ SYSTEMS = {
     "curl": ["ferry", "threads", "go"],
     "sim": ["simulated", "loopback-tcp", "jobs-1", "jobs-2"],
     "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
+    "uring": ["ferry-uring", "ferry-epoll", "echo_epoll"],
 }
 
 
@@ -228,8 +235,58 @@ def sim_table(runs, order):
     return out
 
 
+def per_mb(w, fs):
+    """tcp_bulk's n counts bytes: its server CPU per op is given per MB
+    (10^6 bytes, in ns) so that it reads as a figure, not a fraction."""
+    if w != "tcp_bulk" or not fs:
+        return fs
+    return [dict(f, srv_cpu_ns_per_op=float(f["srv_cpu_ns_per_op"]) * 1e6)
+            if "srv_cpu_ns_per_op" in f else f for f in fs]
+
+
+def uring_table(runs, order):
+    """Echo workloads: a row per workload and server; idle_conns: a table
+    of its own.  The ratios are ferry-uring's median over the row's."""
+    out = ["| workload | server | round trips/s (tcp_bulk: MB/s) | server CPU ns per round trip (tcp_bulk: per MB) | "
+           "server syscalls per round trip (tcp_bulk: per MB) | ferry-uring / server: CPU | "
+           "ferry-uring / server: per second |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    systems = systems_of(runs, "uring")
+    idle = []
+    for w in order:
+        if w == "idle_conns":
+            idle = [s for s in systems if (w, s) in runs]
+            continue
+        rate = "mb_per_s" if w == "tcp_bulk" else "ops_per_s"
+        calls = "srv_syscalls_per_mb" if w == "tcp_bulk" else "srv_syscalls_per_op"
+        base = per_mb(w, runs.get((w, "ferry-uring")))
+        for s in systems:
+            fs = per_mb(w, runs.get((w, s)))
+            if not fs:
+                continue
+            cells = []
+            for key, digits in ((rate, 0), ("srv_cpu_ns_per_op", 0), (calls, 2)):
+                cells.append(figure(fs, key, digits)[1] if all(key in f for f in fs) else "-")
+            ratios = ["-", "-"]
+            if base and s != "ferry-uring":
+                for i, key in enumerate(("srv_cpu_ns_per_op", rate)):
+                    if all(key in f for f in fs + base):
+                        mine = figure(fs, key)[0]
+                        if mine:
+                            ratios[i] = "%.2f" % (figure(base, key)[0] / mine)
+            out.append("| %s | %s | %s | %s |" % (w, s, " | ".join(cells), " | ".join(ratios)))
+    if idle:
+        out += ["", "| idle connections | server | server RSS growth KiB | bytes per connection |",
+                "| ---: | --- | ---: | ---: |"]
+        for s in idle:
+            fs = runs[("idle_conns", s)]
+            out.append("| %s | %s | %s | %s |" % (num(float(fs[0]["n"])), s,
+                       figure(fs, "rss_growth_kb")[1], figure(fs, "bytes_per_conn")[1]))
+    return out
+
+
 TABLES = {"redis": redis_table, "xloop": xloop_table, "pq": pq_table, "rpc": rpc_table,
-          "curl": curl_table, "sim": sim_table}
+          "curl": curl_table, "sim": sim_table, "uring": uring_table}
 
 
 def render(part, lines):
