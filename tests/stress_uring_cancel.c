@@ -265,9 +265,16 @@ Test(stress_uring_cancel, cancellation_races_completion_and_no_byte_is_lost,
             before = open_fds() - 2;
     }
     ferry_loop_stats_get(loop, &st);
-    if (strcmp(getenv("FERRY_IO"), "uring") == 0)
+    /* Where the machine denies io_uring the race runs on the fallback (a
+     * check of epoll's cancel safety); where it allows it, the ring must
+     * be in use, or this test would prove nothing about it. */
+    if (strcmp(getenv("FERRY_IO"), "uring") == 0 && st.io_fallback_err != EPERM &&
+        st.io_fallback_err != ENOSYS)
         cr_assert_str_eq(st.io_backend, "io_uring", "fell back: %s",
                          st.io_fallback ? st.io_fallback : "?");
+    else if (strcmp(st.io_backend, "io_uring") != 0)
+        fprintf(stderr, "stress_uring_cancel: io_uring denied here (%s): the race runs on epoll\n",
+                st.io_fallback ? st.io_fallback : "?");
     cr_assert_eq(tu_run_on(loop, main_task, &rounds), 0);
     cr_assert_eq(g_bad, 0, "seed %llu, round %lu: %s", (unsigned long long)g_seed, g_rounds,
                  g_why);
