@@ -745,6 +745,12 @@ T(accept_out_of_descriptors_drops_the_queue_and_does_not_spin)
     int c[3];
     char b;
 
+    /* valgrind keeps the descriptor limit to itself (the kernel never sees
+     * the test's setrlimit), and io_uring's accepts take descriptors in the
+     * kernel, past valgrind's checks: there the limit cannot be hit. */
+    if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload") &&
+        getenv("FERRY_IO") && strcmp(getenv("FERRY_IO"), "uring") == 0)
+        cr_skip_test("under valgrind, io_uring's accepts do not see the test's descriptor limit");
     memset(&g, 0, sizeof g);
     cr_assert_eq(ferry_tcp_listen(&L, tu_loop, "127.0.0.1", 0, NULL), 0);
     a.sin_port = htons((uint16_t)ferry_listener_port(L));
