@@ -204,37 +204,6 @@ static int main_task(void *arg)
     return 0;
 }
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void tcp_pair(int fds[2])
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    cr_assert_geq(l, 0);
-    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(l, 1), 0);
-    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-    fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_eq(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
-    fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-    cr_assert_geq(fds[1], 0);
-    close(l);
-}
-
 Test(stress_uring_cancel, cancellation_races_completion_and_no_byte_is_lost,
      .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 600.)
 {
@@ -255,14 +224,14 @@ Test(stress_uring_cancel, cancellation_races_completion_and_no_byte_is_lost,
     /* The ring is made with the first stream; count the descriptors after. */
     for (int i = 0; i < NCONN; i++) {
         if (i % 2)
-            tcp_pair(fds);
+            tu_tcp_pair(fds);
         else
             cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
         memset(&conns[i], 0, sizeof conns[i]);
         conns[i].peer = fds[1];
         cr_assert_eq(ferry_stream_open(&conns[i].s, loop, fds[0], NULL), 0);
         if (i == 0)
-            before = open_fds() - 2;
+            before = tu_open_fds() - 2;
     }
     ferry_loop_stats_get(loop, &st);
     /* Where the machine denies io_uring the race runs on the fallback (a
@@ -282,7 +251,7 @@ Test(stress_uring_cancel, cancellation_races_completion_and_no_byte_is_lost,
         cr_assert_eq(conns[i].got, conns[i].sent, "seed %llu", (unsigned long long)g_seed);
         close(conns[i].peer);
     }
-    cr_assert_eq(open_fds(), before, "descriptors left (seed %llu)", (unsigned long long)g_seed);
+    cr_assert_eq(tu_open_fds(), before, "descriptors left (seed %llu)", (unsigned long long)g_seed);
     ferry_loop_free(loop);
     fprintf(stderr,
             "stress_uring_cancel: seed %llu: %lu rounds, %lu reads completed, %lu cancelled\n",

@@ -79,38 +79,6 @@ static void pair(void)
     cr_assert_eq(ferry_stream_open(&S, tu_loop, sp[0], NULL), 0);
 }
 
-/* A connected TCP pair over loopback: fds[0] and fds[1]. */
-static void tcp_pair(int fds[2])
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    cr_assert_geq(l, 0);
-    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(l, 1), 0);
-    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-    fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_eq(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
-    fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-    cr_assert_geq(fds[1], 0);
-    close(l);
-}
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
 static ferry_loop_stats stats(void)
 {
     ferry_loop_stats st;
@@ -424,9 +392,9 @@ T(close_with_operations_in_flight_leaves_no_descriptor)
 
     memset(&g, 0, sizeof g);
     pair(); /* the ring exists before the count */
-    before = open_fds();
+    before = tu_open_fds();
     for (int i = 0; i < NCLOSE; i++) {
-        tcp_pair(fds);
+        tu_tcp_pair(fds);
         cpeer[i] = fds[1];
         cr_assert_eq(ferry_stream_open(&cs[i], tu_loop, fds[0], NULL), 0);
     }
@@ -441,7 +409,7 @@ T(close_with_operations_in_flight_leaves_no_descriptor)
         cr_assert_eq(k, 0, "peer %d: %zd", i, k);
         close(cpeer[i]);
     }
-    cr_assert_eq(open_fds(), before);
+    cr_assert_eq(tu_open_fds(), before);
     ferry_stream_close(S);
     close(sp[1]);
 }
@@ -482,7 +450,7 @@ T(a_flooding_peer_cannot_take_every_buffer)
     ssize_t k;
 
     memset(&g, 0, sizeof g);
-    tcp_pair(fds);
+    tu_tcp_pair(fds);
     sp[1] = fds[1];
     cr_assert_eq(ferry_stream_open(&S, tu_loop, fds[0], NULL), 0);
     cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, q), 0);

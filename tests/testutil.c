@@ -1,10 +1,14 @@
 /* testutil.c - fixtures shared by ferry's test programs. */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <criterion/criterion.h>
 #include <event2/event.h>
@@ -538,4 +542,36 @@ const char *tu_stderr_release(void)
 int tu_stderr_fd(void)
 {
     return cap_file ? fileno(cap_file) : -1;
+}
+
+int tu_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+void tu_tcp_pair(int fds[2])
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    cr_assert_geq(l, 0);
+    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(l, 1), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fds[0], 0);
+    cr_assert_eq(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
+    fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(fds[1], 0);
+    close(l);
 }

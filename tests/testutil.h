@@ -61,6 +61,14 @@ void tu_libevent_fault_hook(void (*failed)(const char *site));
  * ferry's own allocations). */
 void tu_libevent_fault_exempt(bool on);
 
+/* Descriptors open in the process now (entries of /proc/self/fd, less the
+ * directory's own): tests that a close or a cancel leaves none behind. */
+int tu_open_fds(void);
+
+/* A connected TCP pair over loopback in fds[0] and fds[1] (blocking,
+ * close-on-exec); fails the test if the machine cannot make one. */
+void tu_tcp_pair(int fds[2]);
+
 /* FERRY_TEST_TIME_MULT (at least 1): how much slower than a plain build
  * this build runs (valgrind, TSan, ASan). */
 double tu_time_mult(void);
