@@ -24,6 +24,8 @@ enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
 #define RING_ENTRIES 256         /* submission queue entries */
 #define CQ_ENTRIES   4096        /* completion queue entries */
 #define NO_BUF       0xffff      /* end of a stream's buffer queue */
+#define SBUF_SMALL   4096        /* a send buffer for one small write */
+#define SBUF_KEEP    64          /* small send buffers a loop keeps for reuse */
 /* An accept's flag (kernel 6.10): wait for a connection before taking a
  * descriptor, so that running out of descriptors is reported only with a
  * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
@@ -43,6 +45,9 @@ struct ferry__uring {
     unsigned nadd;                /* buffers given back since the last advance */
     unsigned pending;             /* prepared entries not yet submitted */
     unsigned inflight;            /* operations the kernel has not ended */
+    void *sfree;                  /* small send buffers kept for reuse, each
+                                   * holding the next one's address */
+    unsigned nsfree;              /* how many */
     struct ferry__link starved;   /* streams whose receive found no buffer */
     struct ferry__link orphans;   /* closed objects with operations in flight */
 };
@@ -131,5 +136,13 @@ void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c);
 
 /* Free a stream state's send buffers. */
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c);
+
+/* A send buffer of `cap` bytes (SBUF_SMALL or SEND_MAX): a kept one where
+ * there is one.  NULL: no memory. */
+char *ferry__uring_sbuf_get(struct ferry__uring *u, size_t cap);
+
+/* Done with send buffer `p` of `cap` bytes (NULL: nothing): kept for the
+ * next small write, or freed. */
+void ferry__uring_sbuf_put(struct ferry__uring *u, char *p, size_t cap);
 
 #endif /* FERRY_URING_INT_H */

@@ -18,8 +18,8 @@
  * a stream that moves bulk costs one system call per read, as with epoll,
  * and not a round through the ring per 4 KiB (the bulk rule).
  *
- * Sending.  The seam's send copies into the stream's own buffer and queues
- * one SEND; a short send resubmits the rest; flush says EAGAIN until the
+ * Sending.  The seam's send copies into a send buffer, which the stream
+ * holds only until the kernel has taken its bytes, and queues one SEND; a short send resubmits the rest; flush says EAGAIN until the
  * kernel has taken every byte, so a write returns when its bytes are in
  * the socket, as with epoll.  A large write goes straight to the socket
  * with send(2), and waits for room through the ring when it is full,
@@ -164,6 +164,18 @@ void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int 
         c->werr = -ENOMEM;
     if (!orphan && !c->sending && c->shut)
         shutdown(c->fd, SHUT_WR);
+    /* Buffers with nothing left to send go back to the loop: an idle
+     * connection holds none. */
+    if (!c->sending) {
+        ferry__uring_sbuf_put(u, c->sbuf, c->scap);
+        c->sbuf = NULL;
+        c->scap = c->slen = c->soff = 0;
+    }
+    if (!c->qlen) {
+        ferry__uring_sbuf_put(u, c->qbuf, c->qcap);
+        c->qbuf = NULL;
+        c->qcap = 0;
+    }
     ferry__uring_op_end(u, &c->o);
     if (!orphan)
         ferry__ioreg_ready(&c->s->reg, FERRY_WRITE);
@@ -288,20 +300,23 @@ void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c)
 }
 
 /* Copy up to `max` bytes of iov[0, n) to the end of *buf (of *cap bytes,
- * *len used), growing it.  Returns: the count; -ENOMEM. */
-static ssize_t append(char **buf, size_t *cap, size_t *len, const struct iovec *iov, int n,
-                      size_t max)
+ * *len used; NULL: none yet), growing it.  Returns: the count; -ENOMEM. */
+static ssize_t append(struct ferry__uring *u, char **buf, size_t *cap, size_t *len,
+                      const struct iovec *iov, int n, size_t max)
 {
     size_t total = 0, at = *len;
 
     for (int i = 0; i < n && total < max; i++)
         total += iov[i].iov_len < max - total ? iov[i].iov_len : max - total;
     if (*cap < at + total) {
-        size_t want = at + total < 4096 ? 4096 : SEND_MAX;
-        char *p = ferry__realloc(*buf, want);
+        size_t want = at + total <= SBUF_SMALL ? SBUF_SMALL : SEND_MAX;
+        char *p = ferry__uring_sbuf_get(u, want);
 
         if (!p)
             return -ENOMEM;
+        if (at)
+            memcpy(p, *buf, at);
+        ferry__uring_sbuf_put(u, *buf, *cap);
         *buf = p;
         *cap = want;
     }
@@ -334,7 +349,7 @@ static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *w
             *want = FERRY_WRITE;
             return -EAGAIN;
         }
-        return append(&c->qbuf, &c->qcap, &c->qlen, iov, n, SEND_MAX - c->qlen);
+        return append(c->u, &c->qbuf, &c->qcap, &c->qlen, iov, n, SEND_MAX - c->qlen);
     }
     for (int i = 0; i < n; i++)
         total += iov[i].iov_len;
@@ -352,7 +367,7 @@ static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *w
         return -EAGAIN;
     }
     c->slen = c->soff = 0;
-    k = append(&c->sbuf, &c->scap, &c->slen, iov, n, SEND_MAX);
+    k = append(c->u, &c->sbuf, &c->scap, &c->slen, iov, n, SEND_MAX);
     if (k < 0)
         return k;
     rc = send_sqe(c);
