@@ -74,43 +74,6 @@ void ferry__uring_cancel(struct ferry__uring *u, uint64_t ud)
     io_uring_sqe_set_data64(sqe, 0);
 }
 
-void ferry__uring_conn_free_bufs(struct ferry__uconn *c)
-{
-    ferry__uring_sbuf_put(c->u, c->sbuf, c->scap);
-    ferry__uring_sbuf_put(c->u, c->qbuf, c->qcap);
-    c->sbuf = c->qbuf = NULL;
-    c->scap = c->qcap = 0;
-}
-
-/* A stream holds a send buffer only while its bytes are on their way, so
- * that an idle connection holds none; the loop keeps a few small ones, so
- * that a stream writing again does not allocate again. */
-char *ferry__uring_sbuf_get(struct ferry__uring *u, size_t cap)
-{
-    char *p;
-
-    if (cap == SBUF_SMALL && u->sfree) {
-        p = u->sfree;
-        memcpy(&u->sfree, p, sizeof u->sfree);
-        u->nsfree--;
-        return p;
-    }
-    return ferry__malloc(cap);
-}
-
-void ferry__uring_sbuf_put(struct ferry__uring *u, char *p, size_t cap)
-{
-    if (!p)
-        return;
-    if (cap != SBUF_SMALL || u->nsfree >= SBUF_KEEP) {
-        ferry__free(p);
-        return;
-    }
-    memcpy(p, &u->sfree, sizeof u->sfree);
-    u->sfree = p;
-    u->nsfree++;
-}
-
 static void sbufs_fini(struct ferry__uring *u)
 {
     while (u->sfree) {

@@ -24,8 +24,14 @@ enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
 #define RING_ENTRIES 256         /* submission queue entries */
 #define CQ_ENTRIES   4096        /* completion queue entries */
 #define NO_BUF       0xffff      /* end of a stream's buffer queue */
-#define SBUF_SMALL   4096        /* a send buffer for one small write */
-#define SBUF_KEEP    64          /* small send buffers a loop keeps for reuse */
+#define RECV_HOLD \
+    2 /* buffers a stream's multishot receive may
+                                  * fill before it is cancelled */
+#define RECV_LIMIT \
+    (RECV_HOLD * BUFSZ) /* bytes a multishot receive takes
+                                          * at most (the kernel's cap) */
+#define SBUF_SMALL 4096 /* a send buffer for one small write */
+#define SBUF_KEEP  64   /* small send buffers a loop keeps for reuse */
 /* An accept's flag (kernel 6.10): wait for a connection before taking a
  * descriptor, so that running out of descriptors is reported only with a
  * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
@@ -37,6 +43,8 @@ struct ferry__uring {
     struct event ev;              /* the ring's descriptor in the base */
     bool ev_added;                /* ev is added */
     bool no_poll_first;           /* the kernel refused ACCEPT_POLL_FIRST */
+    bool no_mshot;                /* the kernel refused a capped multishot
+                                   * receive: single receives */
     struct io_uring_buf_ring *br; /* the provided buffer ring (mapped) */
     size_t br_bytes;              /* its mapping's size */
     char *bufs;                   /* NBUFS buffers of BUFSZ */
@@ -69,6 +77,9 @@ struct ferry__uconn {
     unsigned nq;         /* how many */
     uint32_t off;        /* bytes of the head already read */
     bool armed;          /* a receive is in flight */
+    bool mshot;          /* it is a multishot one */
+    bool stopping;       /* its cancel is queued (the stream holds its
+                          * share of buffers) */
     bool more;           /* the last receive filled its buffer: read the
                           * socket directly next (recv_direct()) */
     bool reads;          /* the stream has been read: a send arms its
@@ -134,15 +145,7 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
 void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int res);
 void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c);
 
-/* Free a stream state's send buffers. */
+/* Free a stream state's send buffers (uring_stream.c). */
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c);
-
-/* A send buffer of `cap` bytes (SBUF_SMALL or SEND_MAX): a kept one where
- * there is one.  NULL: no memory. */
-char *ferry__uring_sbuf_get(struct ferry__uring *u, size_t cap);
-
-/* Done with send buffer `p` of `cap` bytes (NULL: nothing): kept for the
- * next small write, or freed. */
-void ferry__uring_sbuf_put(struct ferry__uring *u, char *p, size_t cap);
 
 #endif /* FERRY_URING_INT_H */

@@ -2,25 +2,29 @@
  * ferry__stream_io, stream_int.h; docs/io_uring.md).
  * Loop thread only.
  *
- * Receiving.  A stream's reader that finds nothing queues a receive of
- * one buffer, picked from the loop's provided buffer ring when bytes
- * arrive, so a waiting connection holds no buffer and a stream holds at
- * most one: one busy peer cannot take the others' buffers.  (A multishot
- * receive would need no new entry per receive, but it goes on filling
- * buffers from a peer with a full socket until the ring is empty, before
- * any cap can stop it: measured, test_uring's flooding test.)  Completed
- * buffers queue on the stream (linked through the loop's per-buffer
- * `next`, so a completion allocates nothing); the seam's recv copies out of
- * them and gives each buffer back at once.  A receive that finds the ring
- * empty (ENOBUFS) waits in the loop's starved list until buffers come
- * back.  After a receive that filled its buffer, the next read takes the
- * rest straight from the socket (no receive in flight can overtake it):
- * a stream that moves bulk costs one system call per read, as with epoll,
+ * Receiving.  A stream's reader that finds nothing arms a multishot
+ * receive, which stays armed from one message to the next; each
+ * completion brings one buffer, picked from the loop's provided buffer
+ * ring when bytes arrive, so a waiting connection holds no buffer.  A
+ * stream holds at most about RECV_HOLD buffers: once it holds them, its
+ * receive is cancelled until its reader has taken them, and the kernel
+ * caps the bytes one multishot receive takes (RECV_LIMIT), so that the
+ * kernel cannot fill more before the cancel runs.  One busy peer cannot
+ * take the others' buffers.  Where the kernel has no such cap, receives
+ * are of one buffer each.  Completed buffers queue on the stream (linked
+ * through the loop's per-buffer `next`, so a completion allocates
+ * nothing); the seam's recv copies out of them and gives each buffer back
+ * at once.  A receive that finds the ring empty (ENOBUFS) waits in the
+ * loop's starved list until buffers come back.  After a receive that
+ * filled its buffer, once nothing is armed, the next read takes the rest
+ * straight from the socket (no receive in flight can overtake it): a
+ * stream that moves bulk costs one system call per read, as with epoll,
  * and not a round through the ring per 4 KiB (the bulk rule).
  *
  * Sending.  The seam's send copies into a send buffer, which the stream
- * holds only until the kernel has taken its bytes, and queues one SEND; a short send resubmits the rest; flush says EAGAIN until the
- * kernel has taken every byte, so a write returns when its bytes are in
+ * holds only until the kernel has taken its bytes, and queues one SEND;
+ * a short send resubmits the rest; flush says EAGAIN until the kernel
+ * has taken every byte, so a write returns when its bytes are in
  * the socket, as with epoll.  A large write goes straight to the socket
  * with send(2), and waits for room through the ring when it is full,
  * without copying (the bulk rule, docs/io_uring.md).
@@ -55,20 +59,69 @@
 #define KERNEL_WROTE(p, n) ((void)(p), (void)(n))
 #endif
 
-/* The stream's receive of one buffer from the loop's buffer ring.
- * Returns: 0; -ENOMEM (no queue entry). */
+/* A stream holds a send buffer only while its bytes are on their way, so
+ * that an idle connection holds none; the loop keeps a few small ones, so
+ * that a stream writing again does not allocate again. */
+static char *sbuf_get(struct ferry__uring *u, size_t cap)
+{
+    char *p;
+
+    if (cap == SBUF_SMALL && u->sfree) {
+        p = u->sfree;
+        memcpy(&u->sfree, p, sizeof u->sfree);
+        u->nsfree--;
+        return p;
+    }
+    return ferry__malloc(cap);
+}
+
+static void sbuf_put(struct ferry__uring *u, char *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap != SBUF_SMALL || u->nsfree >= SBUF_KEEP) {
+        ferry__free(p);
+        return;
+    }
+    memcpy(p, &u->sfree, sizeof u->sfree);
+    u->sfree = p;
+    u->nsfree++;
+}
+
+void ferry__uring_conn_free_bufs(struct ferry__uconn *c)
+{
+    sbuf_put(c->u, c->sbuf, c->scap);
+    sbuf_put(c->u, c->qbuf, c->qcap);
+    c->sbuf = c->qbuf = NULL;
+    c->scap = c->qcap = 0;
+}
+
+/* The stream's receive from the loop's buffer ring: a multishot one,
+ * which stays armed from one message to the next, capped by the kernel
+ * at RECV_LIMIT bytes; where the kernel has no such cap (it refuses the
+ * entry: recv_done()), a receive of one buffer.  Returns: 0; -ENOMEM (no
+ * queue entry). */
 int ferry__uring_recv_arm(struct ferry__uconn *c)
 {
-    struct io_uring_sqe *sqe = ferry__uring_sqe(c->u);
+    struct ferry__uring *u = c->u;
+    struct io_uring_sqe *sqe = ferry__uring_sqe(u);
 
     if (!sqe)
         return -ENOMEM;
     io_uring_prep_recv(sqe, c->fd, NULL, BUFSZ, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = BGID;
+    c->mshot = !u->no_mshot;
+    if (c->mshot) {
+        sqe->ioprio |= IORING_RECV_MULTISHOT;
+        /* The cap's field (optlen) shares its place with file_index,
+         * which liburing 2.3 names. */
+        sqe->file_index = RECV_LIMIT;
+        u->loop->stats.io_recv_multishot++;
+    }
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_RECV);
     c->armed = true;
-    ferry__uring_op_start(c->u, &c->o);
+    ferry__uring_op_start(u, &c->o);
     return 0;
 }
 
@@ -76,8 +129,10 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
                             const struct io_uring_cqe *cqe)
 {
     int res = cqe->res;
+    bool last = !(cqe->flags & IORING_CQE_F_MORE), again = false;
 
-    c->armed = false;
+    if (last)
+        c->armed = c->stopping = false;
     if (res > 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
         uint16_t bid = (uint16_t)(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
 
@@ -93,8 +148,17 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
                 c->head = bid;
             c->tail = bid;
             c->nq++;
+            u->loop->stats.io_bufs_held++;
             /* A full buffer: more is probably waiting in the socket. */
             c->more = res == BUFSZ;
+            /* The stream holds its share of the loop's buffers: the
+             * receive stops until its reader has taken them, so that a
+             * peer whose reader is slow cannot take the others'.  The
+             * kernel's cap bounds what it fills before the cancel runs. */
+            if (!last && !c->stopping && c->nq >= RECV_HOLD) {
+                ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_RECV);
+                c->stopping = true;
+            }
         }
     } else if (res == 0) {
         /* A reset that a send took first (its error is the socket's one
@@ -104,6 +168,11 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
             c->rerr = -ECONNRESET;
         else
             c->eof = true;
+    } else if (res == -EINVAL && c->mshot && !u->no_mshot) {
+        /* A kernel without the multishot receive's cap: receives of one
+         * buffer from now on, this one too. */
+        u->no_mshot = true;
+        again = true;
     } else if (res == -ENOBUFS) {
         u->loop->stats.io_buf_empty++;
         if (c->s && !c->starved) {
@@ -114,10 +183,14 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
         c->rerr = res;
     }
     if (!c->s) {
-        ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
+        if (last)
+            ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
         return;
     }
-    ferry__uring_op_end(u, &c->o);
+    if (last)
+        ferry__uring_op_end(u, &c->o);
+    if (again && !c->armed && ferry__uring_recv_arm(c) != 0)
+        c->rerr = -ENOMEM;
     ferry__ioreg_ready(&c->s->reg, FERRY_READ);
 }
 
@@ -167,12 +240,12 @@ void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int 
     /* Buffers with nothing left to send go back to the loop: an idle
      * connection holds none. */
     if (!c->sending) {
-        ferry__uring_sbuf_put(u, c->sbuf, c->scap);
+        sbuf_put(u, c->sbuf, c->scap);
         c->sbuf = NULL;
         c->scap = c->slen = c->soff = 0;
     }
     if (!c->qlen) {
-        ferry__uring_sbuf_put(u, c->qbuf, c->qcap);
+        sbuf_put(u, c->qbuf, c->qcap);
         c->qbuf = NULL;
         c->qcap = 0;
     }
@@ -223,6 +296,7 @@ static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
             c->head = u->next[bid];
             c->nq--;
             c->off = 0;
+            u->loop->stats.io_bufs_held--;
             ferry__uring_buf_give(u, bid);
         }
     }
@@ -310,13 +384,13 @@ static ssize_t append(struct ferry__uring *u, char **buf, size_t *cap, size_t *l
         total += iov[i].iov_len < max - total ? iov[i].iov_len : max - total;
     if (*cap < at + total) {
         size_t want = at + total <= SBUF_SMALL ? SBUF_SMALL : SEND_MAX;
-        char *p = ferry__uring_sbuf_get(u, want);
+        char *p = sbuf_get(u, want);
 
         if (!p)
             return -ENOMEM;
         if (at)
             memcpy(p, *buf, at);
-        ferry__uring_sbuf_put(u, *buf, *cap);
+        sbuf_put(u, *buf, *cap);
         *buf = p;
         *cap = want;
     }
@@ -420,6 +494,7 @@ static void conn_close(ferry_stream *s)
         ferry__uring_buf_give(u, c->head);
         c->head = u->next[c->head];
         c->nq--;
+        u->loop->stats.io_bufs_held--;
     }
     ferry__uring_buf_commit(u);
     if (c->armed)

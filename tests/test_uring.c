@@ -14,10 +14,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <linux/io_uring.h>
@@ -126,6 +129,61 @@ T(the_backend_is_io_uring_and_completes_operations)
     cr_assert_gt(st.io_completions, 0);
     cr_assert_gt(st.io_submits, 0);
     cr_assert_eq(S->reg.mode, FERRY__IO_URING);
+    ferry_stream_close(S);
+    close(sp[1]);
+}
+
+/* The kernel has the multishot receive's byte cap (Linux 6.17). */
+static bool kernel_has_capped_multishot(void)
+{
+    struct utsname u;
+    int major = 0, minor = 0;
+
+    if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+        return false;
+    return major > 6 || (major == 6 && minor >= 17);
+}
+
+#define PINGS 200
+
+static int pingpong_task(void *arg)
+{
+    char b[8];
+
+    (void)arg;
+    for (int i = 0; i < PINGS; i++) {
+        if (write(sp[1], "ping", 4) != 4)
+            return -1;
+        g.rc[0] = ferry_stream_read_exactly(S, b, 4, NULL);
+        if (g.rc[0] || memcmp(b, "ping", 4) != 0)
+            return -2;
+        g.n[0]++;
+    }
+    return 0;
+}
+
+/* Where the kernel caps a multishot receive, one receive stays armed from
+ * one message to the next: far fewer receives are armed than messages
+ * arrive.  Elsewhere none is multishot, and the stream reads the same. */
+T(one_multishot_receive_serves_many_messages)
+{
+    ferry_loop_stats st;
+
+    memset(&g, 0, sizeof g);
+    pair();
+    cr_assert_eq(tu_run(pingpong_task, NULL), 0);
+    cr_assert_eq(g.n[0], PINGS);
+    st = stats();
+    if (kernel_has_capped_multishot()) {
+        cr_assert_gt(st.io_recv_multishot, 0);
+        /* 800 bytes fit under one receive's cap: the few more are
+         * re-arms after a receive the kernel ended on its own. */
+        cr_assert_lt(st.io_recv_multishot, PINGS / 10, "%llu receives armed for %d messages",
+                     (unsigned long long)st.io_recv_multishot, PINGS);
+    } else {
+        cr_assert_eq(st.io_recv_multishot, 0);
+    }
+    cr_assert_eq(st.io_bufs_held, 0, "every byte was read: no buffer held");
     ferry_stream_close(S);
     close(sp[1]);
 }
@@ -432,6 +490,7 @@ static int flood_main(void *arg)
         before = stats().io_completions;
         until_completions(before);
     }
+    g.n[2] = stats().io_bufs_held;
     g.rc[1] = ferry_stream_read_exactly(quiet, g.buf[1], 5, NULL);
     ferry_scope_exit(&sc);
     return 0;
@@ -466,10 +525,56 @@ T(a_flooding_peer_cannot_take_every_buffer)
     cr_assert_eq(g.rc[1], 0, "the other connection: %d", g.rc[1]);
     cr_assert_eq(memcmp(g.buf[1], "quiet", 5), 0);
     cr_assert_eq(stats().io_buf_empty, 0, "a receive found the ring empty");
+    cr_assert_leq(g.n[2], 2, "the flooded stream holds %zu buffers", g.n[2]);
     ferry_stream_close(quiet);
     close(q[1]);
     ferry_stream_close(S);
     close(sp[1]);
+}
+
+static int read_one(void *arg)
+{
+    char c;
+
+    (void)arg;
+    g.rc[0] = ferry_stream_read_exactly(S, &c, 1, NULL);
+    return 0;
+}
+
+static int poll_a_while(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5; i++)
+        until_completions(stats().io_completions);
+    g.n[2] = stats().io_bufs_held;
+    return 0;
+}
+
+/* A stream whose reader has stopped keeps its receive armed (a multishot
+ * one, where the kernel caps them); a flood then fills two of the loop's
+ * buffers (one with single receives) and no more. */
+T(a_stream_nobody_reads_holds_at_most_two_buffers)
+{
+    static char chunk[65536];
+    size_t sent = 0;
+    ssize_t k;
+
+    memset(&g, 0, sizeof g);
+    pair();
+    cr_assert_eq(write(sp[1], "x", 1), 1);
+    cr_assert_eq(tu_run(read_one, NULL), 0);
+    cr_assert_eq(g.rc[0], 0);
+    fcntl(sp[1], F_SETFL, fcntl(sp[1], F_GETFL) | O_NONBLOCK);
+    while ((k = write(sp[1], chunk, sizeof chunk)) > 0)
+        sent += (size_t)k;
+    cr_assert_gt(sent, 65536u);
+    cr_assert_eq(tu_run(poll_a_while, NULL), 0);
+    cr_assert_geq(g.n[2], 1, "the armed receive took nothing");
+    cr_assert_leq(g.n[2], 2, "the stream holds %zu buffers", g.n[2]);
+    cr_assert_eq(stats().io_buf_empty, 0);
+    ferry_stream_close(S);
+    close(sp[1]);
+    cr_assert_eq(stats().io_bufs_held, 0, "a closed stream gave its buffers back");
 }
 
 /* ---- -ENOMEM ------------------------------------------------------------------ */

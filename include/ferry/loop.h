@@ -279,6 +279,10 @@ typedef struct ferry_loop_stats {
     uint64_t io_completions;   /* io_uring: completions reaped */
     uint64_t io_buf_empty;     /* io_uring: receives that found no free
                                 * buffer in the loop's buffer ring */
+    uint64_t io_recv_multishot; /* io_uring: multishot receives armed (0
+                                 * where the kernel has no capped ones) */
+    uint64_t io_bufs_held;     /* io_uring: receive buffers the streams
+                                * hold now, their bytes not yet read */
 } ferry_loop_stats;
 
 /* Copy the loop's counters to *out.
