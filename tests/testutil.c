@@ -69,6 +69,13 @@ void tu_alloc_setup(void)
     fixture_open = true;
 }
 
+void tu_vclock_setup(void)
+{
+    tu_alloc_setup();
+    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
+    ferry_loop_set_slow_threshold(tu_loop, 0);
+}
+
 long tu_alloc_settle(long want)
 {
     int64_t until = ferry__now_real() + tu_ms(1000);
