@@ -404,6 +404,25 @@ int tu_ret42(void *arg)
     return 42;
 }
 
+int tu_echo_lines(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[128];
+    size_t n;
+    int rc;
+
+    for (;;) {
+        rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &n);
+        if (rc)
+            break;
+        rc = ferry_stream_write(s, line, n, NULL);
+        if (rc)
+            break;
+    }
+    ferry_stream_close(s);
+    return rc;
+}
+
 /* tu_assert_eperm_elsewhere(): the calls, and what they returned. */
 static int (*elsewhere_calls)(int *rc);
 static int elsewhere_rc[32], elsewhere_n;

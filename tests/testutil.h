@@ -158,6 +158,11 @@ void tu_assert_einval_and_false(const int *rc, int nrc, const bool *pred, int np
 int tu_ret0(void *arg);
 int tu_ret42(void *arg);
 
+/* Task body, arg a ferry_stream *: write each line read (up to 128 bytes)
+ * back, as a line service would, until a read or write fails; then close
+ * the stream and return that error (-ENODATA when the peer ended). */
+int tu_echo_lines(void *arg);
+
 /* Who got something, in the order they got it (a lock, permits, an item):
  * tu_order_add() appends up to 64 entries. */
 struct tu_order {
