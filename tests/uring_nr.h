@@ -3,11 +3,13 @@
  * headers older than io_uring.
  *
  * The three calls were added after the system call tables of all ABIs
- * were unified, so they have one number everywhere.  Include after
- * <sys/syscall.h>, whose numbers win where it has them.
+ * were unified, so they have one number everywhere.  Where <sys/syscall.h>
+ * has them, its numbers stand.
  */
 #ifndef FERRY_URING_NR_H
 #define FERRY_URING_NR_H
+
+#include <sys/syscall.h>
 
 #ifndef __NR_io_uring_setup
 #define __NR_io_uring_setup 425
