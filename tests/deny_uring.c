@@ -30,17 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The three calls were added after the system call tables of all ABIs were
- * unified, so they have one number everywhere. */
-#ifndef __NR_io_uring_setup
-#define __NR_io_uring_setup 425
-#endif
-#ifndef __NR_io_uring_enter
-#define __NR_io_uring_enter 426
-#endif
-#ifndef __NR_io_uring_register
-#define __NR_io_uring_register 427
-#endif
+#include "uring_nr.h"
 
 #if defined(__x86_64__)
 #define NATIVE_ARCH AUDIT_ARCH_X86_64

@@ -1061,15 +1061,6 @@ static void undo_future(int rc)
 static ferry_sigsub *g_sub, *g_sub2;
 static int g_nfds;                /* open descriptors before the fresh loop */
 
-static int open_fds(void)
-{
-    int n = 0;
-
-    for (int fd = 0; fd < 1024; fd++)
-        n += fcntl(fd, F_GETFD) != -1;
-    return n;
-}
-
 static bool ignored(int signum)
 {
     struct sigaction sa;
@@ -1081,7 +1072,7 @@ static bool ignored(int signum)
  * subscribed: the first subscription makes the port and the table. */
 static void setup_sig_loop(void)
 {
-    g_nfds = open_fds();
+    g_nfds = tu_open_fds();
     g_sub = g_sub2 = NULL;
     setup_fresh_loop();
 }
@@ -1118,8 +1109,8 @@ static void sig_loop_done(void)
     ferry_loop_free(g_bl);
     g_bl = NULL;
     g_sub = g_sub2 = NULL;
-    if (open_fds() != g_nfds)
-        FAILF("sigsub: %d descriptors open, %d before", open_fds(), g_nfds);
+    if (tu_open_fds() != g_nfds)
+        FAILF("sigsub: %d descriptors open, %d before", tu_open_fds(), g_nfds);
 }
 
 static void undo_sigsub(int rc)
@@ -1735,7 +1726,7 @@ static void setup_pair(void)
     char data[99];
 
     warm_tu_loop();
-    g_fds_before = open_fds();
+    g_fds_before = tu_open_fds();
     g_st = NULL;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g_sp) != 0)
         FAILF("socketpair");
@@ -1767,8 +1758,8 @@ static void pair_done(void)
         close(g_sp[0]);
     close(g_sp[1]);
     g_st = NULL;
-    if (open_fds() != g_fds_before)
-        FAILF("stream: %d descriptors open, %d before", open_fds(), g_fds_before);
+    if (tu_open_fds() != g_fds_before)
+        FAILF("stream: %d descriptors open, %d before", tu_open_fds(), g_fds_before);
 }
 
 static void undo_stream_open(int rc)
@@ -1995,7 +1986,7 @@ static char g_path[64];
 static void setup_listen(void)
 {
     warm_tu_loop();
-    g_fds_before = open_fds();
+    g_fds_before = tu_open_fds();
     g_lis = NULL;
     snprintf(g_path, sizeof g_path, "/tmp/ferry-fault-%d.sock", (int)getpid());
     unlink(g_path);
@@ -2017,8 +2008,8 @@ static void undo_listen(int rc)
     g_lis = NULL;
     if (access(g_path, F_OK) == 0)
         FAILF("listener_close left the socket file");
-    if (open_fds() != g_fds_before)
-        FAILF("listen: %d descriptors open, %d before", open_fds(), g_fds_before);
+    if (tu_open_fds() != g_fds_before)
+        FAILF("listen: %d descriptors open, %d before", tu_open_fds(), g_fds_before);
 }
 
 /* A TCP listener with one connection queued (not armed). */

@@ -380,18 +380,7 @@ static void connect_pair(int kind, int fds[2])
     if (kind == 0) {
         cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
     } else if (kind == 1) {
-        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        socklen_t al = sizeof a;
-        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-        cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-        cr_assert_eq(listen(l, 1), 0);
-        cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-        fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        cr_assert_eq(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
-        fds[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-        cr_assert_geq(fds[1], 0);
-        close(l);
+        tu_tcp_pair(fds);
     } else {
         cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
         fcntl(fds[1], F_SETPIPE_SZ, 4096);

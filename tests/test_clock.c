@@ -28,15 +28,8 @@
 #include "clock.h"
 #include "testutil.h"
 
-static void vc_setup(void)
-{
-    tu_alloc_setup();
-    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
-    ferry_loop_set_slow_threshold(tu_loop, 0);
-}
-
 #define T(suite, name) \
-    Test(suite, name, .init = vc_setup, .fini = tu_loop_teardown, .timeout = 20.)
+    Test(suite, name, .init = tu_vclock_setup, .fini = tu_loop_teardown, .timeout = 20.)
 
 #define HOUR FERRY_SEC(3600)
 #define MIN  FERRY_SEC(60)

@@ -9,7 +9,6 @@
  * No cr_assert inside task bodies: tasks record what they saw, and the
  * test asserts on the main stack after tu_run().
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <spawn.h>
@@ -80,20 +79,6 @@ static void teardown(void)
 static void url(char *buf, size_t cap, const char *path)
 {
     snprintf(buf, cap, "http://127.0.0.1:%d%s", srv_port, path);
-}
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    while (d && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    if (d)
-        closedir(d);
-    return n - 1;  /* the directory's own */
 }
 
 /* A body of /size/N is 'a'..'z' repeated. */
@@ -401,7 +386,7 @@ static bool rnd_ok(const struct rnd *x)
 
 T(curl, random_cancellation_leaks_nothing_and_answers_right)
 {
-    int before = count_fds(), after, done = 0, cancelled = 0;
+    int before = tu_open_fds(), after, done = 0, cancelled = 0;
 
     cr_assert_eq(tu_run(rnd_main, NULL), 0);
     for (int i = 0; i < NRAND; i++) {
@@ -424,7 +409,7 @@ T(curl, random_cancellation_leaks_nothing_and_answers_right)
      * every descriptor it had must be closed. */
     ferry_loop_free(tu_loop);
     tu_loop = NULL;
-    after = count_fds();
+    after = tu_open_fds();
     cr_assert_leq(after, before, "descriptors before %d, after %d", before, after);
 }
 

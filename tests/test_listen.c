@@ -10,7 +10,6 @@
  * runtime returned.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -66,21 +65,6 @@ struct srv {
     int64_t                 load_seen[MAX_LOOPS]; /* loads once every connection arrived */
     int64_t                 load_after[MAX_LOOPS];
 };
-
-/* The open descriptors of the process. */
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1;   /* the directory's own */
-}
 
 static int served_total(struct srv *s)
 {
@@ -412,7 +396,7 @@ TL(runtime_ended_during_handovers_leaves_no_descriptor)
         int before, st = -1, i;
 
         memset(&c, 0, sizeof c);
-        before = count_fds();
+        before = tu_open_fds();
         cr_assert_eq(ferry_runtime_new(&rt, &o), 0);
         cr_assert_eq(ferry_runtime_listen(&m.l, rt, "127.0.0.1", 0, &lo), 0);
         c.port = ferry_runtime_listener_port(m.l);
@@ -427,8 +411,8 @@ TL(runtime_ended_during_handovers_leaves_no_descriptor)
         for (i = 0; i < c.made; i++)
             close(c.fds[i]);
         cr_assert_geq(atomic_load(&c.served), 16);
-        cr_assert_eq(count_fds(), before, "round %d: %d descriptors left open", round,
-                     count_fds() - before);
+        cr_assert_eq(tu_open_fds(), before, "round %d: %d descriptors left open", round,
+                     tu_open_fds() - before);
     }
 }
 

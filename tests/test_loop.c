@@ -6,7 +6,6 @@
  * No cr_assert inside task bodies (see testutil.h).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1207,16 +1206,6 @@ static int next_fds(int *fds, int n)
     return fds[n - 1];
 }
 
-/* Descriptors open now. */
-static int open_fds(void)
-{
-    int n = 0;
-
-    for (int fd = 0; fd < 4096; fd++)
-        n += fcntl(fd, F_GETFD) != -1;
-    return n;
-}
-
 /*
  * With k more descriptors allowed than libevent needs for a base (fewer
  * make libevent exit the process), a loop with its own base is made or
@@ -1231,10 +1220,10 @@ TL(new_reports_a_descriptor_limit_as_emfile)
     bool made = false;
 
     cr_assert_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
-    base_fds = open_fds();
+    base_fds = tu_open_fds();
     probe = event_base_new();
     cr_assert_not_null(probe);
-    base_fds = open_fds() - base_fds;
+    base_fds = tu_open_fds() - base_fds;
     event_base_free(probe);
     cr_assert_lt(base_fds + 8, 32);
     next_fds(fds, 1);

@@ -25,15 +25,8 @@
 #include "testutil.h"
 #include "ferry/sim.h"
 
-static void vc_setup(void)
-{
-    tu_alloc_setup();
-    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
-    ferry_loop_set_slow_threshold(tu_loop, 0);
-}
-
 #define T(suite, name) \
-    Test(suite, name, .init = vc_setup, .fini = tu_loop_teardown, .timeout = 20.)
+    Test(suite, name, .init = tu_vclock_setup, .fini = tu_loop_teardown, .timeout = 20.)
 
 #define LAT FERRY_MSEC(5)
 
@@ -53,27 +46,6 @@ struct world {
     int lines;           /* lines each client sends */
 };
 
-/* Echo each line of one connection until it ends; the code a real line
- * service runs on a TCP stream. */
-static int echo_conn(void *arg)
-{
-    ferry_stream *s = arg;
-    char line[128];
-    size_t n;
-    int rc;
-
-    for (;;) {
-        rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &n);
-        if (rc)
-            break;
-        rc = ferry_stream_write(s, line, n, NULL);
-        if (rc)
-            break;
-    }
-    ferry_stream_close(s);
-    return rc;
-}
-
 static int server(void *arg)
 {
     struct world *w = arg;
@@ -82,7 +54,7 @@ static int server(void *arg)
 
     while ((rc = ferry_sim_accept(w->l, &s)) == 0) {
         w->served++;
-        if (ferry_task_spawn(NULL, NULL, echo_conn, s, NULL) != 0)
+        if (ferry_task_spawn(NULL, NULL, tu_echo_lines, s, NULL) != 0)
             ferry_stream_close(s);
     }
     return rc;

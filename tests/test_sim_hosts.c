@@ -28,15 +28,8 @@
 #include "ferry/resolve.h"
 #include "ferry/sim.h"
 
-static void vc_setup(void)
-{
-    tu_alloc_setup();
-    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
-    ferry_loop_set_slow_threshold(tu_loop, 0);
-}
-
 #define T(suite, name) \
-    Test(suite, name, .init = vc_setup, .fini = tu_loop_teardown, .timeout = 20.)
+    Test(suite, name, .init = tu_vclock_setup, .fini = tu_loop_teardown, .timeout = 20.)
 
 #define LAT FERRY_MSEC(5)
 
@@ -62,25 +55,6 @@ struct net {
     ferry_sim_host *main_h; /* ferry_sim_current_host() in the test's task */
 };
 
-static int echo_conn(void *arg)
-{
-    ferry_stream *s = arg;
-    char line[128];
-    size_t len;
-    int rc;
-
-    for (;;) {
-        rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &len);
-        if (rc)
-            break;
-        rc = ferry_stream_write(s, line, len, NULL);
-        if (rc)
-            break;
-    }
-    ferry_stream_close(s);
-    return rc;
-}
-
 /* One connection of the service: records whose host it is on, then
  * echoes. */
 struct conn {
@@ -95,7 +69,7 @@ static int conn_task(void *arg)
 
     c->n->conn_on_srv = ferry_sim_current_host() == c->n->srv;
     c->s = NULL;
-    return echo_conn(s);
+    return tu_echo_lines(s);
 }
 
 /* The service: the code a real one runs on TCP. */

@@ -37,13 +37,6 @@ int line_server_service(void *port);
 #define STALL    FERRY_SEC(1)
 #define PORT     7
 
-static void vc_setup(void)
-{
-    tu_alloc_setup();
-    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
-    ferry_loop_set_slow_threshold(tu_loop, 0);
-}
-
 /* What one client saw. */
 struct client {
     int id;              /* its number, in its requests */
@@ -172,8 +165,8 @@ static int scenario(void *arg)
     return rc;
 }
 
-Test(sim_line, no_request_lost_or_answered_twice_through_partitions_and_a_crash, .init = vc_setup,
-     .fini = tu_loop_teardown, .timeout = 60.)
+Test(sim_line, no_request_lost_or_answered_twice_through_partitions_and_a_crash,
+     .init = tu_vclock_setup, .fini = tu_loop_teardown, .timeout = 60.)
 {
     char name[16];
     int total = 0, failures = 0;

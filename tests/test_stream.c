@@ -1043,25 +1043,6 @@ T(a_socket_whose_peer_is_gone_gives_epipe_and_no_sigpipe)
     ferry_stream_close(S);
 }
 
-/* A TCP connection over loopback, made with plain calls: fds[0] is
- * connected to fds[1]. */
-static void tcp_pair(int fds[2])
-{
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t al = sizeof a;
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-
-    cr_assert_geq(l, 0);
-    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(l, 1), 0);
-    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_eq(connect(fds[0], (struct sockaddr *)&a, sizeof a), 0);
-    fds[1] = accept(l, NULL, NULL);
-    cr_assert_geq(fds[1], 0);
-    close(l);
-}
-
 static void reset(int fd)
 {
     struct linger lg = { 1, 0 };
@@ -1112,7 +1093,7 @@ T(a_peer_that_resets_gives_econnreset)
     g_big = malloc(BIG);
     cr_assert_not_null(g_big);
     memset(g_big, 3, BIG);
-    tcp_pair(sp);
+    tu_tcp_pair(sp);
     cr_assert_eq(ferry_stream_open(&S, tu_loop, sp[0], NULL), 0);
     cr_assert_eq(write(sp[1], "partial", 7), 7);
     cr_assert_eq(tu_run(reset_main, NULL), 0);
@@ -1165,7 +1146,7 @@ static int hangup_main(void *arg)
 static void hangup(bool rst)
 {
     memset(&g, 0, sizeof g);
-    tcp_pair(sp);
+    tu_tcp_pair(sp);
     cr_assert_eq(ferry_stream_open(&S, tu_loop, sp[0], NULL), 0);
     cr_assert_eq(tu_run(hangup_main, &rst), 0);
     cr_assert_eq(g.rc[7], 0);

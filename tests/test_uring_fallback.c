@@ -19,10 +19,7 @@
 
 #include "ferry/features.h"
 #include "testutil.h"
-
-#ifndef __NR_io_uring_setup
-#define __NR_io_uring_setup 425
-#endif
+#include "uring_nr.h"
 
 #define T(name) \
     Test(uring_fallback, name, .init = tu_loop_setup, .fini = tu_loop_teardown, .timeout = 30.)

@@ -69,6 +69,13 @@ void tu_alloc_setup(void)
     fixture_open = true;
 }
 
+void tu_vclock_setup(void)
+{
+    tu_alloc_setup();
+    cr_assert_eq(ferry_loop_new(&tu_loop, &(ferry_loop_opts){ .virtual_clock = true }), 0);
+    ferry_loop_set_slow_threshold(tu_loop, 0);
+}
+
 long tu_alloc_settle(long want)
 {
     int64_t until = ferry__now_real() + tu_ms(1000);
@@ -395,6 +402,25 @@ int tu_ret42(void *arg)
 {
     (void)arg;
     return 42;
+}
+
+int tu_echo_lines(void *arg)
+{
+    ferry_stream *s = arg;
+    char line[128];
+    size_t n;
+    int rc;
+
+    for (;;) {
+        rc = ferry_stream_read_until(s, "\n", 1, line, sizeof line, &n);
+        if (rc)
+            break;
+        rc = ferry_stream_write(s, line, n, NULL);
+        if (rc)
+            break;
+    }
+    ferry_stream_close(s);
+    return rc;
 }
 
 /* tu_assert_eperm_elsewhere(): the calls, and what they returned. */

@@ -38,6 +38,12 @@ void tu_loop_setup(void);
 void tu_alloc_setup(void);
 void tu_loop_teardown(void);
 
+/* The .init of a test on simulated time: tu_alloc_setup(), then tu_loop
+ * made with a virtual clock (ferry_loop_opts.virtual_clock) and, as by
+ * tu_loop_setup(), no slow-step detector.  The loop's own allocations
+ * count as the test's, so tu_loop_teardown() must find them freed. */
+void tu_vclock_setup(void);
+
 /* Spawn fn(arg) as a task named "main" on `loop`, run the loop until the
  * task has ended, and return its status (or the error of the spawn). */
 int tu_run_on(ferry_loop *loop, ferry_task_fn fn, void *arg);
@@ -151,6 +157,11 @@ void tu_assert_einval_and_false(const int *rc, int nrc, const bool *pred, int np
 /* Trivial task bodies: return 0, return 42. */
 int tu_ret0(void *arg);
 int tu_ret42(void *arg);
+
+/* Task body, arg a ferry_stream *: write each line read (up to 128 bytes)
+ * back, as a line service would, until a read or write fails; then close
+ * the stream and return that error (-ENODATA when the peer ended). */
+int tu_echo_lines(void *arg);
 
 /* Who got something, in the order they got it (a lock, permits, an item):
  * tu_order_add() appends up to 64 entries. */

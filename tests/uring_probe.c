@@ -18,15 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef __NR_io_uring_setup
-#define __NR_io_uring_setup 425
-#endif
-#ifndef __NR_io_uring_enter
-#define __NR_io_uring_enter 426
-#endif
-#ifndef __NR_io_uring_register
-#define __NR_io_uring_register 427
-#endif
+#include "uring_nr.h"
 
 /* Large enough for struct io_uring_params of any kernel; zero but for the
  * flags word, which holds a bit no kernel defines, so that a setup the
