@@ -65,7 +65,7 @@ SYSTEMS = {
     "curl": ["ferry", "threads", "go"],
     "sim": ["simulated", "loopback-tcp", "jobs-1", "jobs-2"],
     "rpc": ["ferry-1loop", "ferry-2loops", "epoll-1t", "epoll-2t", "go-2p", "ferry"],
-    "uring": ["ferry-uring", "ferry-epoll", "echo_epoll"],
+    "uring": ["ferry-uring", "ferry-epoll", "echo_epoll", "uring-floor"],
 }
 
 
