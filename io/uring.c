@@ -131,7 +131,8 @@ void ferry__uring_buf_commit(struct ferry__uring *u)
     }
 }
 
-static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res);
+static void accept_done(struct ferry__uring *u, struct ferry__uacc *a,
+                        const struct io_uring_cqe *cqe);
 
 void ferry__uring_reap(struct ferry__uring *u)
 {
@@ -152,7 +153,7 @@ void ferry__uring_reap(struct ferry__uring *u)
             ferry__uring_send_done(u, p, cqe->res);
             break;
         case OP_ACCEPT:
-            accept_done(u, p, cqe->res);
+            accept_done(u, p, cqe);
             break;
         case OP_POLL:
             ferry__uring_poll_done(u, p);
@@ -378,42 +379,90 @@ void ferry__uring_free(struct ferry__uring *u)
 
 /* ---- listeners ---------------------------------------------------------------- */
 
+/* The listener's accept: a multishot one, which stays armed from one
+ * connection to the next, where the kernel has it, else one accept. */
 static int accept_arm(struct ferry__uacc *a)
 {
-    struct io_uring_sqe *sqe = ferry__uring_sqe(a->u);
+    struct ferry__uring *u = a->u;
+    struct io_uring_sqe *sqe = ferry__uring_sqe(u);
 
     if (!sqe)
         return -ENOMEM;
-    io_uring_prep_accept(sqe, a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (!a->u->no_poll_first)
+    a->mshot = !u->no_mshot_accept;
+    if (a->mshot) {
+        io_uring_prep_multishot_accept(sqe, a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        u->loop->stats.io_accept_multishot++;
+    } else {
+        io_uring_prep_accept(sqe, a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    }
+    if (!u->no_poll_first)
         sqe->ioprio |= ACCEPT_POLL_FIRST;
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)a | OP_ACCEPT);
     a->armed = true;
-    ferry__uring_op_start(a->u, &a->o);
+    ferry__uring_op_start(u, &a->o);
     return 0;
 }
 
-static void accept_done(struct ferry__uring *u, struct ferry__uacc *a, int res)
+/* Queue descriptor `fd`, growing the queue: the kernel may accept a whole
+ * backlog before the multishot accept's cancel runs, and an accepted
+ * connection has nowhere else to go.  Returns: 0; -ENOMEM (fd closed). */
+static int accept_queue(struct ferry__uacc *a, int fd)
 {
-    a->armed = false;
+    if (a->n == a->cap) {
+        unsigned cap = 2 * a->cap;
+        int *p = ferry__malloc(cap * sizeof *p);
+
+        if (!p) {
+            close(fd);
+            return -ENOMEM;
+        }
+        for (unsigned i = 0; i < a->n; i++)
+            p[i] = a->fds[(a->head + i) % a->cap];
+        ferry__free(a->fds);
+        a->fds = p;
+        a->cap = cap;
+        a->head = 0;
+    }
+    a->fds[(a->head + a->n++) % a->cap] = fd;
+    return 0;
+}
+
+static void accept_done(struct ferry__uring *u, struct ferry__uacc *a,
+                        const struct io_uring_cqe *cqe)
+{
+    int res = cqe->res;
+    bool last = !(cqe->flags & IORING_CQE_F_MORE);
+
+    if (last)
+        a->armed = a->stopping = false;
     if (res >= 0) {
-        /* The queue has room: an accept is armed only then. */
-        if (a->g)
-            a->fds[(a->head + a->n++) % ACC_CAP] = res;
-        else
+        if (!a->g)
             close(res);
+        else if (accept_queue(a, res) != 0)
+            a->err = -ENOMEM;
+        /* Enough queued: the kernel's backlog holds the rest, as it does
+         * for a listener on epoll that is not accepting. */
+        if (a->g && !last && !a->stopping && a->n >= ACC_CAP) {
+            ferry__uring_cancel(u, (uint64_t)(uintptr_t)a | OP_ACCEPT);
+            a->stopping = true;
+        }
     } else if (res == -EINVAL && !u->no_poll_first) {
         u->no_poll_first = true; /* an older kernel: armed again without */
+    } else if (res == -EINVAL && a->mshot && !u->no_mshot_accept) {
+        u->no_mshot_accept = true; /* older still: single accepts */
     } else if (res != -ECANCELED && a->g) {
         a->err = res;
     }
     if (!a->g) {
-        ferry__uring_op_end(u, &a->o);
+        if (last)
+            ferry__uring_op_end(u, &a->o); /* an orphan: may free a */
         return;
     }
-    ferry__uring_op_end(u, &a->o);
-    if (!a->err && a->n < ACC_CAP)
-        accept_arm(a);
+    if (last) {
+        ferry__uring_op_end(u, &a->o);
+        if (!a->err && a->n < ACC_CAP)
+            accept_arm(a);
+    }
     ferry__ioreg_ready(a->g, FERRY_READ);
 }
 
@@ -426,6 +475,12 @@ int ferry__uring_listen(struct ferry__uacc **out, struct ferry__ioreg *g)
     a = ferry__calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
+    a->fds = ferry__malloc(ACC_CAP * sizeof *a->fds);
+    if (!a->fds) {
+        ferry__free(a);
+        return -ENOMEM;
+    }
+    a->cap = ACC_CAP;
     a->o.is_acc = true;
     a->u = ferry__ioreg_uring(g->loop);
     a->g = g;
@@ -440,9 +495,9 @@ int ferry__uring_accept(struct ferry__uacc *a)
 
     if (a->n) {
         fd = a->fds[a->head];
-        a->head = (a->head + 1) % ACC_CAP;
+        a->head = (a->head + 1) % a->cap;
         a->n--;
-        if (!a->armed && !a->err)
+        if (!a->armed && !a->err && a->n < ACC_CAP)
             accept_arm(a);
         return fd;
     }
@@ -463,9 +518,12 @@ void ferry__uring_listen_close(struct ferry__uacc *a)
     a->g = NULL;
     while (a->n) {
         close(a->fds[a->head]);
-        a->head = (a->head + 1) % ACC_CAP;
+        a->head = (a->head + 1) % a->cap;
         a->n--;
     }
+    ferry__free(a->fds);
+    a->fds = NULL;
+    a->cap = 0;
     if (!a->o.ops) {
         ferry__free(a);
         return;

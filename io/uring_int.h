@@ -15,10 +15,12 @@
  * address (user_data 0: a cancel's own completion, ignored). */
 enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
 
-#define NBUFS        512         /* receive buffers per loop: 2 MiB in all */
-#define BUFSZ        4096        /* bytes per receive buffer */
-#define BGID         0           /* the buffer group of the loop's ring */
-#define ACC_CAP      16          /* accepted descriptors a listener queues */
+#define NBUFS 512  /* receive buffers per loop: 2 MiB in all */
+#define BUFSZ 4096 /* bytes per receive buffer */
+#define BGID  0    /* the buffer group of the loop's ring */
+#define ACC_CAP \
+    16                           /* accepted descriptors after which a
+                                  * listener's multishot accept stops */
 #define SEND_MAX     (64 * 1024) /* bytes one SEND of a stream carries */
 #define SEND_DIRECT  (64 * 1024) /* a write this large tries send(2) first */
 #define RING_ENTRIES 256         /* submission queue entries */
@@ -45,6 +47,7 @@ struct ferry__uring {
     bool no_poll_first;           /* the kernel refused ACCEPT_POLL_FIRST */
     bool no_mshot;                /* the kernel refused a capped multishot
                                    * receive: single receives */
+    bool no_mshot_accept;         /* the kernel refused a multishot accept */
     struct io_uring_buf_ring *br; /* the provided buffer ring (mapped) */
     size_t br_bytes;              /* its mapping's size */
     char *bufs;                   /* NBUFS buffers of BUFSZ */
@@ -105,9 +108,11 @@ struct ferry__uacc {
     struct ferry__ioreg *g; /* the listener's registration, NULL once closed */
     int fd;                 /* the listening descriptor */
     bool armed;             /* an ACCEPT is in flight */
+    bool mshot;             /* it is a multishot one */
+    bool stopping;          /* its cancel is queued (ACC_CAP reached) */
     int err;                /* an accept's error for the next call, or 0 */
-    int fds[ACC_CAP];       /* accepted descriptors, oldest at head */
-    unsigned head, n;       /* ring position and count */
+    int *fds;               /* accepted descriptors, a ring, oldest at head */
+    unsigned head, n, cap;  /* ring position, count and size */
 };
 
 /* ---- uring.c ---- */

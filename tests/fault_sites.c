@@ -1848,6 +1848,57 @@ static void undo_listen_uring(int rc)
     g_ulis = NULL;
     undo_stream_uring(0);
 }
+
+/* A burst of connections queued before the first accept: the ring's
+ * multishot accept takes them all at once, past the listener's queue,
+ * which grows (an accepted connection has nowhere else to go). */
+#define BURST 40
+static int g_burst[BURST];
+static ferry_stream *g_bst[BURST];
+
+static void setup_accept_burst_uring(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+    setup_stream_uring();
+    if (ferry_tcp_listen(&g_ulis, g_bl, "127.0.0.1", 0, NULL))
+        FAILF("tcp_listen on the ring");
+    a.sin_port = htons((uint16_t)ferry_listener_port(g_ulis));
+    for (int i = 0; i < BURST; i++) {
+        g_burst[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (g_burst[i] < 0 || connect(g_burst[i], (struct sockaddr *)&a, sizeof a) != 0)
+            FAILF("connect");
+    }
+}
+
+static int accept_burst_task(void *arg)
+{
+    int rc = 0;
+
+    (void)arg;
+    sweep_arm();
+    for (int i = 0; i < BURST && rc == 0; i++)
+        rc = ferry_listener_accept(g_ulis, &g_bst[i], NULL);
+    sweep_disarm();
+    return rc;
+}
+
+static int op_accept_burst_uring(void)
+{
+    return in_task(g_bl, accept_burst_task, NULL);
+}
+
+static void undo_accept_burst_uring(int rc)
+{
+    (void)rc;
+    for (int i = 0; i < BURST; i++) {
+        if (g_bst[i])
+            ferry_stream_close(g_bst[i]);
+        g_bst[i] = NULL;
+        close(g_burst[i]);
+    }
+    undo_listen_uring(0);
+}
 #endif
 
 /* A stream over the pair (not armed), with a read buffer of `bufsize`. */
@@ -2632,6 +2683,8 @@ static const struct sweep sweeps[] = {
     { "stream write (io_uring)", setup_stream_uring, op_stream_write_uring, undo_stream_uring,
       NULL, true },
     { "tcp_listen (io_uring)", setup_stream_uring, op_tcp_listen_uring, undo_listen_uring, NULL },
+    { "accept burst (io_uring)", setup_accept_burst_uring, op_accept_burst_uring,
+      undo_accept_burst_uring, NULL, true },
 #endif
     { "stream read",         setup_stream_read, op_stream_read,   undo_stream_read, NULL, true },
     { "stream read (growth)",setup_stream_grow, op_stream_grow,   undo_stream_read, NULL, true },

@@ -14,7 +14,7 @@
  * receives in flight, and the process must hold the descriptors it held
  * before.
  *
- * FERRY_URING_ROUNDS sets the rounds (default 100000, scaled by
+ * FERRY_URING_ROUNDS sets the rounds (default 400000, scaled by
  * FERRY_STRESS_SCALE; the run prints how many it made), FERRY_STRESS_SEED
  * repeats a run (the seed also seeds the schedule fuzzing; it is printed
  * on failure).
@@ -208,7 +208,7 @@ Test(stress_uring_cancel, cancellation_races_completion_and_no_byte_is_lost,
      .init = tu_alloc_setup, .fini = tu_loop_teardown, .timeout = 600.)
 {
     const char *e = getenv("FERRY_STRESS_SEED"), *r = getenv("FERRY_URING_ROUNDS");
-    unsigned long rounds = r ? strtoul(r, NULL, 10) : (unsigned long)tu_scaled(100000);
+    unsigned long rounds = r ? strtoul(r, NULL, 10) : (unsigned long)tu_scaled(400000);
     ferry_loop_opts opts = { 0 };
     ferry_loop_stats st;
     ferry_loop *loop;

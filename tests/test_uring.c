@@ -410,6 +410,62 @@ T(a_cancelled_accept_leaves_the_connection_for_the_next_accept)
     ferry_listener_close(L);
 }
 
+#define BURSTN 100
+
+static int burst_main(void *arg)
+{
+    bool *seen = arg;
+
+    for (int i = 0; i < BURSTN; i++) {
+        ferry_stream *s = NULL;
+        uint32_t k;
+
+        g.rc[0] = ferry_listener_accept(L, &s, NULL);
+        if (g.rc[0])
+            return 0;
+        g.rc[1] = ferry_stream_read_exactly(s, &k, sizeof k, NULL);
+        ferry_stream_close(s);
+        if (g.rc[1] || k >= BURSTN || seen[k])
+            return -1;
+        seen[k] = true;
+        g.n[0]++;
+    }
+    return 0;
+}
+
+/* A backlog of connections queued before the first accept: the kernel
+ * takes them all at once, past the listener's queue (which grows), and
+ * every one is accepted, once, with its bytes; one multishot accept (a
+ * few) served them all. */
+T(a_backlog_of_connections_is_accepted_whole)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    static bool seen[BURSTN];
+    int c[BURSTN];
+    ferry_loop_stats st;
+
+    memset(&g, 0, sizeof g);
+    memset(seen, 0, sizeof seen);
+    cr_assert_eq(ferry_tcp_listen(&L, tu_loop, "127.0.0.1", 0, NULL), 0);
+    a.sin_port = htons((uint16_t)ferry_listener_port(L));
+    for (uint32_t i = 0; i < BURSTN; i++) {
+        c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert_geq(c[i], 0);
+        cr_assert_eq(connect(c[i], (struct sockaddr *)&a, sizeof a), 0);
+        cr_assert_eq(write(c[i], &i, sizeof i), (ssize_t)sizeof i);
+    }
+    cr_assert_eq(tu_run(burst_main, seen), 0);
+    cr_assert_eq(g.rc[0], 0, "accept: %d", g.rc[0]);
+    cr_assert_eq(g.n[0], BURSTN);
+    st = stats();
+    cr_assert_gt(st.io_accept_multishot, 0);
+    cr_assert_lt(st.io_accept_multishot, BURSTN / 10, "%llu accepts armed for %d connections",
+                 (unsigned long long)st.io_accept_multishot, BURSTN);
+    for (int i = 0; i < BURSTN; i++)
+        close(c[i]);
+    ferry_listener_close(L);
+}
+
 /* ---- closing with operations in flight -------------------------------------- */
 
 #define NCLOSE 8

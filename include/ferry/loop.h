@@ -283,6 +283,7 @@ typedef struct ferry_loop_stats {
                                  * where the kernel has no capped ones) */
     uint64_t io_bufs_held;     /* io_uring: receive buffers the streams
                                 * hold now, their bytes not yet read */
+    uint64_t io_accept_multishot; /* io_uring: multishot accepts armed */
 } ferry_loop_stats;
 
 /* Copy the loop's counters to *out.
