@@ -76,13 +76,15 @@ void ferry__uring_cancel(struct ferry__uring *u, uint64_t ud)
 
 static void sbufs_fini(struct ferry__uring *u)
 {
-    while (u->sfree) {
-        char *p = u->sfree;
+    for (int k = 0; k < 2; k++) {
+        while (u->sfree[k]) {
+            char *p = u->sfree[k];
 
-        memcpy(&u->sfree, p, sizeof u->sfree);
-        ferry__free(p);
+            memcpy(&u->sfree[k], p, sizeof u->sfree[k]);
+            ferry__free(p);
+        }
+        u->nsfree[k] = 0;
     }
-    u->nsfree = 0;
 }
 
 void ferry__uring_op_start(struct ferry__uring *u, struct uobj *o)
@@ -158,6 +160,9 @@ void ferry__uring_reap(struct ferry__uring *u)
         case OP_POLL:
             ferry__uring_poll_done(u, p);
             break;
+        case OP_POLLIN:
+            ferry__uring_pollin_done(u, p);
+            break;
         default:
             break;
         }
@@ -199,8 +204,9 @@ static void ring_cb(evutil_socket_t fd, short what, void *arg)
 
 /* Set up the ring: single issuer with cooperative task running where the
  * kernel has them, else plain.  Not IORING_SETUP_DEFER_TASKRUN: with it the
- * ring's descriptor did not wake the base's poll for completions that
- * were waiting to be posted, and the stream suites hung in their waits. */
+ * kernel's side of completions runs only inside an io_uring_enter that asks
+ * for completions, a few dozen items a call, and the loop waits in its
+ * base, not in the ring (docs/io_uring.md). */
 static int ring_init(struct ferry__uring *u)
 {
     static const unsigned tries[] = {

@@ -13,7 +13,7 @@
 
 /* What a completion's user_data names, in the low bits of the object's
  * address (user_data 0: a cancel's own completion, ignored). */
-enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
+enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_POLLIN = 5, OP_MASK = 7 };
 
 #define NBUFS 512  /* receive buffers per loop: 2 MiB in all */
 #define BUFSZ 4096 /* bytes per receive buffer */
@@ -30,10 +30,11 @@ enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_MASK = 7 };
     2 /* buffers a stream's multishot receive may
                                   * fill before it is cancelled */
 #define RECV_LIMIT \
-    (RECV_HOLD * BUFSZ) /* bytes a multishot receive takes
+    (RECV_HOLD * BUFSZ)      /* bytes a multishot receive takes
                                           * at most (the kernel's cap) */
-#define SBUF_SMALL 4096 /* a send buffer for one small write */
-#define SBUF_KEEP  64   /* small send buffers a loop keeps for reuse */
+#define SBUF_SMALL      4096 /* a send buffer for one small write */
+#define SBUF_KEEP       512  /* small send buffers a loop keeps for reuse */
+#define SBUF_KEEP_LARGE 8    /* and SEND_MAX ones */
 /* An accept's flag (kernel 6.10): wait for a connection before taking a
  * descriptor, so that running out of descriptors is reported only with a
  * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
@@ -56,9 +57,10 @@ struct ferry__uring {
     unsigned nadd;                /* buffers given back since the last advance */
     unsigned pending;             /* prepared entries not yet submitted */
     unsigned inflight;            /* operations the kernel has not ended */
-    void *sfree;                  /* small send buffers kept for reuse, each
-                                   * holding the next one's address */
-    unsigned nsfree;              /* how many */
+    void *sfree[2];               /* send buffers kept for reuse, small
+                                   * and SEND_MAX ones, each holding the
+                                   * next one's address */
+    unsigned nsfree[2];           /* how many */
     struct ferry__link starved;   /* streams whose receive found no buffer */
     struct ferry__link orphans;   /* closed objects with operations in flight */
 };
@@ -85,6 +87,11 @@ struct ferry__uconn {
                           * share of buffers) */
     bool more;           /* the last receive filled its buffer: read the
                           * socket directly next (recv_direct()) */
+    bool bulk;           /* the last read straight from the socket took
+                          * a buffer's worth or more: the next bytes are
+                          * waited for as with epoll (POLLIN), and read
+                          * straight from the socket too */
+    bool pollin;         /* that wait is in flight */
     bool reads;          /* the stream has been read: a send arms its
                           * receive too */
     bool starved;        /* in u->starved */
@@ -149,6 +156,7 @@ void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
                             const struct io_uring_cqe *cqe);
 void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int res);
 void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c);
+void ferry__uring_pollin_done(struct ferry__uring *u, struct ferry__uconn *c);
 
 /* Free a stream state's send buffers (uring_stream.c). */
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c);

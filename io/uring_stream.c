@@ -17,9 +17,12 @@
  * at once.  A receive that finds the ring empty (ENOBUFS) waits in the
  * loop's starved list until buffers come back.  After a receive that
  * filled its buffer, once nothing is armed, the next read takes the rest
- * straight from the socket (no receive in flight can overtake it): a
- * stream that moves bulk costs one system call per read, as with epoll,
- * and not a round through the ring per 4 KiB (the bulk rule).
+ * straight from the socket (no receive in flight can overtake it); a
+ * stream whose read took a buffer's worth or more that way then waits for
+ * its next bytes as epoll does (a POLLIN through the ring) and reads them
+ * straight from the socket too: a stream that moves bulk costs one system
+ * call per read, as with epoll, and not a round through the ring per
+ * 4 KiB (the bulk rule).
  *
  * Sending.  The seam's send copies into a send buffer, which the stream
  * holds only until the kernel has taken its bytes, and queues one SEND;
@@ -60,16 +63,18 @@
 #endif
 
 /* A stream holds a send buffer only while its bytes are on their way, so
- * that an idle connection holds none; the loop keeps a few small ones, so
- * that a stream writing again does not allocate again. */
+ * that an idle connection holds none; the loop keeps some of each size,
+ * enough for many connections sending at once, so that a stream writing
+ * again does not allocate again (a freed buffer's pages come back as
+ * faults at its next use). */
 static char *sbuf_get(struct ferry__uring *u, size_t cap)
 {
-    char *p;
+    int k = cap == SBUF_SMALL ? 0 : 1;
+    char *p = u->sfree[k];
 
-    if (cap == SBUF_SMALL && u->sfree) {
-        p = u->sfree;
-        memcpy(&u->sfree, p, sizeof u->sfree);
-        u->nsfree--;
+    if (p) {
+        memcpy(&u->sfree[k], p, sizeof u->sfree[k]);
+        u->nsfree[k]--;
         return p;
     }
     return ferry__malloc(cap);
@@ -77,15 +82,17 @@ static char *sbuf_get(struct ferry__uring *u, size_t cap)
 
 static void sbuf_put(struct ferry__uring *u, char *p, size_t cap)
 {
+    int k = cap == SBUF_SMALL ? 0 : 1;
+
     if (!p)
         return;
-    if (cap != SBUF_SMALL || u->nsfree >= SBUF_KEEP) {
+    if (u->nsfree[k] >= (k ? SBUF_KEEP_LARGE : SBUF_KEEP)) {
         ferry__free(p);
         return;
     }
-    memcpy(p, &u->sfree, sizeof u->sfree);
-    u->sfree = p;
-    u->nsfree++;
+    memcpy(p, &u->sfree[k], sizeof u->sfree[k]);
+    u->sfree[k] = p;
+    u->nsfree[k]++;
 }
 
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c)
@@ -271,9 +278,47 @@ static ssize_t recv_direct(struct ferry__uconn *c, char *buf, size_t len)
     while (k < 0 && errno == EINTR);
     if (k >= 0) {
         c->more = (size_t)k == len;
+        c->bulk = k >= BUFSZ;
         return k;
     }
     return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+}
+
+/* Wait for bytes as epoll does, for a stream moving bulk: its reader then
+ * takes them straight from the socket, a read's worth at a time, rather
+ * than a buffer of the ring at a time.  Returns: 0; -ENOMEM. */
+static int pollin_arm(struct ferry__uconn *c)
+{
+    struct io_uring_sqe *sqe = ferry__uring_sqe(c->u);
+
+    if (!sqe)
+        return -ENOMEM;
+    io_uring_prep_poll_add(sqe, c->fd, POLLIN | POLLRDHUP);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_POLLIN);
+    c->pollin = true;
+    ferry__uring_op_start(c->u, &c->o);
+    return 0;
+}
+
+void ferry__uring_pollin_done(struct ferry__uring *u, struct ferry__uconn *c)
+{
+    c->pollin = false;
+    if (!c->s) {
+        ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
+        return;
+    }
+    /* Readable, at its end, or in error: the reader's next recv(2) says
+     * which. */
+    c->more = true;
+    ferry__uring_op_end(u, &c->o);
+    ferry__ioreg_ready(&c->s->reg, FERRY_READ);
+}
+
+/* The stream's next bytes: waited for as epoll does for a stream moving
+ * bulk, received through the buffer ring otherwise. */
+static int read_arm(struct ferry__uconn *c)
+{
+    return c->bulk ? pollin_arm(c) : ferry__uring_recv_arm(c);
 }
 
 static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
@@ -302,7 +347,7 @@ static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
     }
     ferry__uring_buf_commit(u);
     c->reads = true;
-    if (c->nq || c->armed || c->starved || c->eof || c->rerr)
+    if (c->nq || c->armed || c->pollin || c->starved || c->eof || c->rerr)
         goto out;
     if (c->more && got < len) {
         k = recv_direct(c, (char *)buf + got, len - got);
@@ -318,7 +363,7 @@ static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
             goto out;
     }
     /* Nothing left here: the next bytes come through the ring. */
-    if (!c->more && ferry__uring_recv_arm(c) != 0 && !got)
+    if (!c->more && read_arm(c) != 0 && !got)
         return -ENOMEM;
 out:
     if (got)
@@ -450,8 +495,9 @@ static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *w
     /* A stream that reads will most likely read the answer to this: its
      * receive goes to the kernel with the send, in the same submission,
      * instead of a turn later (the bytes it brings wait in the stream). */
-    if (c->reads && !c->armed && !c->nq && !c->more && !c->starved && !c->eof && !c->rerr)
-        ferry__uring_recv_arm(c);
+    if (c->reads && !c->armed && !c->pollin && !c->nq && !c->more && !c->starved && !c->eof &&
+        !c->rerr)
+        read_arm(c);
     return k;
 }
 
@@ -503,6 +549,8 @@ static void conn_close(ferry_stream *s)
         ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_SEND);
     if (c->polling)
         ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_POLL);
+    if (c->pollin)
+        ferry__uring_cancel(u, (uint64_t)(uintptr_t)c | OP_POLLIN);
     /* Hand over now what names the descriptor by its number, before the
      * number goes: the kernel looks an entry's descriptor up when it takes
      * it, and from then on holds the file itself until the operation
