@@ -74,19 +74,6 @@ void ferry__uring_cancel(struct ferry__uring *u, uint64_t ud)
     io_uring_sqe_set_data64(sqe, 0);
 }
 
-static void sbufs_fini(struct ferry__uring *u)
-{
-    for (int k = 0; k < 2; k++) {
-        while (u->sfree[k]) {
-            char *p = u->sfree[k];
-
-            memcpy(&u->sfree[k], p, sizeof u->sfree[k]);
-            ferry__free(p);
-        }
-        u->nsfree[k] = 0;
-    }
-}
-
 void ferry__uring_op_start(struct ferry__uring *u, struct uobj *o)
 {
     o->ops++;
@@ -158,10 +145,8 @@ void ferry__uring_reap(struct ferry__uring *u)
             accept_done(u, p, cqe);
             break;
         case OP_POLL:
-            ferry__uring_poll_done(u, p);
-            break;
         case OP_POLLIN:
-            ferry__uring_pollin_done(u, p);
+            ferry__uring_poll_done(u, p, (unsigned)(ud & OP_MASK));
             break;
         default:
             break;
@@ -378,7 +363,7 @@ void ferry__uring_free(struct ferry__uring *u)
     if (u->loop->io_prepoll == prepoll)
         u->loop->io_prepoll = NULL;
     bufs_fini(u);
-    sbufs_fini(u);
+    ferry__uring_sbufs_fini(u);
     ferry__free(u);
 }
 

@@ -15,26 +15,26 @@
  * address (user_data 0: a cancel's own completion, ignored). */
 enum { OP_RECV = 1, OP_SEND = 2, OP_ACCEPT = 3, OP_POLL = 4, OP_POLLIN = 5, OP_MASK = 7 };
 
-#define NBUFS 512  /* receive buffers per loop: 2 MiB in all */
-#define BUFSZ 4096 /* bytes per receive buffer */
-#define BGID  0    /* the buffer group of the loop's ring */
-#define ACC_CAP \
-    16                           /* accepted descriptors after which a
-                                  * listener's multishot accept stops */
+#define NBUFS        512         /* receive buffers per loop: 2 MiB in all */
+#define BUFSZ        4096        /* bytes per receive buffer */
+#define BGID         0           /* the buffer group of the loop's ring */
 #define SEND_MAX     (64 * 1024) /* bytes one SEND of a stream carries */
 #define SEND_DIRECT  (64 * 1024) /* a write this large tries send(2) first */
 #define RING_ENTRIES 256         /* submission queue entries */
 #define CQ_ENTRIES   4096        /* completion queue entries */
 #define NO_BUF       0xffff      /* end of a stream's buffer queue */
-#define RECV_HOLD \
-    2 /* buffers a stream's multishot receive may
-                                  * fill before it is cancelled */
-#define RECV_LIMIT \
-    (RECV_HOLD * BUFSZ)      /* bytes a multishot receive takes
-                                          * at most (the kernel's cap) */
-#define SBUF_SMALL      4096 /* a send buffer for one small write */
-#define SBUF_KEEP       512  /* small send buffers a loop keeps for reuse */
-#define SBUF_KEEP_LARGE 8    /* and SEND_MAX ones */
+/* Accepted descriptors queued after which a listener's multishot accept
+ * stops. */
+#define ACC_CAP 16
+/* Buffers a stream's multishot receive may fill before it is cancelled,
+ * and the bytes one takes at most (the kernel's cap). */
+#define RECV_HOLD  2
+#define RECV_LIMIT (RECV_HOLD * BUFSZ)
+/* Send buffers: the small size, and how many of each size a loop keeps
+ * for reuse. */
+#define SBUF_SMALL      4096
+#define SBUF_KEEP       512
+#define SBUF_KEEP_LARGE 8
 /* An accept's flag (kernel 6.10): wait for a connection before taking a
  * descriptor, so that running out of descriptors is reported only with a
  * connection queued, as accept4() reports it.  liburing 2.3 predates it. */
@@ -155,10 +155,13 @@ int ferry__uring_recv_arm(struct ferry__uconn *c);
 void ferry__uring_recv_done(struct ferry__uring *u, struct ferry__uconn *c,
                             const struct io_uring_cqe *cqe);
 void ferry__uring_send_done(struct ferry__uring *u, struct ferry__uconn *c, int res);
-void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c);
-void ferry__uring_pollin_done(struct ferry__uring *u, struct ferry__uconn *c);
+/* A completion of the stream's wait for bytes (OP_POLLIN) or room (OP_POLL). */
+void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c, unsigned op);
 
-/* Free a stream state's send buffers (uring_stream.c). */
+/* Give a stream state's send buffers back to the loop. */
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c);
+
+/* Free the send buffers the loop keeps. */
+void ferry__uring_sbufs_fini(struct ferry__uring *u);
 
 #endif /* FERRY_URING_INT_H */

@@ -95,6 +95,19 @@ static void sbuf_put(struct ferry__uring *u, char *p, size_t cap)
     u->nsfree[k]++;
 }
 
+void ferry__uring_sbufs_fini(struct ferry__uring *u)
+{
+    for (int k = 0; k < 2; k++) {
+        while (u->sfree[k]) {
+            char *p = u->sfree[k];
+
+            memcpy(&u->sfree[k], p, sizeof u->sfree[k]);
+            ferry__free(p);
+        }
+        u->nsfree[k] = 0;
+    }
+}
+
 void ferry__uring_conn_free_bufs(struct ferry__uconn *c)
 {
     sbuf_put(c->u, c->sbuf, c->scap);
@@ -284,41 +297,49 @@ static ssize_t recv_direct(struct ferry__uconn *c, char *buf, size_t len)
     return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 }
 
-/* Wait for bytes as epoll does, for a stream moving bulk: its reader then
- * takes them straight from the socket, a read's worth at a time, rather
- * than a buffer of the ring at a time.  Returns: 0; -ENOMEM. */
-static int pollin_arm(struct ferry__uconn *c)
+/* Wait for the socket through the ring, as epoll does: for bytes
+ * (OP_POLLIN), for a stream moving bulk, whose reader then takes them
+ * straight from the socket a read's worth at a time rather than a buffer
+ * of the ring at a time; or for room (OP_POLL), after a bulk write found
+ * the socket full.  Returns: 0; -ENOMEM. */
+static int poll_arm(struct ferry__uconn *c, unsigned op)
 {
     struct io_uring_sqe *sqe = ferry__uring_sqe(c->u);
 
     if (!sqe)
         return -ENOMEM;
-    io_uring_prep_poll_add(sqe, c->fd, POLLIN | POLLRDHUP);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_POLLIN);
-    c->pollin = true;
+    io_uring_prep_poll_add(sqe, c->fd, op == OP_POLLIN ? POLLIN | POLLRDHUP : POLLOUT);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | op);
+    if (op == OP_POLLIN)
+        c->pollin = true;
+    else
+        c->polling = true;
     ferry__uring_op_start(c->u, &c->o);
     return 0;
 }
 
-void ferry__uring_pollin_done(struct ferry__uring *u, struct ferry__uconn *c)
+void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c, unsigned op)
 {
-    c->pollin = false;
-    if (!c->s) {
-        ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
-        return;
+    ferry_stream *s = c->s;
+
+    if (op == OP_POLLIN) {
+        c->pollin = false;
+        /* Readable, at its end, or in error: the reader's next recv(2)
+         * says which. */
+        c->more = true;
+    } else {
+        c->polling = false;
     }
-    /* Readable, at its end, or in error: the reader's next recv(2) says
-     * which. */
-    c->more = true;
-    ferry__uring_op_end(u, &c->o);
-    ferry__ioreg_ready(&c->s->reg, FERRY_READ);
+    ferry__uring_op_end(u, &c->o); /* an orphan (no stream): may free c */
+    if (s)
+        ferry__ioreg_ready(&s->reg, op == OP_POLLIN ? FERRY_READ : FERRY_WRITE);
 }
 
 /* The stream's next bytes: waited for as epoll does for a stream moving
  * bulk, received through the buffer ring otherwise. */
 static int read_arm(struct ferry__uconn *c)
 {
-    return c->bulk ? pollin_arm(c) : ferry__uring_recv_arm(c);
+    return c->bulk ? poll_arm(c, OP_POLLIN) : ferry__uring_recv_arm(c);
 }
 
 static ssize_t conn_recv(ferry_stream *s, void *buf, size_t len, int *want)
@@ -392,32 +413,6 @@ static ssize_t send_direct(struct ferry__uconn *c, const struct iovec *iov, int 
     return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 }
 
-/* Wait for room in the socket (a bulk write found it full).  Returns: 0;
- * -ENOMEM. */
-static int poll_out(struct ferry__uconn *c)
-{
-    struct io_uring_sqe *sqe = ferry__uring_sqe(c->u);
-
-    if (!sqe)
-        return -ENOMEM;
-    io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | OP_POLL);
-    c->polling = true;
-    ferry__uring_op_start(c->u, &c->o);
-    return 0;
-}
-
-void ferry__uring_poll_done(struct ferry__uring *u, struct ferry__uconn *c)
-{
-    c->polling = false;
-    if (!c->s) {
-        ferry__uring_op_end(u, &c->o); /* an orphan: may free c */
-        return;
-    }
-    ferry__uring_op_end(u, &c->o);
-    ferry__ioreg_ready(&c->s->reg, FERRY_WRITE);
-}
-
 /* Copy up to `max` bytes of iov[0, n) to the end of *buf (of *cap bytes,
  * *len used; NULL: none yet), growing it.  Returns: the count; -ENOMEM. */
 static ssize_t append(struct ferry__uring *u, char **buf, size_t *cap, size_t *len,
@@ -480,7 +475,7 @@ static ssize_t conn_send(ferry_stream *s, const struct iovec *iov, int n, int *w
             c->werr = (int)k; /* the reset is the reads' too (recv_done()) */
         if (k != -EAGAIN)
             return k;
-        if (!c->polling && poll_out(c) != 0)
+        if (!c->polling && poll_arm(c, OP_POLL) != 0)
             return -ENOMEM;
         *want = FERRY_WRITE;
         return -EAGAIN;
